@@ -1,0 +1,1 @@
+"""PySpark jobs of the RocketMQ reconciliation pipeline and the library they share."""

@@ -1,0 +1,166 @@
+"""Reading and writing lake tables: the only module that knows table paths and formats.
+
+Writes are idempotent by construction: silver/bronze tables are MERGEd on their key (and a MERGE whose source
+holds nothing new is skipped, so a re-run adds no commit), gold tables are replaced per ``run_id``.
+Sail has no ``DeltaTable`` Python API, so everything goes through SQL ``MERGE INTO`` and ``replaceWhere``;
+delta-rs answers the questions Spark Connect cannot (does the table exist, what is its history).
+"""
+from __future__ import annotations
+
+import os
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from jobs._spark import table_format
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+    from pyspark.sql import DataFrame, SparkSession
+
+    from schemas._table import Table
+
+# Columns that record when we saw a row, not what the row says: a re-run must not rewrite them.
+VOLATILE_COLUMNS = frozenset({"ingested_at", "detected_at", "updated_at"})
+
+
+def storage_options() -> dict[str, str]:
+    """delta-rs options for ``s3://`` lakes, from the same environment variables Sail reads."""
+    opts: dict[str, str] = {}
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_SESSION_TOKEN"):
+        if os.environ.get(name):
+            opts[name] = os.environ[name]
+    endpoint = os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT")
+    if endpoint:
+        opts["AWS_ENDPOINT_URL"] = endpoint
+        opts.setdefault("AWS_REGION", "us-east-1")
+        if endpoint.startswith("http://"):
+            opts["AWS_ALLOW_HTTP"] = "true"
+    return opts
+
+
+def _is_s3(path: str) -> bool:
+    return path.startswith(("s3://", "s3a://"))
+
+
+def exists(lake: str, table: "Table") -> bool:
+    """Whether ``table`` has been created below ``lake``."""
+    path = table.path(lake)
+    if table_format() == "delta":
+        from deltalake import DeltaTable
+
+        return DeltaTable.is_deltatable(path, storage_options=storage_options() if _is_s3(path) else None)
+    if _is_s3(path):
+        from jobs import storage
+
+        return bool(storage.list_keys(path.rstrip("/") + "/_SUCCESS"))
+    return os.path.exists(os.path.join(path, "_SUCCESS"))
+
+
+def read(spark: "SparkSession", lake: str, table: "Table") -> "DataFrame":
+    """The table as a DataFrame with its declared schema; an empty frame when it does not exist yet."""
+    if not exists(lake, table):
+        return spark.createDataFrame([], table.schema)
+    df = spark.read.format(table_format()).load(table.path(lake))
+    return df.select(*table.columns)
+
+
+def _create(df: "DataFrame", lake: str, table: "Table") -> None:
+    writer = df.select(*table.columns).write.format(table_format()).mode("overwrite")
+    if table.partition_by:
+        writer = writer.partitionBy(*table.partition_by)
+    writer.save(table.path(lake))
+
+
+def merge(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table", *, insert_only: bool = False) -> int:
+    """Upsert ``df`` into ``table`` on its key. Idempotent: merging the same rows twice changes nothing.
+
+    Rows whose key is new are inserted; rows whose key exists are updated only when a non-volatile column
+    differs (``insert_only`` skips updates altogether, for append-only bronze tables). When nothing would
+    change no commit is made at all.
+
+    Returns:
+        The number of source rows that were new or changed.
+    """
+    df = df.select(*table.columns)
+    if not exists(lake, table):
+        n = df.count()
+        _create(df, lake, table)
+        return n
+    target = read(spark, lake, table)
+    compare = [c for c in table.columns if c not in VOLATILE_COLUMNS]
+    if insert_only:
+        compare = list(table.key)
+    changed = df.join(target.select(*compare), on=[df[c].eqNullSafe(target[c]) for c in compare], how="left_anti")
+    n = changed.count()
+    if n == 0:
+        return 0
+    if table_format() == "parquet":
+        _merge_parquet(spark, df, target, lake, table)
+        return n
+    view = f"rmq_src_{uuid.uuid4().hex[:12]}"
+    changed.createOrReplaceTempView(view)
+    on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in table.key)
+    sql = f"MERGE INTO delta.`{table.path(lake)}` AS t USING {view} AS s ON {on} "
+    if not insert_only:
+        sql += "WHEN MATCHED THEN UPDATE SET * "
+    sql += "WHEN NOT MATCHED THEN INSERT *"
+    spark.sql(sql)
+    spark.catalog.dropTempView(view)
+    return n
+
+
+def _merge_parquet(spark: "SparkSession", df: "DataFrame", target: "DataFrame", lake: str, table: "Table") -> None:
+    """Parquet has no MERGE: rewrite the table as (target minus source keys) plus source, through a staging copy."""
+    keep = target.join(df.select(*table.key), on=[target[k].eqNullSafe(df[k]) for k in table.key], how="left_anti")
+    staging = table.path(lake) + "__staging"
+    keep.unionByName(df).write.format("parquet").mode("overwrite").save(staging)
+    spark.read.format("parquet").load(staging).write.format("parquet").mode("overwrite").save(table.path(lake))
+
+
+def replace_run(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table", run_id: str) -> None:
+    """Replace exactly the rows of ``run_id`` in a gold table (other runs are untouched). Idempotent per run."""
+    df = df.select(*table.columns)
+    if not exists(lake, table):
+        _create(df, lake, table)
+        return
+    if table_format() == "delta":
+        safe = run_id.replace("'", "''")
+        (
+            df.write.format("delta")
+            .mode("overwrite")
+            .option("replaceWhere", f"run_id = '{safe}'")
+            .save(table.path(lake))
+        )
+        return
+    from pyspark.sql import functions as F
+
+    target = read(spark, lake, table)
+    keep = target.where(F.col("run_id") != F.lit(run_id))
+    staging = table.path(lake) + "__staging"
+    keep.unionByName(df).write.format("parquet").mode("overwrite").save(staging)
+    spark.read.format("parquet").load(staging).write.format("parquet").mode("overwrite").save(table.path(lake))
+
+
+def read_pandas(lake: str, table: "Table", *, filters: Any = None) -> "pd.DataFrame":
+    """A small read outside Spark (delta-rs), for reports, expectations and tests."""
+    path = table.path(lake)
+    if table_format() == "delta":
+        from deltalake import DeltaTable
+
+        if not exists(lake, table):
+            import pandas as pd
+
+            return pd.DataFrame({c: [] for c in table.columns})
+        dt = DeltaTable(path, storage_options=storage_options() if _is_s3(path) else None)
+        return dt.to_pandas(filters=filters)[table.columns]
+    import pyarrow.dataset as ds
+
+    return ds.dataset(path, format="parquet").to_table().to_pandas()[table.columns]
+
+
+def history(lake: str, table: "Table") -> list[dict[str, Any]]:
+    """The Delta commit history, newest first (Sail has no DESCRIBE HISTORY)."""
+    from deltalake import DeltaTable
+
+    path = table.path(lake)
+    return DeltaTable(path, storage_options=storage_options() if _is_s3(path) else None).history()

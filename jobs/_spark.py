@@ -1,0 +1,117 @@
+"""The one place that builds a Spark session.
+
+Three engines, chosen by configuration only (job code is identical for all of them):
+
+* ``sail`` (default): an embedded Sail Spark Connect server started in this process, with Delta built in.
+* ``connect``: a Spark Connect server elsewhere, from ``SPARK_REMOTE=sc://host:port``.
+* ``classic``: a local JVM Spark (``local[2]``), used by the engine-parity tests on Parquet/in-memory data.
+
+Why a context manager: the Sail server must stop *after* the session, or the interpreter hangs at exit
+for ten minutes; ``session()`` guarantees that order.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from contextlib import contextmanager
+from typing import Iterator, Literal
+
+from pyspark.sql import SparkSession
+
+Engine = Literal["sail", "connect", "classic"]
+log = logging.getLogger(__name__)
+
+_S3_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ALLOW_HTTP")
+
+
+def engine_from_env() -> Engine:
+    """``RMQ_RECON_ENGINE`` if set, else ``connect`` when ``SPARK_REMOTE`` is set, else ``sail``."""
+    explicit = os.environ.get("RMQ_RECON_ENGINE", "").strip().lower()
+    if explicit:
+        if explicit not in ("sail", "connect", "classic"):
+            raise ValueError(f"RMQ_RECON_ENGINE={explicit!r}: expected one of sail, connect, classic")
+        return explicit  # type: ignore[return-value]
+    return "connect" if os.environ.get("SPARK_REMOTE") else "sail"
+
+
+def _normalise_s3_env() -> None:
+    """Sail reads S3 settings from the environment before its server starts; fill the aliases it looks for."""
+    if os.environ.get("AWS_ENDPOINT_URL") and not os.environ.get("AWS_ENDPOINT"):
+        os.environ["AWS_ENDPOINT"] = os.environ["AWS_ENDPOINT_URL"]
+    if os.environ.get("AWS_ENDPOINT") and not os.environ.get("AWS_ENDPOINT_URL"):
+        os.environ["AWS_ENDPOINT_URL"] = os.environ["AWS_ENDPOINT"]
+    endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
+    if endpoint.startswith("http://"):
+        os.environ.setdefault("AWS_ALLOW_HTTP", "true")
+    if endpoint:
+        os.environ.setdefault("AWS_REGION", "us-east-1")
+
+
+def _s3_conf() -> dict[str, str]:
+    """Hadoop S3A settings for engines that take them as configuration (classic Spark, clusters)."""
+    conf: dict[str, str] = {}
+    if os.environ.get("AWS_ENDPOINT_URL"):
+        conf["spark.hadoop.fs.s3a.endpoint"] = os.environ["AWS_ENDPOINT_URL"]
+        conf["spark.hadoop.fs.s3a.path.style.access"] = "true"
+    if os.environ.get("AWS_ACCESS_KEY_ID"):
+        conf["spark.hadoop.fs.s3a.access.key"] = os.environ["AWS_ACCESS_KEY_ID"]
+        conf["spark.hadoop.fs.s3a.secret.key"] = os.environ.get("AWS_SECRET_ACCESS_KEY", "")
+    return conf
+
+
+@contextmanager
+def session(engine: Engine | None = None, *, remote: str | None = None) -> Iterator[SparkSession]:
+    """Yield a Spark session on the chosen engine and stop it (and any embedded server) afterwards.
+
+    Args:
+        engine: ``sail``, ``connect`` or ``classic``; default from :func:`engine_from_env`.
+        remote: a ``sc://host:port`` address for ``connect``; default ``SPARK_REMOTE``.
+    """
+    engine = engine or engine_from_env()
+    _normalise_s3_env()
+    server = None
+    if engine == "sail":
+        os.environ.setdefault("RUST_LOG", "warn")
+        from pysail.spark import SparkConnectServer
+
+        server = SparkConnectServer(ip="127.0.0.1", port=0)
+        server.start(background=True)
+        host, port = server.listening_address
+        builder = SparkSession.builder.remote(f"sc://{host}:{port}")
+    elif engine == "connect":
+        address = remote or os.environ.get("SPARK_REMOTE")
+        if not address:
+            raise ValueError("engine 'connect' needs SPARK_REMOTE=sc://host:port (or an Airflow spark_connect connection)")
+        builder = SparkSession.builder.remote(address)
+    elif engine == "classic":
+        os.environ.pop("SPARK_REMOTE", None)
+        os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = (
+            SparkSession.builder.master("local[2]")
+            .appName("rmq-recon")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "4")
+            .config("spark.driver.memory", "2g")
+        )
+        for k, v in _s3_conf().items():
+            builder = builder.config(k, v)
+    else:  # pragma: no cover - guarded by the Literal
+        raise ValueError(f"unknown engine {engine!r}")
+    spark = builder.getOrCreate()
+    try:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+        log.info("spark session on engine %s", engine)
+        yield spark
+    finally:
+        spark.stop()
+        if server is not None:
+            server.stop()
+
+
+def table_format() -> str:
+    """The lake's table format: ``delta`` (default) or ``parquet`` for engines without Delta (``RMQ_RECON_FORMAT``)."""
+    fmt = os.environ.get("RMQ_RECON_FORMAT", "delta").strip().lower()
+    if fmt not in ("delta", "parquet"):
+        raise ValueError(f"RMQ_RECON_FORMAT={fmt!r}: expected delta or parquet")
+    return fmt

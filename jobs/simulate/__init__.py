@@ -1,0 +1,1 @@
+"""Fleet simulator: RocketMQ store files with ground truth."""

@@ -1,0 +1,42 @@
+"""Lake table declarations (spec §8): one module per table, each with NAME, SCHEMA, KEY, PARTITION_BY and TABLE."""
+from __future__ import annotations
+
+from schemas import (
+    consumer_offsets,
+    consumer_status,
+    delay_offsets,
+    deliveries,
+    dlq_candidates,
+    duplicated_ranges,
+    files,
+    messages,
+    offset_corrections,
+    quarantine,
+    queue_bounds,
+    segments,
+    subscription_groups,
+    topic_configs,
+    unconsumed_ranges,
+)
+from schemas._table import Table
+
+ALL_TABLES: list[Table] = [
+    files.TABLE,
+    quarantine.TABLE,
+    segments.TABLE,
+    consumer_offsets.TABLE,
+    subscription_groups.TABLE,
+    topic_configs.TABLE,
+    delay_offsets.TABLE,
+    queue_bounds.TABLE,
+    messages.TABLE,
+    deliveries.TABLE,
+    duplicated_ranges.TABLE,
+    unconsumed_ranges.TABLE,
+    offset_corrections.TABLE,
+    dlq_candidates.TABLE,
+    consumer_status.TABLE,
+]
+REPORTS = [duplicated_ranges, unconsumed_ranges, offset_corrections, dlq_candidates, consumer_status]
+
+__all__ = ["ALL_TABLES", "REPORTS", "Table"] + [t.name for t in ALL_TABLES]

@@ -1,0 +1,48 @@
+"""The one declaration of a lake table: where it lives, its columns, and the key a MERGE matches on."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from pyspark.sql.types import StructType
+
+if TYPE_CHECKING:  # pragma: no cover
+    from airflow.sdk import Asset
+
+
+@dataclass(frozen=True)
+class Table:
+    """A Delta table of the lake, declared once and shared by jobs, tests and expectations.
+
+    Args:
+        layer: ``bronze``, ``silver`` or ``gold``.
+        name: the table's folder name inside its layer.
+        schema: the columns, in order; extract casts to it and load writes with it.
+        key: the columns that identify a row; MERGE matches on them, expectations check uniqueness.
+        partition_by: partition columns (usually none: the tables are small per key).
+    """
+
+    layer: str
+    name: str
+    schema: StructType
+    key: tuple[str, ...]
+    partition_by: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def qualified(self) -> str:
+        """``layer/name``, the path of the table below the lake root."""
+        return f"{self.layer}/{self.name}"
+
+    def path(self, lake: str) -> str:
+        """The table's location below ``lake`` (a local folder or an ``s3://`` URI)."""
+        return f"{lake.rstrip('/')}/{self.qualified}"
+
+    @property
+    def columns(self) -> list[str]:
+        return [f.name for f in self.schema.fields]
+
+    def asset(self) -> "Asset":
+        """The Airflow Asset a producing task lists in ``outlets`` (imported lazily: jobs never need Airflow)."""
+        from airflow.sdk import Asset
+
+        return Asset(name=f"rmq_recon.{self.layer}.{self.name}", uri=f"rmq-recon://lake/{self.qualified}")

@@ -1,0 +1,26 @@
+"""bronze/files: Every landing-zone file seen, with its bytes for JSON files (raw layer: replayable)."""
+from __future__ import annotations
+
+from pyspark.sql.types import *  # noqa: F403
+
+from schemas._table import Table
+
+NAME = "files"
+SCHEMA = StructType(
+    [
+        StructField("cluster", StringType(), True),
+        StructField("broker", StringType(), True),
+        StructField("snapshot_ts", TimestampType(), True),
+        StructField("source_path", StringType(), True),
+        StructField("file_kind", StringType(), True),
+        StructField("size", LongType(), True),
+        StructField("sha256", StringType(), True),
+        StructField("content", BinaryType(), True),
+        StructField("used_backup", BooleanType(), True),
+        StructField("ingested_at", TimestampType(), True),
+    ]
+)
+KEY: tuple[str, ...] = ('cluster', 'source_path', 'sha256')
+PARTITION_BY: tuple[str, ...] = ()
+
+TABLE = Table("bronze", NAME, SCHEMA, KEY, PARTITION_BY)

@@ -1,0 +1,35 @@
+"""silver/messages: Commitlog message metadata (no bodies): one row per stored record."""
+from __future__ import annotations
+
+from pyspark.sql.types import *  # noqa: F403
+
+from schemas._table import Table
+
+NAME = "messages"
+SCHEMA = StructType(
+    [
+        StructField("cluster", StringType(), True),
+        StructField("broker", StringType(), True),
+        StructField("physical_offset", LongType(), True),
+        StructField("topic", StringType(), True),
+        StructField("queue_id", IntegerType(), True),
+        StructField("queue_offset", LongType(), True),
+        StructField("store_ts", TimestampType(), True),
+        StructField("born_ts", TimestampType(), True),
+        StructField("uniq_key", StringType(), True),
+        StructField("keys", StringType(), True),
+        StructField("tags", StringType(), True),
+        StructField("reconsume_times", IntegerType(), True),
+        StructField("properties", MapType(StringType(), StringType()), True),
+        StructField("size", IntegerType(), True),
+        StructField("sys_flag", IntegerType(), True),
+        StructField("born_host", StringType(), True),
+        StructField("store_host", StringType(), True),
+        StructField("offset_msg_id", StringType(), True),
+        StructField("segment", StringType(), True),
+    ]
+)
+KEY: tuple[str, ...] = ('cluster', 'broker', 'physical_offset')
+PARTITION_BY: tuple[str, ...] = ()
+
+TABLE = Table("silver", NAME, SCHEMA, KEY, PARTITION_BY)

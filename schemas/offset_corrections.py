@@ -1,0 +1,34 @@
+"""gold/offset_corrections: Committed offsets outside [Min, Max] at the latest snapshot (spec §4 Offset corrections)."""
+from __future__ import annotations
+
+from pyspark.sql.types import *  # noqa: F403
+
+from schemas._table import Table
+
+NAME = "offset_corrections"
+SCHEMA = StructType(
+    [
+        StructField("cluster", StringType(), True),
+        StructField("consumer_group", StringType(), True),
+        StructField("client_id", StringType(), True),
+        StructField("topic", StringType(), True),
+        StructField("broker", StringType(), True),
+        StructField("queue_id", IntegerType(), True),
+        StructField("snapshot_ts", TimestampType(), True),
+        StructField("committed_offset", LongType(), True),
+        StructField("min_offset", LongType(), True),
+        StructField("max_offset", LongType(), True),
+        StructField("corrected_offset", LongType(), True),
+        StructField("lost_messages", LongType(), True),
+        StructField("reason", StringType(), True),
+        StructField("run_id", StringType(), True),
+    ]
+)
+KEY: tuple[str, ...] = ('cluster', 'consumer_group', 'client_id', 'topic', 'broker', 'queue_id', 'run_id')
+PARTITION_BY: tuple[str, ...] = ()
+
+# The report file's columns (spec §5), in order: the gold table minus run_id.
+REPORT_COLUMNS: list[str] = ['cluster', 'consumer_group', 'client_id', 'topic', 'broker', 'queue_id', 'snapshot_ts', 'committed_offset', 'min_offset', 'max_offset', 'corrected_offset', 'lost_messages', 'reason']
+SORT_KEY: list[str] = ['cluster', 'consumer_group', 'client_id', 'topic', 'broker', 'queue_id']
+
+TABLE = Table("gold", NAME, SCHEMA, KEY, PARTITION_BY)
