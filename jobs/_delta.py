@@ -141,6 +141,28 @@ def replace_run(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table
     spark.read.format("parquet").load(staging).write.format("parquet").mode("overwrite").save(table.path(lake))
 
 
+def replace_where(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table", predicate: str) -> None:
+    """Atomically replace the rows matching ``predicate`` with ``df`` (whose rows must all match it).
+
+    Used for ranges that are rewritten whole, e.g. the messages of one decoded commitlog byte range:
+    writing the same range twice leaves one copy.
+    """
+    df = df.select(*table.columns)
+    if not exists(lake, table):
+        _create(df, lake, table)
+        return
+    df.write.format("delta").mode("overwrite").option("replaceWhere", predicate).save(table.path(lake))
+
+
+def read_pandas_columns(lake: str, table: "Table", columns: list[str], *, filters: Any = None) -> "pd.DataFrame":
+    """A projection of a table outside Spark (delta-rs), e.g. the record offsets of one broker."""
+    from deltalake import DeltaTable
+
+    path = table.path(lake)
+    dt = DeltaTable(path, storage_options=storage_options() if _is_s3(path) else None)
+    return dt.to_pandas(columns=columns, filters=filters)
+
+
 def read_pandas(lake: str, table: "Table", *, filters: Any = None) -> "pd.DataFrame":
     """A small read outside Spark (delta-rs), for reports, expectations and tests."""
     path = table.path(lake)

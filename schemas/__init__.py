@@ -16,6 +16,7 @@ from schemas import (
     segments,
     subscription_groups,
     topic_configs,
+    trace_records,
     unconsumed_ranges,
 )
 from schemas._table import Table
@@ -24,6 +25,7 @@ ALL_TABLES: list[Table] = [
     files.TABLE,
     quarantine.TABLE,
     segments.TABLE,
+    trace_records.TABLE,
     consumer_offsets.TABLE,
     subscription_groups.TABLE,
     topic_configs.TABLE,

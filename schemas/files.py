@@ -1,4 +1,9 @@
-"""bronze/files: Every landing-zone file seen, with its bytes for JSON files (raw layer: replayable)."""
+"""bronze/files: every landing-zone file seen, with its bytes for JSON files (raw layer: replayable).
+
+``sha256`` is the digest of the bytes read in this ingest, ``[read_from, read_to)``: the whole file for JSON and
+consumequeue files; for a commitlog segment only the part decoded for the first time (a full segment seen
+again is not read at all, and its row has ``read_from == read_to``).
+"""
 from __future__ import annotations
 
 from pyspark.sql.types import *  # noqa: F403
@@ -17,6 +22,8 @@ SCHEMA = StructType(
         StructField("sha256", StringType(), True),
         StructField("content", BinaryType(), True),
         StructField("used_backup", BooleanType(), True),
+        StructField("read_from", LongType(), True),
+        StructField("read_to", LongType(), True),
         StructField("ingested_at", TimestampType(), True),
     ]
 )

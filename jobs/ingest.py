@@ -1,0 +1,541 @@
+"""Ingest job: landing zone (spec §3) -> bronze and silver Delta tables (spec §8).
+
+Reads: every snapshot folder under ``--landing`` (local path or ``s3://``).
+Writes: bronze/files, bronze/quarantine, bronze/segments, bronze/trace_records, silver/consumer_offsets,
+silver/subscription_groups, silver/topic_configs, silver/delay_offsets, silver/queue_bounds,
+silver/messages, silver/deliveries.
+
+Incremental and idempotent: config rows are MERGEd on their keys; a commitlog segment already decoded to
+its end is not read again and the growing last segment is read from where the previous run stopped
+(bronze/segments); messages are written with a ``replaceWhere`` over exactly the byte range decoded, so a
+run that dies half-way and is run again writes the same rows once. Re-running on the same landing zone
+changes no table. Bad input is quarantined with its file and position and never stops the rest.
+
+Extract (Python: fastjson and binary decoding, which Sail cannot do) and load (Spark) are separate
+functions; :func:`run` is the only one that sees both the session and the table locations.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import pyarrow as pa
+
+from jobs import _delta, configs, landing, storage
+from jobs.landing import LandingFile, Snapshot
+from jobs.problems import Problem
+from schemas import (
+    consumer_offsets,
+    delay_offsets,
+    deliveries,
+    files,
+    messages,
+    quarantine,
+    queue_bounds,
+    segments,
+    subscription_groups,
+    topic_configs,
+    trace_records,
+)
+
+log = logging.getLogger(__name__)
+UTC = dt.timezone.utc
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+CHUNK_BYTES = 64 << 20
+
+_CONFIG_TABLES = {
+    "consumer_offsets": consumer_offsets.TABLE,
+    "subscription_groups": subscription_groups.TABLE,
+    "topics": topic_configs.TABLE,
+    "delay_offsets": delay_offsets.TABLE,
+    "client_offsets": consumer_offsets.TABLE,
+}
+
+
+@dataclass
+class SegmentState:
+    """How far one commitlog segment of one broker has been decoded (a row of bronze/segments)."""
+
+    cluster: str
+    broker: str
+    segment: str
+    start_offset: int
+    decoded_to: int = 0
+    segment_size: int = 0
+    complete: bool = False
+    snapshot_ts: dt.datetime | None = None
+
+
+@dataclass
+class Extracted:
+    """Rows extracted from the landing zone, per target table (small tables only)."""
+
+    rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    problems: list[tuple[str, str, dt.datetime | None, Problem]] = field(default_factory=list)
+
+    def add(self, table: str, row: dict[str, Any]) -> None:
+        self.rows.setdefault(table, []).append(row)
+
+    def problem(self, cluster: str, broker: str, ts: dt.datetime | None, p: Problem) -> None:
+        self.problems.append((cluster, broker, ts, p))
+
+
+# --------------------------------------------------------------------------------------------- extract
+
+
+def _reader(landing_root: str) -> Callable[[str], bytes | None]:
+    """``read(path)`` for configs.load: a landing-relative path -> bytes, or None when missing."""
+
+    def read(path: str) -> bytes | None:
+        return storage.read_bytes(storage.join(landing_root, path))
+
+    return read
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def extract_configs(snap: Snapshot, landing_root: str, out: Extracted, now: dt.datetime) -> None:
+    """Parse the snapshot's fastjson files (with the broker's .bak fallback) into silver rows."""
+    read = _reader(landing_root)
+    base = {"cluster": snap.cluster, "broker": snap.broker, "snapshot_ts": snap.ts}
+    seen_backup_only: set[str] = set()
+    targets = [f for f in snap.files if f.kind in _CONFIG_TABLES]
+    # A config whose main file is missing but whose .bak exists is still loaded (the broker would too).
+    present = {f.path for f in snap.files}
+    for f in snap.files:
+        if f.kind == "backup":
+            main = f.path[: -len(".bak")]
+            if main not in present:
+                kind = "client_offsets" if snap.is_clients else landing.CONFIG_FILES.get(main.rsplit("/", 1)[-1])
+                if kind:
+                    seen_backup_only.add(main)
+                    targets.append(LandingFile(uri=f.uri[: -len(".bak")], path=main, rel=f.rel[: -len(".bak")],
+                                               size=0, kind=kind, client_id=f.client_id, group=f.group))
+    for f in targets:
+        parsed = configs.load(read, f.path, f.kind)
+        for p in parsed.problems:
+            out.problem(snap.cluster, snap.broker, snap.ts, p)
+        if parsed.missing:
+            continue
+        table = _CONFIG_TABLES[f.kind].name
+        extra = {"source_file": parsed.source_path, "used_backup": parsed.used_backup}
+        for row in parsed.rows:
+            if f.kind == "client_offsets":
+                out.add(table, {**base, **row, "broker": row["broker"], "consumer_group": f.group,
+                                "client_id": f.client_id, "is_retry_topic": row["topic"].startswith("%RETRY%"), **extra})
+            elif f.kind == "consumer_offsets":
+                out.add(table, {**base, **row, "client_id": "", **extra})
+            else:
+                out.add(table, {**base, **row, **extra})
+    for f in snap.files:
+        if f.kind in ("rocksdb",):
+            out.problem(snap.cluster, snap.broker, snap.ts, Problem(
+                f.path, 0, "broker keeps consumer offsets in RocksDB (storeType=defaultRocksDB): not readable here; "
+                "export them with mqadmin or switch the sync job to the JSON config files"))
+        if f.kind in _CONFIG_TABLES or f.kind == "backup":
+            data = read(f.path) or b""
+            out.add(files.NAME, {**base, "source_path": f.path, "file_kind": f.kind, "size": len(data),
+                                 "sha256": _sha(data), "content": data, "used_backup": None,
+                                 "read_from": 0, "read_to": len(data), "ingested_at": now})
+
+
+def extract_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, now: dt.datetime,
+                         known: "KnownRecords") -> None:
+    """Min and Max of every consume queue of the snapshot (spec §4), and CQ entries that point at nothing."""
+    from jobs import consumequeue
+
+    cq_files = snap.of_kind("consumequeue")
+    if not cq_files:
+        return
+    commitlogs = snap.of_kind("commitlog")
+    oldest = min((f.start for f in commitlogs if f.start is not None), default=None)
+    by_queue: dict[tuple[str, int], list[LandingFile]] = {}
+    for f in cq_files:
+        by_queue.setdefault((f.topic or "", f.queue_id or 0), []).append(f)
+    base = {"cluster": snap.cluster, "broker": snap.broker, "snapshot_ts": snap.ts}
+    for (topic, qid), fs in sorted(by_queue.items()):
+        fs = sorted(fs, key=lambda f: f.start or 0)
+        blobs = []
+        for f in fs:
+            data = storage.read_bytes(f.uri) or b""
+            blobs.append((f.start or 0, data))
+            out.add(files.NAME, {**base, "source_path": f.path, "file_kind": "consumequeue", "size": len(data),
+                                 "sha256": _sha(data), "content": None, "used_backup": None,
+                                 "read_from": 0, "read_to": len(data), "ingested_at": now})
+        mn, mx = consumequeue.queue_bounds(blobs, oldest)
+        out.add(queue_bounds.NAME, {**base, "topic": topic, "queue_id": qid, "min_offset": mn, "max_offset": mx})
+        for f, (start, data) in zip(fs, blobs):
+            cq = consumequeue.decode_cq(data, file_start_byte=start)
+            for p in cq.problems if hasattr(cq, "problems") else []:
+                out.problem(snap.cluster, snap.broker, snap.ts, Problem(f.path, p.position, p.reason))
+            for pos, reason in known.dangling(snap.cluster, snap.broker, cq):
+                out.problem(snap.cluster, snap.broker, snap.ts, Problem(f.path, pos, reason))
+
+
+class KnownRecords:
+    """Start offsets and sizes of the commitlog records of each broker: for finding CQ entries that point at nothing."""
+
+    def __init__(self, lake: str) -> None:
+        self._lake = lake
+        self._by_broker: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]] = {}
+        self._loaded: set[tuple[str, str]] = set()
+        self._ranges: dict[tuple[str, str], tuple[int, int]] = {}
+
+    def add(self, cluster: str, broker: str, offsets: np.ndarray, sizes: np.ndarray, lo: int, hi: int) -> None:
+        key = (cluster, broker)
+        self._by_broker.setdefault(key, []).append((offsets, sizes))
+        old = self._ranges.get(key)
+        self._ranges[key] = (min(lo, old[0]), max(hi, old[1])) if old else (lo, hi)
+
+    def extend_range(self, cluster: str, broker: str, lo: int, hi: int) -> None:
+        old = self._ranges.get((cluster, broker))
+        self._ranges[(cluster, broker)] = (min(lo, old[0]), max(hi, old[1])) if old else (lo, hi)
+
+    def _arrays(self, cluster: str, broker: str) -> tuple[np.ndarray, np.ndarray]:
+        key = (cluster, broker)
+        if key not in self._loaded:
+            self._loaded.add(key)
+            if _delta.exists(self._lake, messages.TABLE):
+                df = _delta.read_pandas_columns(self._lake, messages.TABLE, ["physical_offset", "size"],
+                                                filters=[("cluster", "=", cluster), ("broker", "=", broker)])
+                self._by_broker.setdefault(key, []).append(
+                    (df["physical_offset"].to_numpy(np.int64), df["size"].to_numpy(np.int64)))
+        parts = self._by_broker.get(key, [])
+        if not parts:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        offs = np.concatenate([p[0] for p in parts]).astype(np.int64)
+        sizes = np.concatenate([p[1] for p in parts]).astype(np.int64)
+        order = np.argsort(offs, kind="stable")
+        offs, sizes = offs[order], sizes[order]
+        keep = np.ones(len(offs), bool)
+        keep[1:] = offs[1:] != offs[:-1]
+        self._by_broker[key] = [(offs[keep], sizes[keep])]
+        return offs[keep], sizes[keep]
+
+    def dangling(self, cluster: str, broker: str, cq: Any) -> list[tuple[int, str]]:
+        from jobs import consumequeue
+
+        rng = self._ranges.get((cluster, broker))
+        if rng is None:
+            return []
+        offs, sizes = self._arrays(cluster, broker)
+        return consumequeue.dangling_entries(cq, offs, sizes, rng)
+
+
+def _segment_state_key(cluster: str, broker: str, segment: str) -> tuple[str, str, str]:
+    return (cluster, broker, segment)
+
+
+def decode_commitlog(snap: Snapshot, state: dict[tuple[str, str, str], SegmentState], out: Extracted,
+                     now: dt.datetime, known: KnownRecords) -> Iterable[tuple[SegmentState, int, int, pa.Table]]:
+    """Yield (segment state, byte range start, end, decoded records) for what this snapshot adds.
+
+    A segment already decoded to its end is skipped without reading it; otherwise only the bytes after
+    ``decoded_to`` are read. A segment followed by a newer one in the snapshot is complete by definition
+    (the broker only rolls to a new file when the old one is full).
+    """
+    from jobs import commitlog
+
+    base = {"cluster": snap.cluster, "broker": snap.broker, "snapshot_ts": snap.ts}
+    segs = sorted(snap.of_kind("commitlog"), key=lambda f: f.start or 0)
+    for i, f in enumerate(segs):
+        name = f.rel.rsplit("/", 1)[-1]
+        key = _segment_state_key(snap.cluster, snap.broker, name)
+        st = state.get(key) or SegmentState(snap.cluster, snap.broker, name, f.start or 0)
+        state[key] = st
+        has_newer = i < len(segs) - 1
+        begin = st.decoded_to
+        row = {**base, "source_path": f.path, "file_kind": "commitlog", "size": f.size, "content": None,
+               "used_backup": None, "ingested_at": now}
+        if st.complete or f.size <= begin:
+            if has_newer and not st.complete:
+                st.complete = True
+            out.add(files.NAME, {**row, "sha256": _sha(b""), "read_from": begin, "read_to": begin})
+            known.extend_range(snap.cluster, snap.broker, st.start_offset, st.start_offset + st.decoded_to)
+            continue
+        data = storage.read_bytes(f.uri, begin, None) or b""
+        buf = np.frombuffer(data, dtype=np.uint8)
+        pos = 0
+        digest = hashlib.sha256(data).hexdigest()
+        complete = False
+        end_abs = begin
+        while pos < len(buf):
+            chunk = buf[pos: pos + CHUNK_BYTES]
+            res = commitlog.decode_segment(chunk, segment_start=st.start_offset + begin + pos, segment=f.path,
+                                           begin=0)
+            for p in res.problems:
+                out.problem(snap.cluster, snap.broker, snap.ts, Problem(f.path, p.position + begin + pos, p.reason))
+            tbl = res.table
+            lo, hi = begin + pos, begin + pos + res.end
+            if tbl.num_rows:
+                known.add(snap.cluster, snap.broker, tbl.column("physical_offset").to_numpy(),
+                          tbl.column("size").to_numpy(), st.start_offset + lo, st.start_offset + hi)
+            yield st, st.start_offset + lo, st.start_offset + hi, tbl
+            end_abs = hi
+            if res.complete or res.end == 0:
+                complete = res.complete
+                break
+            pos += res.end
+        st.decoded_to = max(st.decoded_to, end_abs)
+        st.segment_size = f.size
+        st.complete = complete or has_newer
+        st.snapshot_ts = snap.ts
+        known.extend_range(snap.cluster, snap.broker, st.start_offset, st.start_offset + st.decoded_to)
+        out.add(files.NAME, {**row, "sha256": digest, "read_from": begin, "read_to": begin + len(data)})
+
+
+def trace_rows(cluster: str, broker: str, tbl: pa.Table, out: Extracted, snap: Snapshot, segment_path: str,
+               segment_start: int) -> list[dict[str, Any]]:
+    """Decode the trace message bodies of ``tbl`` into bronze/trace_records rows."""
+    from jobs import trace
+
+    if tbl.num_rows == 0:
+        return []
+    topics = tbl.column("topic").to_pylist()
+    idx = [i for i, t in enumerate(topics) if t == TRACE_TOPIC]
+    if not idx:
+        return []
+    sub = tbl.take(pa.array(idx))
+    rows: list[dict[str, Any]] = []
+    for off, host, body in zip(sub.column("physical_offset").to_pylist(), sub.column("born_host").to_pylist(),
+                               sub.column("body").to_pylist()):
+        recs, problems = trace.decode_trace_body(body or b"", source_path=segment_path, position=off - segment_start)
+        for p in problems:
+            out.problem(cluster, broker, snap.ts, p)
+        client_host = (host or "").rsplit(":", 1)[0]
+        for i, r in enumerate(recs):
+            ts = r.get("timestamp_ms")
+            rows.append({
+                "cluster": cluster, "broker": broker, "physical_offset": off, "record_index": i,
+                "client_host": client_host, "type": r.get("type"),
+                "timestamp": dt.datetime.fromtimestamp(ts / 1000, UTC) if ts is not None else None,
+                "group": r.get("group"), "request_id": r.get("request_id"), "msg_id": r.get("msg_id"),
+                "retry_times": r.get("retry_times"), "keys": r.get("keys"), "cost_time_ms": r.get("cost_time_ms"),
+                "success": r.get("success"), "context_code": r.get("context_code"), "topic": r.get("topic"),
+                "tags": r.get("tags"), "store_host": r.get("store_host"), "offset_msg_id": r.get("offset_msg_id"),
+                "msg_type": r.get("msg_type"),
+            })
+    return rows
+
+
+def extract_exports(snap: Snapshot, out: Extracted) -> list[pa.Table]:
+    """Tabular exports (Parquet or JSON lines with the silver/messages columns) as an alternative input."""
+    import io
+
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    tables = []
+    for f in snap.of_kind("export"):
+        data = storage.read_bytes(f.uri) or b""
+        try:
+            if f.path.endswith(".parquet"):
+                t = pq.read_table(io.BytesIO(data))
+            else:
+                t = pa.Table.from_pandas(pd.read_json(io.BytesIO(data), lines=True), preserve_index=False)
+            tables.append(_conform_messages(t, snap))
+        except Exception as exc:  # noqa: BLE001 - any unreadable export is quarantined, never fatal
+            out.problem(snap.cluster, snap.broker, snap.ts, Problem(
+                f.path, 0, f"tabular export unreadable ({type(exc).__name__}: {exc}); expected Parquet or JSON lines "
+                f"with the silver/messages columns"))
+    return tables
+
+
+def _conform_messages(t: pa.Table, snap: Snapshot) -> pa.Table:
+    """Cast an export to the silver/messages columns; cluster/broker default to the snapshot's."""
+    import pandas as pd
+
+    df = t.to_pandas()
+    missing = {"physical_offset", "topic", "queue_id", "queue_offset"} - set(df.columns)
+    if missing:
+        raise ValueError(f"missing required columns {sorted(missing)}; present: {sorted(df.columns)}")
+    df["cluster"] = df.get("cluster", snap.cluster)
+    df["broker"] = df.get("broker", snap.broker)
+    for c in messages.TABLE.columns:
+        if c not in df.columns:
+            df[c] = None
+    for c in ("store_ts", "born_ts"):
+        df[c] = pd.to_datetime(df[c], utc=True)
+    if df["properties"].notna().any():
+        df["properties"] = [None if p is None else list(p.items()) if isinstance(p, dict) else p for p in df["properties"]]
+    return pa.Table.from_pandas(df[messages.TABLE.columns], preserve_index=False)
+
+
+# ------------------------------------------------------------------------------------------------ load
+
+
+def _spark_frame(spark: Any, rows: list[dict[str, Any]], table: Any) -> Any:
+    cols = table.columns
+    data = [tuple(r.get(c) for c in cols) for r in rows]
+    return spark.createDataFrame(data, table.schema)
+
+
+def load_messages(spark: Any, lake: str, cluster: str, broker: str, lo: int, hi: int, tbl: pa.Table) -> None:
+    """Write the records of physical range [lo, hi) of one broker; replaces that range, so a retry is harmless."""
+    tbl = tbl.append_column("cluster", pa.array([cluster] * tbl.num_rows, pa.string())) if "cluster" not in tbl.column_names else tbl
+    if "broker" not in tbl.column_names:
+        tbl = tbl.append_column("broker", pa.array([broker] * tbl.num_rows, pa.string()))
+    tbl = tbl.select(messages.TABLE.columns)
+    df = spark.createDataFrame(tbl.to_pandas() if tbl.num_rows == 0 else tbl, messages.TABLE.schema) \
+        if tbl.num_rows == 0 else spark.createDataFrame(tbl)
+    df = df.select(*[df[c].cast(messages.TABLE.schema[c].dataType).alias(c) for c in messages.TABLE.columns])
+    if not _delta.exists(lake, messages.TABLE):
+        _delta.merge(spark, df, lake, messages.TABLE, insert_only=True)
+        return
+    q = lambda s: s.replace("'", "''")  # noqa: E731
+    predicate = (f"cluster = '{q(cluster)}' AND broker = '{q(broker)}' AND physical_offset >= {lo} "
+                 f"AND physical_offset < {hi}")
+    _delta.replace_where(spark, df, lake, messages.TABLE, predicate)
+
+
+def load_small(spark: Any, lake: str, ex: Extracted, now: dt.datetime) -> dict[str, int]:
+    """MERGE the config-derived rows and quarantine rows; returns rows new or changed per table."""
+    counts: dict[str, int] = {}
+    order = [files.TABLE, consumer_offsets.TABLE, subscription_groups.TABLE, topic_configs.TABLE,
+             delay_offsets.TABLE, queue_bounds.TABLE]
+    for table in order:
+        rows = ex.rows.get(table.name, [])
+        if not rows:
+            continue
+        rows = _dedupe(rows, table.key)
+        counts[table.qualified] = _delta.merge(spark, _spark_frame(spark, rows, table), lake, table,
+                                               insert_only=table is files.TABLE)
+    qrows = _dedupe([
+        {"cluster": c, "broker": b, "snapshot_ts": ts, "source_path": p.source_path, "position": p.position,
+         "reason": p.reason, "detected_at": now}
+        for c, b, ts, p in ex.problems
+    ], quarantine.TABLE.key)
+    if qrows:
+        counts[quarantine.TABLE.qualified] = _delta.merge(spark, _spark_frame(spark, qrows, quarantine.TABLE), lake,
+                                                          quarantine.TABLE, insert_only=True)
+    return counts
+
+
+def _dedupe(rows: list[dict[str, Any]], key: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Last row wins per key (a MERGE source must not hold a key twice)."""
+    seen: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in rows:
+        seen[tuple(r.get(k) for k in key)] = r
+    return list(seen.values())
+
+
+def load_segments_state(lake: str) -> dict[tuple[str, str, str], SegmentState]:
+    if not _delta.exists(lake, segments.TABLE):
+        return {}
+    df = _delta.read_pandas(lake, segments.TABLE)
+    out = {}
+    for r in df.to_dict("records"):
+        st = SegmentState(r["cluster"], r["broker"], r["segment"], int(r["start_offset"]), int(r["decoded_to"]),
+                          int(r["segment_size"]), bool(r["complete"]), r["snapshot_ts"])
+        out[_segment_state_key(st.cluster, st.broker, st.segment)] = st
+    return out
+
+
+def save_segments_state(spark: Any, lake: str, state: dict[tuple[str, str, str], SegmentState],
+                        now: dt.datetime) -> int:
+    rows = [{"cluster": s.cluster, "broker": s.broker, "segment": s.segment, "start_offset": s.start_offset,
+             "decoded_to": s.decoded_to, "segment_size": s.segment_size, "complete": s.complete,
+             "snapshot_ts": s.snapshot_ts, "updated_at": now} for s in state.values()]
+    if not rows:
+        return 0
+    return _delta.merge(spark, _spark_frame(spark, rows, segments.TABLE), lake, segments.TABLE)
+
+
+def build_deliveries(spark: Any, lake: str) -> int:
+    """Re-derive silver/deliveries from all trace records (SubBefore/SubAfter may arrive in different runs)."""
+    from jobs import deliveries as deliveries_job
+
+    if not _delta.exists(lake, trace_records.TABLE):
+        return 0
+    trace = _delta.read(spark, lake, trace_records.TABLE)
+    msgs = _delta.read(spark, lake, messages.TABLE)
+    offs = _delta.read(spark, lake, consumer_offsets.TABLE)
+    client_ids = offs.where("client_id <> ''").select("cluster", "consumer_group", "client_id").distinct()
+    df = deliveries_job.deliveries(trace, msgs, client_ids)
+    return _delta.merge(spark, df, lake, deliveries.TABLE)
+
+
+# ------------------------------------------------------------------------------------------------- run
+
+
+def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
+        progress: Callable[[str], None] | None = None, now: dt.datetime | None = None) -> dict[str, Any]:
+    """Ingest every snapshot of ``landing_uri`` into ``lake``. Idempotent: a second run changes nothing.
+
+    Args:
+        landing_uri: the landing zone root (local folder or ``s3://bucket/prefix``).
+        lake: the lake root (local folder or ``s3://``).
+        snapshot_glob: only snapshot folders matching this fnmatch pattern (relative path), for backfills.
+        progress: called with one line per step (default: the module logger).
+        now: the ingestion time recorded in bronze rows (default: the wall clock, for provenance only).
+
+    Returns:
+        Counts of snapshots, files, rows new or changed per table, quarantined problems and seconds taken.
+    """
+    import fnmatch
+
+    from jobs import _spark
+
+    say = progress or log.info
+    t0 = time.time()
+    now = now or dt.datetime.now(UTC).replace(microsecond=0)
+    snaps, layout_problems, problem_cluster = landing.discover(landing_uri)
+    if snapshot_glob:
+        snaps = [s for s in snaps if fnmatch.fnmatch(s.folder, snapshot_glob)]
+    ex = Extracted()
+    for p in layout_problems:
+        ex.problem(problem_cluster.get(p.source_path, ""), "", None, p)
+    say(f"ingest: {len(snaps)} snapshot(s) under {landing_uri}")
+    state = load_segments_state(lake)
+    known = KnownRecords(lake)
+    n_messages = 0
+    n_trace = 0
+    with _spark.session() as spark:
+        trace_batch: list[dict[str, Any]] = []
+        for i, snap in enumerate(snaps, 1):
+            say(f"ingest: [{i}/{len(snaps)}] {snap.folder} ({len(snap.files)} files)")
+            extract_configs(snap, landing_uri, ex, now)
+            if snap.is_clients:
+                continue
+            for st, lo, hi, tbl in decode_commitlog(snap, state, ex, now, known):
+                trace_batch.extend(trace_rows(snap.cluster, snap.broker, tbl, ex, snap,
+                                              f"{snap.folder}/store/commitlog/{st.segment}", st.start_offset))
+                load_messages(spark, lake, snap.cluster, snap.broker, lo, hi, tbl.drop_columns(["body"])
+                              if "body" in tbl.column_names else tbl)
+                n_messages += tbl.num_rows
+                say(f"ingest:   {st.segment}: {tbl.num_rows} records, bytes {lo}..{hi}")
+            for t in extract_exports(snap, ex):
+                df = spark.createDataFrame(t)
+                _delta.merge(spark, df.select(*[df[c].cast(messages.TABLE.schema[c].dataType).alias(c)
+                                               for c in messages.TABLE.columns]), lake, messages.TABLE,
+                             insert_only=True)
+                n_messages += t.num_rows
+            extract_queue_bounds(snap, landing_uri, ex, now, known)
+        if trace_batch:
+            n_trace = _delta.merge(spark, _spark_frame(spark, _dedupe(trace_batch, trace_records.TABLE.key),
+                                                       trace_records.TABLE), lake, trace_records.TABLE,
+                                   insert_only=True)
+        counts = load_small(spark, lake, ex, now)
+        counts[segments.TABLE.qualified] = save_segments_state(spark, lake, state, now)
+        if n_trace:
+            counts[deliveries.TABLE.qualified] = build_deliveries(spark, lake)
+    counts[messages.TABLE.qualified] = n_messages
+    counts[trace_records.TABLE.qualified] = n_trace
+    summary = {
+        "landing": landing_uri,
+        "lake": lake,
+        "snapshots": len(snaps),
+        "files": sum(len(s.files) for s in snaps),
+        "changed_rows": counts,
+        "quarantined": len(ex.problems),
+        "seconds": round(time.time() - t0, 2),
+    }
+    say(f"ingest: done in {summary['seconds']} s; {len(ex.problems)} problem(s) quarantined")
+    return summary

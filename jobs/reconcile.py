@@ -1,0 +1,279 @@
+"""Reconcile job: silver tables -> gold reports (spec §4, §5, §8).
+
+Reads: silver/consumer_offsets, silver/queue_bounds, silver/messages, silver/deliveries,
+silver/subscription_groups (and bronze/files for the original consumerOffset.json of each broker).
+Writes: gold/duplicated_ranges, gold/unconsumed_ranges, gold/offset_corrections, gold/dlq_candidates,
+gold/consumer_status (rows tagged with ``run_id``) and the report folder ``<reports>/<run_id>/``.
+
+Idempotent per run: the gold rows of ``run_id`` are replaced as a whole and the report files are
+rewritten with the same content, so re-running a run (same as-of, same run id) changes nothing.
+The run id defaults to one derived from the as-of time, which itself defaults to the newest snapshot
+in the lake: the job never reads the wall clock to decide what to report.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+import time
+from typing import Any, Callable
+
+import pandas as pd
+
+from jobs import _delta, reports, storage
+from schemas import (
+    consumer_offsets,
+    consumer_status,
+    deliveries,
+    dlq_candidates,
+    duplicated_ranges,
+    files,
+    messages,
+    offset_corrections,
+    queue_bounds,
+    subscription_groups,
+    unconsumed_ranges,
+)
+
+log = logging.getLogger(__name__)
+UTC = dt.timezone.utc
+REPORT_MODULES = {
+    "duplicated_ranges": duplicated_ranges,
+    "unconsumed_ranges": unconsumed_ranges,
+    "offset_corrections": offset_corrections,
+    "dlq_candidates": dlq_candidates,
+    "consumer_status": consumer_status,
+}
+_STATUS_RANK = {"OK": 0, "WARN": 1, "STALL": 2, "REWIND": 3}
+
+
+def parse_as_of(value: str | dt.datetime | None) -> dt.datetime | None:
+    """Accept ISO-8601 (``2026-01-05T01:00:00Z``) or the snapshot folder format (``20260105T010000Z``)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, dt.datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    text = str(value).strip()
+    if re.fullmatch(r"\d{8}T\d{6}Z", text):
+        return dt.datetime.strptime(text, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    ts = pd.Timestamp(text)
+    ts = ts.tz_localize(UTC) if ts.tzinfo is None else ts.tz_convert(UTC)
+    return ts.to_pydatetime()
+
+
+def default_run_id(as_of: dt.datetime) -> str:
+    return "asof-" + as_of.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+def sanitize_run_id(run_id: str) -> str:
+    """Run ids become folder names and SQL literals: keep them to ``[A-Za-z0-9._-]``."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", run_id).strip("_") or "run"
+
+
+# --------------------------------------------------------------------------------------------- extract
+
+
+def extract(spark: Any, lake: str, groups: list[str] | None) -> dict[str, Any]:
+    """The silver tables the reconciliation needs, restricted to ``groups`` when given."""
+    from pyspark.sql import functions as F
+
+    frames = {
+        "consumer_offsets": _delta.read(spark, lake, consumer_offsets.TABLE),
+        "queue_bounds": _delta.read(spark, lake, queue_bounds.TABLE),
+        "messages": _delta.read(spark, lake, messages.TABLE),
+        "deliveries": _delta.read(spark, lake, deliveries.TABLE),
+        "subscription_groups": _delta.read(spark, lake, subscription_groups.TABLE),
+    }
+    if groups:
+        for name in ("consumer_offsets", "deliveries", "subscription_groups"):
+            frames[name] = frames[name].where(F.col("consumer_group").isin(list(groups)))
+    return frames
+
+
+# ------------------------------------------------------------------------------------------- transform
+
+
+def transform(frames: dict[str, Any], *, as_of: dt.datetime, window: int, dlq_warn_retries: int,
+              blocking_min_age_s: int) -> dict[str, Any]:
+    """All reports from the silver frames: pure DataFrame -> DataFrame steps, no I/O."""
+    from jobs import corrections, dlq, duplicates, replay, snapshots, status, unconsumed
+
+    series = snapshots.offset_series(frames["consumer_offsets"], frames["queue_bounds"], as_of=as_of)
+    dels = frames["deliveries"]
+    msgs = frames["messages"]
+    out = {
+        "duplicated_ranges": duplicates.duplicated_ranges(series, dels, msgs, as_of=as_of),
+        "unconsumed_ranges": unconsumed.unconsumed_ranges(series, dels, msgs, as_of=as_of),
+        "offset_corrections": corrections.offset_corrections(series),
+        "dlq_candidates": dlq.dlq_candidates(series, dels, msgs, frames["subscription_groups"], as_of=as_of,
+                                             dlq_warn_retries=dlq_warn_retries,
+                                             blocking_min_age_s=blocking_min_age_s),
+        "consumer_status": status.consumer_status(series, msgs, window=window),
+        "_agreement": replay.agreement(replay.commit_timeline(dels, as_of=as_of), series),
+    }
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ load
+
+
+def _with_run_id(df: Any, run_id: str) -> Any:
+    from pyspark.sql import functions as F
+
+    return df.withColumn("run_id", F.lit(run_id))
+
+
+def _original_offset_files(lake: str, latest: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """The consumerOffset.json text each broker's latest snapshot held (from bronze/files)."""
+    if not len(latest) or not _delta.exists(lake, files.TABLE):
+        return {}
+    wanted = set(latest["source_file"].dropna())
+    if not wanted:
+        return {}
+    df = _delta.read_pandas_columns(lake, files.TABLE, ["cluster", "source_path", "content"],
+                                    filters=[("file_kind", "in", ["consumer_offsets", "backup"])])
+    df = df[df["source_path"].isin(wanted)]
+    texts = {(r["cluster"], r["source_path"]): bytes(r["content"]).decode("utf-8", "replace")
+             for r in df.to_dict("records") if r["content"] is not None}
+    out: dict[tuple[str, str], str] = {}
+    for r in latest.to_dict("records"):
+        text = texts.get((r["cluster"], r["source_file"]))
+        if text:
+            out[(r["cluster"], r["broker"])] = text
+    return out
+
+
+def summarize(run_id: str, as_of: dt.datetime, lake: str, pdfs: dict[str, pd.DataFrame],
+              agreement: pd.DataFrame, file_names: list[str]) -> dict[str, Any]:
+    """summary.json: counts per table and per group, each group's worst status, and replay agreement."""
+    kind_col = {"duplicated_ranges": "evidence", "unconsumed_ranges": "kind", "offset_corrections": "reason",
+                "dlq_candidates": "reason", "consumer_status": "status"}
+    tables: dict[str, Any] = {}
+    for name, df in pdfs.items():
+        info: dict[str, Any] = {"rows": int(len(df))}
+        if len(df):
+            info["by_kind"] = {str(k): int(v) for k, v in df.groupby(kind_col[name]).size().sort_index().items()}
+            if "messages" in df.columns:
+                info["messages"] = int(df["messages"].sum())
+        tables[name] = info
+    groups: dict[str, dict[str, Any]] = {}
+
+    def g(name: str) -> dict[str, Any]:
+        return groups.setdefault(name, {})
+
+    for r in pdfs["consumer_status"].to_dict("records"):
+        cur = g(r["consumer_group"]).get("status", "OK")
+        if _STATUS_RANK.get(r["status"], 0) >= _STATUS_RANK.get(cur, 0):
+            g(r["consumer_group"])["status"] = r["status"]
+    for name, key in (("duplicated_ranges", "duplicated_messages"), ("unconsumed_ranges", "unconsumed_messages")):
+        df = pdfs[name]
+        for grp, n in (df.groupby("consumer_group")["messages"].sum().items() if len(df) else []):
+            g(grp)[key] = int(n)
+    for name, key in (("offset_corrections", "corrections"), ("dlq_candidates", "dlq_candidates")):
+        df = pdfs[name]
+        for grp, n in (df.groupby("consumer_group").size().items() if len(df) else []):
+            g(grp)[key] = int(n)
+    for r in agreement.to_dict("records"):
+        g(r["consumer_group"])["replay_agreement"] = {
+            "compared": int(r["compared"]), "agreeing": int(r["agreeing"]),
+            "ratio": None if r["compared"] == 0 else round(float(r["agreeing"]) / float(r["compared"]), 4),
+        }
+    return {"run_id": run_id, "as_of": reports.format_ts(as_of), "lake": lake, "tables": tables,
+            "groups": groups, "files": file_names}
+
+
+def write_report_folder(folder: str, run_id: str, as_of: dt.datetime, lake: str, pdfs: dict[str, pd.DataFrame],
+                        agreement: pd.DataFrame, latest_offsets: pd.DataFrame) -> dict[str, Any]:
+    """Write every §5 file of one run into ``folder`` (local or s3://)."""
+    names: list[str] = []
+    for name, mod in REPORT_MODULES.items():
+        reports.write_text(storage.join(folder, f"{name}.csv"),
+                           reports.to_csv(pdfs[name], mod.REPORT_COLUMNS, mod.SORT_KEY))
+        names.append(f"{name}.csv")
+    corr = pdfs["offset_corrections"]
+    reports.write_text(storage.join(folder, "offset_corrections.sh"), reports.corrections_script(corr, run_id))
+    names.append("offset_corrections.sh")
+    clustering = corr[corr["client_id"].fillna("") == ""] if len(corr) else corr
+    originals = _original_offset_files(lake, latest_offsets)
+    for (cluster, broker), rows in (clustering.groupby(["cluster", "broker"]) if len(clustering) else []):
+        rel = f"corrected/{cluster}/{broker}/consumerOffset.json"
+        reports.write_text(storage.join(folder, rel),
+                           reports.corrected_offset_file(originals.get((cluster, broker)), rows.to_dict("records")))
+        names.append(rel)
+    summary = summarize(run_id, as_of, lake, pdfs, agreement, names + ["summary.json", "index.html"])
+    reports.write_text(storage.join(folder, "summary.json"), reports.summary_json(summary))
+    columns = {n: m.REPORT_COLUMNS for n, m in REPORT_MODULES.items()}
+    sorted_frames = {n: (pdfs[n].sort_values(m.SORT_KEY, kind="mergesort") if len(pdfs[n]) else pdfs[n])
+                     for n, m in REPORT_MODULES.items()}
+    reports.write_text(storage.join(folder, "index.html"), reports.index_html(summary, sorted_frames, columns))
+    return summary
+
+
+# ------------------------------------------------------------------------------------------------- run
+
+
+def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None, run_id: str | None = None,
+        window: int = 10, groups: list[str] | None = None, dlq_warn_retries: int = 3,
+        blocking_min_age_s: int = 900, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Reconcile the lake as of ``as_of`` and write gold tables and ``<reports_root>/<run_id>/``.
+
+    Args:
+        lake: the lake root (local folder or ``s3://``).
+        reports_root: where report folders go (local folder or ``s3://``).
+        as_of: the reconciliation time; snapshots after it are ignored. Default: the newest snapshot.
+        run_id: the run's identity; default ``asof-<YYYYMMDDTHHMMSSZ>``. Re-running a run id replaces its rows.
+        window: snapshots per queue for the consumer status (Burrow's intervals).
+        groups: restrict to these consumer groups.
+
+    Returns:
+        The summary (counts per table and group) plus ``report_dir`` and ``seconds``.
+    """
+    from jobs import _spark
+
+    say = progress or log.info
+    t0 = time.time()
+    with _spark.session() as spark:
+        frames = extract(spark, lake, groups)
+        as_of_ts = parse_as_of(as_of)
+        if as_of_ts is None:
+            latest = frames["consumer_offsets"].agg({"snapshot_ts": "max"}).collect()[0][0]
+            if latest is None:
+                raise ValueError(f"no consumer offsets in {lake}/silver/consumer_offsets: run `rmq-recon ingest` first")
+            as_of_ts = parse_as_of(latest)
+        assert as_of_ts is not None
+        rid = sanitize_run_id(run_id or default_run_id(as_of_ts))
+        say(f"reconcile: run {rid} as of {reports.format_ts(as_of_ts)}")
+        out = transform(frames, as_of=as_of_ts, window=window, dlq_warn_retries=dlq_warn_retries,
+                        blocking_min_age_s=blocking_min_age_s)
+        pdfs: dict[str, pd.DataFrame] = {}
+        for name, mod in REPORT_MODULES.items():
+            df = out[name].select(*mod.REPORT_COLUMNS)
+            pdf = df.toPandas()
+            pdfs[name] = pdf
+            gold = spark.createDataFrame(pdf if len(pdf) else [], _report_schema(mod))
+            _delta.replace_run(spark, _with_run_id(gold, rid), lake, mod.TABLE, rid)
+            say(f"reconcile:   gold/{name}: {len(pdf)} rows")
+        agreement = out["_agreement"].toPandas()
+        latest_offsets = (
+            frames["consumer_offsets"]
+            .where("client_id = ''")
+            .where(f"snapshot_ts <= timestamp'{as_of_ts.strftime('%Y-%m-%d %H:%M:%S')}'")
+            .groupBy("cluster", "broker")
+            .agg({"snapshot_ts": "max"})
+            .withColumnRenamed("max(snapshot_ts)", "snapshot_ts")
+            .join(frames["consumer_offsets"].select("cluster", "broker", "snapshot_ts", "source_file").distinct(),
+                  ["cluster", "broker", "snapshot_ts"])
+            .toPandas()
+        )
+    folder = storage.join(reports_root, rid)
+    summary = write_report_folder(folder, rid, as_of_ts, lake, pdfs, agreement, latest_offsets)
+    summary["report_dir"] = folder
+    summary["seconds"] = round(time.time() - t0, 2)
+    say(f"reconcile: wrote {folder} in {summary['seconds']} s")
+    return summary
+
+
+def _report_schema(mod: Any) -> Any:
+    from pyspark.sql.types import StructType
+
+    return StructType([f for f in mod.SCHEMA.fields if f.name != "run_id"])

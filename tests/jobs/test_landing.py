@@ -1,0 +1,68 @@
+"""Landing-zone discovery (spec §3): which snapshot and which RocketMQ file each path is."""
+from __future__ import annotations
+
+import datetime as dt
+import pathlib
+
+import pytest
+
+from jobs import landing
+
+UTC = dt.timezone.utc
+
+
+@pytest.mark.parametrize(
+    "rel, clients, expected",
+    [
+        pytest.param("store/config/consumerOffset.json", False, {"kind": "consumer_offsets"}, id="broker_offsets_file"),
+        pytest.param("store/config/lmqConsumerOffset.json", False, {"kind": "consumer_offsets"}, id="lmq_offsets_file"),
+        pytest.param("store/config/topics.json.bak", False, {"kind": "backup"}, id="backup_of_a_config"),
+        pytest.param("store/config/consumerFilter.json", False, {"kind": "other"}, id="config_we_do_not_read"),
+        pytest.param("store/config/consumerOffsets/000001.sst", False, {"kind": "rocksdb"}, id="rocksdb_offsets"),
+        pytest.param("store/commitlog/00000000001073741824", False, {"kind": "commitlog", "start": 1073741824},
+                     id="commitlog_segment_named_by_start_offset"),
+        pytest.param("store/consumequeue/TopicTest/3/00000000000006000000", False,
+                     {"kind": "consumequeue", "topic": "TopicTest", "queue_id": 3, "start": 6000000},
+                     id="consumequeue_file"),
+        pytest.param("store/commitlog/abc", False, {"kind": "other"}, id="not_a_segment_name"),
+        pytest.param("10.0.0.5@DEFAULT/g1/offsets.json", True,
+                     {"kind": "client_offsets", "client_id": "10.0.0.5@DEFAULT", "group": "g1"}, id="client_offsets"),
+        pytest.param("10.0.0.5@DEFAULT/g1/offsets.json.bak", True,
+                     {"kind": "backup", "client_id": "10.0.0.5@DEFAULT", "group": "g1"}, id="client_offsets_backup"),
+        pytest.param("export/messages-0001.parquet", False, {"kind": "export"}, id="tabular_export"),
+    ],
+)
+def test_classify(rel: str, clients: bool, expected: dict) -> None:
+    assert landing.classify(rel, clients=clients) == expected
+
+
+def _touch(root: pathlib.Path, rel: str, data: bytes = b"{}") -> None:
+    p = root / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_bytes(data)
+
+
+def test_discover_groups_files_into_snapshots_and_quarantines_bad_folders(tmp_path: pathlib.Path) -> None:
+    _touch(tmp_path, "cluster=c1/broker=b1/snapshot_ts=20260105T000000Z/store/config/consumerOffset.json")
+    _touch(tmp_path, "cluster=c1/broker=b1/snapshot_ts=20260105T001000Z/store/config/consumerOffset.json")
+    _touch(tmp_path, "cluster=c1/broker=b1/snapshot_ts=20260105T001000Z/store/commitlog/00000000000000000000", b"\0" * 8)
+    _touch(tmp_path, "cluster=c1/clients/snapshot_ts=20260105T001000Z/10.0.0.5@DEFAULT/g/offsets.json")
+    _touch(tmp_path, "cluster=c1/broker=b1/snapshot_ts=2026-01-05/store/config/topics.json")
+    _touch(tmp_path, "stray.txt")
+    _touch(tmp_path, "_truth/duplicated_ranges.csv", b"x")
+
+    snaps, problems, clusters = landing.discover(str(tmp_path))
+
+    assert [(s.cluster, s.broker, s.ts, len(s.files)) for s in snaps] == [
+        ("c1", "", dt.datetime(2026, 1, 5, 0, 10, tzinfo=UTC), 1),
+        ("c1", "b1", dt.datetime(2026, 1, 5, 0, 0, tzinfo=UTC), 1),
+        ("c1", "b1", dt.datetime(2026, 1, 5, 0, 10, tzinfo=UTC), 2),
+    ]
+    assert sorted((p.source_path, p.position, p.reason) for p in problems) == [
+        ("cluster=c1/broker=b1/snapshot_ts=2026-01-05/store/config/topics.json", 0,
+         "malformed snapshot folder 'snapshot_ts=2026-01-05': expected snapshot_ts=YYYYMMDDTHHMMSSZ (UTC); "
+         "this snapshot is skipped"),
+        ("stray.txt", 0, "path does not follow the landing layout "
+         "cluster=<c>/broker=<b>|clients/snapshot_ts=<YYYYMMDDTHHMMSSZ>/...; file ignored"),
+    ]
+    assert clusters["cluster=c1/broker=b1/snapshot_ts=2026-01-05/store/config/topics.json"] == "c1"
