@@ -5,6 +5,7 @@ Three engines, chosen by configuration only (job code is identical for all of th
 * ``sail`` (default): an embedded Sail Spark Connect server started in this process, with Delta built in.
 * ``connect``: a Spark Connect server elsewhere, from ``SPARK_REMOTE=sc://host:port``.
 * ``classic``: a local JVM Spark (``local[2]``), used by the engine-parity tests on Parquet/in-memory data.
+* ``submit``: the session ``spark-submit`` configured (YARN, Kubernetes, standalone; Delta from ``--packages``).
 
 Why a context manager: the Sail server must stop *after* the session, or the interpreter hangs at exit
 for ten minutes; ``session()`` guarantees that order.
@@ -18,7 +19,7 @@ from typing import Iterator, Literal
 
 from pyspark.sql import SparkSession
 
-Engine = Literal["sail", "connect", "classic"]
+Engine = Literal["sail", "connect", "classic", "submit"]
 log = logging.getLogger(__name__)
 
 _S3_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ALLOW_HTTP")
@@ -28,8 +29,8 @@ def engine_from_env() -> Engine:
     """``RMQ_RECON_ENGINE`` if set, else ``connect`` when ``SPARK_REMOTE`` is set, else ``sail``."""
     explicit = os.environ.get("RMQ_RECON_ENGINE", "").strip().lower()
     if explicit:
-        if explicit not in ("sail", "connect", "classic"):
-            raise ValueError(f"RMQ_RECON_ENGINE={explicit!r}: expected one of sail, connect, classic")
+        if explicit not in ("sail", "connect", "classic", "submit"):
+            raise ValueError(f"RMQ_RECON_ENGINE={explicit!r}: expected one of sail, connect, classic, submit")
         return explicit  # type: ignore[return-value]
     return "connect" if os.environ.get("SPARK_REMOTE") else "sail"
 
@@ -96,6 +97,8 @@ def session(engine: Engine | None = None, *, remote: str | None = None) -> Itera
         )
         for k, v in _s3_conf().items():
             builder = builder.config(k, v)
+    elif engine == "submit":
+        builder = SparkSession.builder.appName("rmq-recon")
     else:  # pragma: no cover - guarded by the Literal
         raise ValueError(f"unknown engine {engine!r}")
     spark = builder.getOrCreate()

@@ -1,0 +1,236 @@
+"""Read and write JSON exactly as fastjson 1.2.83 does for RocketMQ's config files (formats §1.1, §2).
+
+fastjson writes map keys that are not strings without quotes (``{0:250,1:251}``) and bean keys as JSON
+objects (``{{"brokerName":"b","queueId":0,"topic":"T"}:42}`` in a client's offsets.json), so a strict JSON
+parser rejects the broker's own files. :func:`loads` accepts both; :func:`dumps` writes them back
+byte-for-byte (pretty mode with TAB indentation), so corrected files can be dropped into a broker.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from jobs.problems import ConfigParseError
+
+__all__ = ["ObjectKey", "loads", "dumps"]
+
+
+class ObjectKey(tuple):  # type: ignore[type-arg]
+    """A JSON object used as a map key (a MessageQueue), as a hashable tuple of (name, value) pairs in order."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self)
+
+    @classmethod
+    def of(cls, **fields: Any) -> "ObjectKey":
+        """Build a key with its fields in alphabetical order, as fastjson serialises a bean."""
+        return cls(sorted(fields.items()))
+
+
+_WS = re.compile(r"[ \t\r\n]*")
+_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
+_BARE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
+
+
+class _Parser:
+    def __init__(self, text: str, source_path: str) -> None:
+        self.s = text
+        self.i = 0
+        self.path = source_path
+
+    def fail(self, reason: str, at: int | None = None) -> ConfigParseError:
+        return ConfigParseError(self.path, self.i if at is None else at, reason)
+
+    def ws(self) -> None:
+        self.i = _WS.match(self.s, self.i).end()  # type: ignore[union-attr]
+
+    def peek(self) -> str:
+        if self.i >= len(self.s):
+            raise self.fail("unexpected end of input (file truncated?)")
+        return self.s[self.i]
+
+    def value(self) -> Any:
+        self.ws()
+        c = self.peek()
+        if c == "{":
+            return self.obj()
+        if c == "[":
+            return self.arr()
+        if c in "\"'":
+            return self.string()
+        m = _NUMBER.match(self.s, self.i)
+        if m:
+            self.i = m.end()
+            text = m.group()
+            return float(text) if any(ch in text for ch in ".eE") else int(text)
+        m = _BARE.match(self.s, self.i)
+        if m:
+            word = m.group()
+            self.i = m.end()
+            if word == "true":
+                return True
+            if word == "false":
+                return False
+            if word == "null":
+                return None
+            raise self.fail(f"unexpected word {word!r}", m.start())
+        raise self.fail(f"unexpected character {c!r}")
+
+    def string(self) -> str:
+        quote = self.s[self.i]
+        start = self.i
+        j = self.i + 1
+        out = []
+        while True:
+            k = j
+            while k < len(self.s) and self.s[k] not in (quote, "\\"):
+                k += 1
+            if k >= len(self.s):
+                raise self.fail("unterminated string (file truncated?)", start)
+            out.append(self.s[j:k])
+            if self.s[k] == quote:
+                self.i = k + 1
+                return "".join(out)
+            esc = self.s[k + 1: k + 2]
+            if esc == "u":
+                hexs = self.s[k + 2: k + 6]
+                if len(hexs) < 4:
+                    raise self.fail("truncated \\u escape", k)
+                out.append(chr(int(hexs, 16)))
+                j = k + 6
+            else:
+                out.append({"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}.get(esc, esc))
+                j = k + 2
+
+    def key(self) -> Any:
+        self.ws()
+        c = self.peek()
+        if c in "\"'":
+            return self.string()
+        if c == "{":
+            return ObjectKey(self.obj().items())
+        m = _NUMBER.match(self.s, self.i)
+        if m:
+            self.i = m.end()
+            return int(m.group()) if m.group().lstrip("-").isdigit() else float(m.group())
+        m = _BARE.match(self.s, self.i)
+        if m:
+            self.i = m.end()
+            return m.group()
+        raise self.fail(f"expected a key, found {c!r}")
+
+    def obj(self) -> dict[Any, Any]:
+        self.i += 1
+        out: dict[Any, Any] = {}
+        self.ws()
+        if self.peek() == "}":
+            self.i += 1
+            return out
+        while True:
+            k = self.key()
+            self.ws()
+            if self.peek() != ":":
+                raise self.fail(f"expected ':' after key {k!r}")
+            self.i += 1
+            out[k] = self.value()
+            self.ws()
+            c = self.peek()
+            if c == ",":
+                self.i += 1
+                continue
+            if c == "}":
+                self.i += 1
+                return out
+            raise self.fail(f"expected ',' or '}}', found {c!r}")
+
+    def arr(self) -> list[Any]:
+        self.i += 1
+        out: list[Any] = []
+        self.ws()
+        if self.peek() == "]":
+            self.i += 1
+            return out
+        while True:
+            out.append(self.value())
+            self.ws()
+            c = self.peek()
+            if c == ",":
+                self.i += 1
+                continue
+            if c == "]":
+                self.i += 1
+                return out
+            raise self.fail(f"expected ',' or ']', found {c!r}")
+
+
+def loads(text: str, *, source_path: str = "<string>") -> Any:
+    """Parse fastjson output leniently (bare integer keys, object keys, TAB indentation).
+
+    Raises:
+        ConfigParseError: with the character position, when the text is empty, truncated or invalid.
+    """
+    p = _Parser(text, source_path)
+    p.ws()
+    if p.i >= len(text):
+        raise ConfigParseError(source_path, 0, "empty file")
+    v = p.value()
+    p.ws()
+    if p.i != len(text):
+        raise p.fail("trailing characters after the JSON value")
+    return v
+
+
+def _scalar(v: Any) -> str:
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    if v is None:
+        return "null"
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    return str(v)
+
+
+def _key(k: Any, depth: int) -> str:
+    if isinstance(k, ObjectKey):
+        return _dump(dict(k), depth)
+    if isinstance(k, str):
+        return json.dumps(k, ensure_ascii=False)
+    return str(k)
+
+
+def _dump(v: Any, depth: int) -> str:
+    """fastjson's pretty printer: TAB indent; a map with a non-string key has no line breaks between entries."""
+    if isinstance(v, dict):
+        if not v:
+            return "{}"
+        ind = "\t" * (depth + 1)
+        if all(isinstance(k, str) for k in v):
+            items = [f"\n{ind}{_key(k, depth + 1)}:{_dump(x, depth + 1)}" for k, x in v.items()]
+            return "{" + ",".join(items) + "\n" + "\t" * depth + "}"
+        items = [f"{_key(k, depth + 1)}:{_dump(x, depth + 1)}" for k, x in v.items()]
+        return "{" + ",".join(items) + "\n" + "\t" * depth + "}"
+    if isinstance(v, (list, tuple)) and not isinstance(v, ObjectKey):
+        if not v:
+            return "[]"
+        ind = "\t" * (depth + 1)
+        return "[" + ",".join(f"\n{ind}{_dump(x, depth + 1)}" for x in v) + "\n" + "\t" * depth + "]"
+    return _scalar(v)
+
+
+def dumps(obj: Any, *, pretty: bool = True) -> str:
+    """Write ``obj`` as fastjson 1.2.83 does (``JSON.toJSONString(obj, pretty)``); dict order is kept."""
+    if pretty:
+        return _dump(obj, 0)
+
+    def compact(v: Any) -> str:
+        if isinstance(v, dict):
+            return "{" + ",".join(f"{compact(dict(k)) if isinstance(k, ObjectKey) else _key(k, 0)}:{compact(x)}"
+                                  for k, x in v.items()) + "}"
+        if isinstance(v, (list, tuple)) and not isinstance(v, ObjectKey):
+            return "[" + ",".join(compact(x) for x in v) + "]"
+        return _scalar(v)
+
+    return compact(obj)
