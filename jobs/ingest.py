@@ -149,11 +149,11 @@ def extract_configs(snap: Snapshot, landing_root: str, out: Extracted, now: dt.d
 def extract_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, now: dt.datetime,
                          known: "KnownRecords") -> None:
     """Min and Max of every consume queue of the snapshot (spec §4), and CQ entries that point at nothing."""
-    from jobs import consumequeue
-
     cq_files = snap.of_kind("consumequeue")
     if not cq_files:
         return
+    from jobs import consumequeue
+
     commitlogs = snap.of_kind("commitlog")
     oldest = min((f.start for f in commitlogs if f.start is not None), default=None)
     by_queue: dict[tuple[str, int], list[LandingFile]] = {}
@@ -241,10 +241,12 @@ def decode_commitlog(snap: Snapshot, state: dict[tuple[str, str, str], SegmentSt
     ``decoded_to`` are read. A segment followed by a newer one in the snapshot is complete by definition
     (the broker only rolls to a new file when the old one is full).
     """
-    from jobs import commitlog
-
     base = {"cluster": snap.cluster, "broker": snap.broker, "snapshot_ts": snap.ts}
     segs = sorted(snap.of_kind("commitlog"), key=lambda f: f.start or 0)
+    if not segs:
+        return
+    from jobs import commitlog
+
     for i, f in enumerate(segs):
         name = f.rel.rsplit("/", 1)[-1]
         key = _segment_state_key(snap.cluster, snap.broker, name)
