@@ -262,35 +262,42 @@ def decode_commitlog(snap: Snapshot, state: dict[tuple[str, str, str], SegmentSt
             out.add(files.NAME, {**row, "sha256": _sha(b""), "read_from": begin, "read_to": begin})
             known.extend_range(snap.cluster, snap.broker, st.start_offset, st.start_offset + st.decoded_to)
             continue
-        data = storage.read_bytes(f.uri, begin, None) or b""
-        buf = np.frombuffer(data, dtype=np.uint8)
-        pos = 0
-        digest = hashlib.sha256(data).hexdigest()
+        pos = begin
+        digest = hashlib.sha256()
         complete = False
         end_abs = begin
-        while pos < len(buf):
-            chunk = buf[pos: pos + CHUNK_BYTES]
-            res = commitlog.decode_segment(chunk, segment_start=st.start_offset + begin + pos, segment=f.path,
-                                           begin=0)
+        while pos < f.size:
+            hi = min(f.size, pos + CHUNK_BYTES)
+            data = storage.read_bytes(f.uri, pos, hi) or b""
+            final = hi >= f.size
+            res = commitlog.decode_segment(data, segment_start=st.start_offset + pos, segment=f.path, final=final)
             for p in res.problems:
-                out.problem(snap.cluster, snap.broker, snap.ts, Problem(f.path, p.position + begin + pos, p.reason))
+                out.problem(snap.cluster, snap.broker, snap.ts, Problem(
+                    f.path, p.position + pos, p.reason.replace(f"at byte {p.position}", f"at byte {p.position + pos}")))
             tbl = res.table
-            lo, hi = begin + pos, begin + pos + res.end
+            lo, hi_abs = pos, pos + res.end
+            digest.update(data[: res.end])
             if tbl.num_rows:
                 known.add(snap.cluster, snap.broker, tbl.column("physical_offset").to_numpy(),
-                          tbl.column("size").to_numpy(), st.start_offset + lo, st.start_offset + hi)
-            yield st, st.start_offset + lo, st.start_offset + hi, tbl
-            end_abs = hi
-            if res.complete or res.end == 0:
-                complete = res.complete
+                          tbl.column("size").to_numpy(), st.start_offset + lo, st.start_offset + hi_abs)
+            if tbl.num_rows or res.problems:
+                yield st, st.start_offset + lo, st.start_offset + hi_abs, tbl
+            end_abs = hi_abs
+            if res.complete:
+                complete = True
+                break
+            if res.end == 0 and not final:
+                raise ValueError(f"{f.path}: a record at byte {pos} is larger than {CHUNK_BYTES} bytes")
+            if final or res.end == 0 or (res.end < len(data) and not tbl.num_rows):
                 break
             pos += res.end
+        digest_hex = digest.hexdigest()
         st.decoded_to = max(st.decoded_to, end_abs)
         st.segment_size = f.size
         st.complete = complete or has_newer
         st.snapshot_ts = snap.ts
         known.extend_range(snap.cluster, snap.broker, st.start_offset, st.start_offset + st.decoded_to)
-        out.add(files.NAME, {**row, "sha256": digest, "read_from": begin, "read_to": begin + len(data)})
+        out.add(files.NAME, {**row, "sha256": digest_hex, "read_from": begin, "read_to": end_abs})
 
 
 def trace_rows(cluster: str, broker: str, tbl: pa.Table, out: Extracted, snap: Snapshot, segment_path: str,

@@ -1,0 +1,151 @@
+"""RocketMQ consume queue files: 20-byte entries ``[commitlog offset][size][tags code]`` (formats §6).
+
+The queue bounds of spec §4 come from here: Max is the index after the last valid entry (preallocated space
+is zero-filled, so decoding stops at the first entry with offset < 0 or size <= 0), Min is the first entry
+whose message is still in a retained commitlog segment, as the broker's ``correctMinOffset`` computes it.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from jobs.problems import Problem
+
+CQ_STORE_UNIT_SIZE = 20
+DEFAULT_FILE_SIZE = 300_000 * CQ_STORE_UNIT_SIZE
+_ENTRY = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+
+
+@dataclass
+class CQDecode:
+    """The valid entries of one consume queue file."""
+
+    commit_offset: np.ndarray
+    size: np.ndarray
+    tags_code: np.ndarray
+    first_index: int
+    file_start_byte: int
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return len(self.commit_offset)
+
+    @property
+    def end_index(self) -> int:
+        return self.first_index + self.count
+
+
+def encode_cq_entry(physical_offset: int, size: int, tags_code: int) -> bytes:
+    return struct.pack(">qiq", physical_offset, size, tags_code)
+
+
+def decode_cq(data: bytes | memoryview | np.ndarray, *, file_start_byte: int, source_path: str = "") -> CQDecode:
+    """Entries up to the first invalid one (zero-filled preallocation); any file size."""
+    raw = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.view(np.uint8)
+    problems: list[Problem] = []
+    whole = len(raw) // CQ_STORE_UNIT_SIZE * CQ_STORE_UNIT_SIZE
+    if whole != len(raw):
+        problems.append(Problem(source_path, whole, f"file size {len(raw)} is not a multiple of 20: "
+                                f"trailing {len(raw) - whole} bytes ignored"))
+    entries = raw[:whole].view(_ENTRY)
+    bad = np.flatnonzero((entries["offset"] < 0) | (entries["size"] <= 0))
+    n = int(bad[0]) if len(bad) else len(entries)
+    e = entries[:n]
+    return CQDecode(e["offset"].astype(np.int64), e["size"].astype(np.int64), e["tags"].astype(np.int64),
+                    file_start_byte // CQ_STORE_UNIT_SIZE, file_start_byte, problems)
+
+
+def queue_bounds(files: Sequence[tuple[int, bytes]], oldest_commitlog_start: int | None) -> tuple[int, int]:
+    """(Min, Max) of one queue from its files (start byte, bytes), spec §4 and docs/semantics.md rule 6.
+
+    Max = index after the last valid entry; Min = index of the first valid entry whose commitlog offset is
+    >= the start of the oldest commitlog segment, or the first valid entry without commitlog segments.
+    A queue whose entries all point below the oldest segment is empty: Min = Max.
+    """
+    decoded = [decode_cq(data, file_start_byte=start) for start, data in sorted(files)]
+    if not decoded:
+        return 0, 0
+    # Entries end at the first invalid one: a file that is not full ends the queue.
+    used: list[CQDecode] = []
+    for d, (_start, data) in zip(decoded, sorted(files)):
+        used.append(d)
+        if d.count < len(data) // CQ_STORE_UNIT_SIZE:
+            break
+    max_offset = used[-1].end_index
+    for d in used:
+        if not d.count:
+            continue
+        if oldest_commitlog_start is None:
+            return d.first_index, max_offset
+        k = int(np.searchsorted(d.commit_offset, oldest_commitlog_start, side="left"))
+        if k < d.count:
+            return d.first_index + k, max_offset
+    return max_offset, max_offset
+
+
+def read_queue_files(directory: str) -> list[tuple[int, bytes]]:
+    """All files of one ``consumequeue/<topic>/<queueId>`` folder as (start byte, bytes)."""
+    out = []
+    for name in sorted(os.listdir(directory)):
+        if name.isdigit():
+            with open(os.path.join(directory, name), "rb") as f:
+                out.append((int(name), f.read()))
+    return out
+
+
+def dangling_entries(cq: CQDecode, record_offsets: np.ndarray, record_sizes: np.ndarray,
+                     commitlog_range: tuple[int, int]) -> list[tuple[int, str]]:
+    """Entries that point inside the decoded commitlog range but at no record, or at one of another size.
+
+    Returns (byte position in the CQ file, reason) for each, for the quarantine.
+    """
+    lo, hi = commitlog_range
+    inside = np.flatnonzero((cq.commit_offset >= lo) & (cq.commit_offset < hi))
+    if not len(inside):
+        return []
+    offs = cq.commit_offset[inside]
+    k = np.searchsorted(record_offsets, offs)
+    k_clip = np.minimum(k, max(len(record_offsets) - 1, 0))
+    found = (len(record_offsets) > 0) & (record_offsets[k_clip] == offs) if len(record_offsets) else np.zeros(len(offs), bool)
+    out = []
+    for j in np.flatnonzero(~found):
+        i = int(inside[j])
+        out.append((i * CQ_STORE_UNIT_SIZE, f"entry {cq.first_index + i} points at commitlog offset "
+                    f"{int(cq.commit_offset[i])}, where no message starts; entry ignored"))
+    same = found.copy()
+    same[found] = record_sizes[k_clip[found]] == cq.size[inside[found]]
+    for j in np.flatnonzero(found & ~same):
+        i = int(inside[j])
+        out.append((i * CQ_STORE_UNIT_SIZE, f"entry {cq.first_index + i} says size {int(cq.size[i])} but the message "
+                    f"at commitlog offset {int(cq.commit_offset[i])} has size {int(record_sizes[k_clip[j]])}"))
+    return sorted(out)
+
+
+class ConsumeQueueWriter:
+    """Appends entries to one queue's files (named by start byte, preallocated zero-filled)."""
+
+    def __init__(self, directory: str, file_size: int = DEFAULT_FILE_SIZE) -> None:
+        if file_size % CQ_STORE_UNIT_SIZE:
+            raise ValueError("file_size must be a multiple of 20")
+        self.directory = directory
+        self.file_size = file_size
+        self.next_index = 0
+        os.makedirs(directory, exist_ok=True)
+
+    def append(self, physical_offset: int, size: int, tags_code: int) -> int:
+        byte = self.next_index * CQ_STORE_UNIT_SIZE
+        start = byte - byte % self.file_size
+        path = os.path.join(self.directory, f"{start:020d}")
+        if not os.path.exists(path):
+            with open(path, "wb") as f:
+                f.truncate(self.file_size)
+        with open(path, "r+b") as f:
+            f.seek(byte - start)
+            f.write(encode_cq_entry(physical_offset, size, tags_code))
+        self.next_index += 1
+        return self.next_index - 1
