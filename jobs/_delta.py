@@ -141,6 +141,24 @@ def replace_run(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table
     spark.read.format("parquet").load(staging).write.format("parquet").mode("overwrite").save(table.path(lake))
 
 
+def insert_new(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table", *, target_filter: str) -> None:
+    """Insert the rows of ``df`` whose key is not in the table yet; ``target_filter`` (SQL on ``t``) prunes the scan.
+
+    For bulk appends that must stay idempotent (a decoded commitlog byte range written twice lands once).
+    One MERGE, no pre-count: the caller knows the rows are probably new.
+    """
+    df = df.select(*table.columns)
+    if not exists(lake, table):
+        _create(df, lake, table)
+        return
+    view = f"rmq_src_{uuid.uuid4().hex[:12]}"
+    df.createOrReplaceTempView(view)
+    on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in table.key)
+    spark.sql(f"MERGE INTO delta.`{table.path(lake)}` AS t USING {view} AS s ON {on} AND ({target_filter}) "
+              "WHEN NOT MATCHED THEN INSERT *")
+    spark.catalog.dropTempView(view)
+
+
 def replace_where(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table", predicate: str) -> None:
     """Atomically replace the rows matching ``predicate`` with ``df`` (whose rows must all match it).
 

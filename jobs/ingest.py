@@ -7,8 +7,8 @@ silver/messages, silver/deliveries.
 
 Incremental and idempotent: config rows are MERGEd on their keys; a commitlog segment already decoded to
 its end is not read again and the growing last segment is read from where the previous run stopped
-(bronze/segments); messages are written with a ``replaceWhere`` over exactly the byte range decoded, so a
-run that dies half-way and is run again writes the same rows once. Re-running on the same landing zone
+(bronze/segments); messages are MERGEd (insert-only on their key, the scan pruned to the byte range decoded),
+so a run that dies half-way and is run again writes the same rows once. Re-running on the same landing zone
 changes no table. Bad input is quarantined with its file and position and never stops the rest.
 
 Extract (Python: fastjson and binary decoding, which Sail cannot do) and load (Spark) are separate
@@ -234,7 +234,8 @@ def _segment_state_key(cluster: str, broker: str, segment: str) -> tuple[str, st
 
 
 def decode_commitlog(snap: Snapshot, state: dict[tuple[str, str, str], SegmentState], out: Extracted,
-                     now: dt.datetime, known: KnownRecords) -> Iterable[tuple[SegmentState, int, int, pa.Table]]:
+                     now: dt.datetime, known: KnownRecords, seen_paths: frozenset[str] = frozenset()
+                     ) -> Iterable[tuple[SegmentState, int, int, pa.Table]]:
     """Yield (segment state, byte range start, end, decoded records) for what this snapshot adds.
 
     A segment already decoded to its end is skipped without reading it; otherwise only the bytes after
@@ -250,7 +251,7 @@ def decode_commitlog(snap: Snapshot, state: dict[tuple[str, str, str], SegmentSt
     for i, f in enumerate(segs):
         name = f.rel.rsplit("/", 1)[-1]
         key = _segment_state_key(snap.cluster, snap.broker, name)
-        st = state.get(key) or SegmentState(snap.cluster, snap.broker, name, f.start or 0)
+        st = state.get(key) or SegmentState(snap.cluster, snap.broker, name, f.start or 0, snapshot_ts=snap.ts)
         state[key] = st
         has_newer = i < len(segs) - 1
         begin = st.decoded_to
@@ -259,7 +260,8 @@ def decode_commitlog(snap: Snapshot, state: dict[tuple[str, str, str], SegmentSt
         if st.complete or f.size <= begin:
             if has_newer and not st.complete:
                 st.complete = True
-            out.add(files.NAME, {**row, "sha256": _sha(b""), "read_from": begin, "read_to": begin})
+            if f.path not in seen_paths:
+                out.add(files.NAME, {**row, "sha256": _sha(b""), "read_from": begin, "read_to": begin})
             known.extend_range(snap.cluster, snap.broker, st.start_offset, st.start_offset + st.decoded_to)
             continue
         pos = begin
@@ -386,22 +388,40 @@ def _spark_frame(spark: Any, rows: list[dict[str, Any]], table: Any) -> Any:
     return spark.createDataFrame(data, table.schema)
 
 
+def _props_as_entries(tbl: pa.Table) -> pa.Table:
+    """Arrow maps name their entries differently across writers; hand Spark a list of (key, value) structs."""
+    col = tbl.column("properties").combine_chunks()
+    if isinstance(col.type, pa.MapType):
+        entries = pa.StructArray.from_arrays([col.keys, col.items], names=["key", "value"])
+        lst = pa.ListArray.from_arrays(col.offsets, entries, mask=col.is_null())
+        tbl = tbl.set_column(tbl.column_names.index("properties"), "properties", lst)
+    return tbl
+
+
+def messages_frame(spark: Any, tbl: pa.Table) -> Any:
+    """A Spark frame with the silver/messages columns and types from decoded (or exported) records."""
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame(_props_as_entries(tbl.select(messages.TABLE.columns)))
+    cols = []
+    for c in messages.TABLE.columns:
+        if c == "properties":
+            cols.append(F.map_from_entries(F.col("properties")).alias(c))
+        else:
+            cols.append(F.col(c).cast(messages.TABLE.schema[c].dataType).alias(c))
+    return df.select(*cols)
+
+
 def load_messages(spark: Any, lake: str, cluster: str, broker: str, lo: int, hi: int, tbl: pa.Table) -> None:
-    """Write the records of physical range [lo, hi) of one broker; replaces that range, so a retry is harmless."""
-    tbl = tbl.append_column("cluster", pa.array([cluster] * tbl.num_rows, pa.string())) if "cluster" not in tbl.column_names else tbl
-    if "broker" not in tbl.column_names:
-        tbl = tbl.append_column("broker", pa.array([broker] * tbl.num_rows, pa.string()))
-    tbl = tbl.select(messages.TABLE.columns)
-    df = spark.createDataFrame(tbl.to_pandas() if tbl.num_rows == 0 else tbl, messages.TABLE.schema) \
-        if tbl.num_rows == 0 else spark.createDataFrame(tbl)
-    df = df.select(*[df[c].cast(messages.TABLE.schema[c].dataType).alias(c) for c in messages.TABLE.columns])
-    if not _delta.exists(lake, messages.TABLE):
-        _delta.merge(spark, df, lake, messages.TABLE, insert_only=True)
-        return
+    """Write the records of physical range [lo, hi) of one broker; rows already there are kept, so a retry is harmless."""
+    n = tbl.num_rows
+    tbl = tbl.append_column("cluster", pa.array([cluster] * n, pa.string()))
+    tbl = tbl.append_column("broker", pa.array([broker] * n, pa.string()))
+    df = messages_frame(spark, tbl)
     q = lambda s: s.replace("'", "''")  # noqa: E731
-    predicate = (f"cluster = '{q(cluster)}' AND broker = '{q(broker)}' AND physical_offset >= {lo} "
-                 f"AND physical_offset < {hi}")
-    _delta.replace_where(spark, df, lake, messages.TABLE, predicate)
+    target = (f"t.cluster = '{q(cluster)}' AND t.broker = '{q(broker)}' AND t.physical_offset >= {lo} "
+              f"AND t.physical_offset < {hi}")
+    _delta.insert_new(spark, df, lake, messages.TABLE, target_filter=target)
 
 
 def load_small(spark: Any, lake: str, ex: Extracted, now: dt.datetime) -> dict[str, int]:
@@ -442,7 +462,9 @@ def load_segments_state(lake: str) -> dict[tuple[str, str, str], SegmentState]:
     out = {}
     for r in df.to_dict("records"):
         st = SegmentState(r["cluster"], r["broker"], r["segment"], int(r["start_offset"]), int(r["decoded_to"]),
-                          int(r["segment_size"]), bool(r["complete"]), r["snapshot_ts"])
+                          int(r["segment_size"]), bool(r["complete"]),
+                          None if r["snapshot_ts"] is None or r["snapshot_ts"] != r["snapshot_ts"]
+                          else r["snapshot_ts"].to_pydatetime())
         out[_segment_state_key(st.cluster, st.broker, st.segment)] = st
     return out
 
@@ -504,6 +526,9 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
     say(f"ingest: {len(snaps)} snapshot(s) under {landing_uri}")
     state = load_segments_state(lake)
     known = KnownRecords(lake)
+    seen_paths = frozenset(
+        _delta.read_pandas_columns(lake, files.TABLE, ["source_path"], filters=[("file_kind", "=", "commitlog")])
+        ["source_path"]) if _delta.exists(lake, files.TABLE) else frozenset()
     n_messages = 0
     n_trace = 0
     with _spark.session() as spark:
@@ -513,7 +538,7 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
             extract_configs(snap, landing_uri, ex, now)
             if snap.is_clients:
                 continue
-            for st, lo, hi, tbl in decode_commitlog(snap, state, ex, now, known):
+            for st, lo, hi, tbl in decode_commitlog(snap, state, ex, now, known, seen_paths):
                 trace_batch.extend(trace_rows(snap.cluster, snap.broker, tbl, ex, snap,
                                               f"{snap.folder}/store/commitlog/{st.segment}", st.start_offset))
                 load_messages(spark, lake, snap.cluster, snap.broker, lo, hi, tbl.drop_columns(["body"])
@@ -521,10 +546,7 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
                 n_messages += tbl.num_rows
                 say(f"ingest:   {st.segment}: {tbl.num_rows} records, bytes {lo}..{hi}")
             for t in extract_exports(snap, ex):
-                df = spark.createDataFrame(t)
-                _delta.merge(spark, df.select(*[df[c].cast(messages.TABLE.schema[c].dataType).alias(c)
-                                               for c in messages.TABLE.columns]), lake, messages.TABLE,
-                             insert_only=True)
+                _delta.merge(spark, messages_frame(spark, t), lake, messages.TABLE, insert_only=True)
                 n_messages += t.num_rows
             extract_queue_bounds(snap, landing_uri, ex, now, known)
         if trace_batch:
