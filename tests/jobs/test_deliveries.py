@@ -1,0 +1,67 @@
+"""Deliveries: SubBefore paired with SubAfter, mapped to the original message and the broadcast client."""
+from __future__ import annotations
+
+import datetime as dt
+
+from pyspark.testing import assertDataFrameEqual
+
+from jobs import deliveries
+from schemas import deliveries as D
+from schemas import messages as M
+from schemas import trace_records as T
+
+UTC = dt.timezone.utc
+T0 = dt.datetime(2026, 1, 5, 0, 0, tzinfo=UTC)
+
+
+def _ts(sec: float) -> dt.datetime:
+    return T0 + dt.timedelta(seconds=sec)
+
+
+def _trace(rows: list[dict]) -> list[tuple]:
+    base = {c: None for c in T.TABLE.columns}
+    return [tuple({**base, "cluster": "c", "broker": "b", **r}[c] for c in T.TABLE.columns) for r in rows]
+
+
+def _msg(phys: int, topic: str, q: int, qo: int, key: str) -> tuple:
+    row = {c: None for c in M.TABLE.columns}
+    row.update(cluster="c", broker="b", physical_offset=phys, topic=topic, queue_id=q, queue_offset=qo, uniq_key=key)
+    return tuple(row[c] for c in M.TABLE.columns)
+
+
+def test_deliveries_pair_map_and_name_clients(spark) -> None:  # noqa: ANN001
+    trace = spark.createDataFrame(_trace([
+        # clustering group G: delivered, succeeded (9-field SubAfter with timestamp)
+        dict(physical_offset=900, record_index=0, client_host="10.0.0.1", type="SubBefore", timestamp=_ts(1),
+             group="G", request_id="r1", msg_id="K1", retry_times=0),
+        dict(physical_offset=900, record_index=1, client_host="10.0.0.1", type="SubAfter", timestamp=_ts(3),
+             group="G", request_id="r1", msg_id="K1", success=True, context_code=0, cost_time_ms=2000),
+        # CLOUD layout SubAfter: no timestamp, end = start + cost
+        dict(physical_offset=901, record_index=0, client_host="10.0.0.1", type="SubBefore", timestamp=_ts(10),
+             group="G", request_id="r2", msg_id="K2", retry_times=1),
+        dict(physical_offset=902, record_index=0, client_host="10.0.0.1", type="SubAfter", timestamp=None,
+             group=None, request_id="r2", msg_id="K2", success=False, context_code=4, cost_time_ms=500),
+        # in flight: no SubAfter
+        dict(physical_offset=903, record_index=0, client_host="10.0.0.2", type="SubBefore", timestamp=_ts(20),
+             group="G", request_id="r3", msg_id="K1", retry_times=0),
+        # broadcast group B on client 10.0.0.7@DEFAULT; message unknown
+        dict(physical_offset=904, record_index=0, client_host="10.0.0.7", type="SubBefore", timestamp=_ts(30),
+             group="B", request_id="r4", msg_id="K9", retry_times=0),
+    ]), T.SCHEMA)
+    messages = spark.createDataFrame([
+        _msg(100, "T", 2, 41, "K1"),
+        _msg(50, "%RETRY%G", 0, 3, "K1"),  # a retry copy never counts as the original
+        _msg(300, "T", 1, 7, "K2"),
+        _msg(200, "T", 0, 5, "K2"),  # producer resend: the lowest physical offset wins
+    ], M.SCHEMA)
+    clients = spark.createDataFrame([("c", "B", "10.0.0.7@DEFAULT"), ("c", "B", "10.0.0.70@DEFAULT")],
+                                    "cluster string, consumer_group string, client_id string")
+    got = deliveries.deliveries(trace, messages, clients)
+    expected = spark.createDataFrame([
+        ("c", "G", "r1", "K1", 0, _ts(1), _ts(3), True, 0, "T", "b", 2, 41, "10.0.0.1", "", 2000, "b", 900),
+        ("c", "G", "r2", "K2", 1, _ts(10), _ts(10.5), False, 4, "T", "b", 0, 5, "10.0.0.1", "", 500, "b", 901),
+        ("c", "G", "r3", "K1", 0, _ts(20), None, None, None, "T", "b", 2, 41, "10.0.0.2", "", None, "b", 903),
+        ("c", "B", "r4", "K9", 0, _ts(30), None, None, None, None, None, None, None, "10.0.0.7", "10.0.0.7@DEFAULT",
+         None, "b", 904),
+    ], D.SCHEMA)
+    assertDataFrameEqual(got, expected)
