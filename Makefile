@@ -15,7 +15,7 @@ $(STAMP): requirements.lock pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip
 	@$(PY) -m pip install -q -r requirements.lock
-	@$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	@$(PY) -m pip install -q --no-deps -e .
 	@sha256sum requirements.lock pyproject.toml > $(STAMP)
 
 demo: install

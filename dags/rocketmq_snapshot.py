@@ -1,0 +1,55 @@
+"""Snapshot RocketMQ broker and client state into the lake.
+
+Ingests every new snapshot folder of the landing zone (broker config files with their .bak, commitlog and
+consumequeue segments, broadcast clients' offsets.json) into bronze and silver Delta tables, then checks the
+silver tables with their Great Expectations suites. Incremental and idempotent: a re-run changes nothing.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pendulum
+from airflow.sdk import Param, dag, task
+
+from schemas import consumer_offsets, deliveries, messages, queue_bounds, subscription_groups, topic_configs
+
+SILVER_ASSETS = [t.TABLE.asset() for t in (consumer_offsets, queue_bounds, messages, deliveries,
+                                          subscription_groups, topic_configs)]
+
+
+@dag(
+    dag_id=Path(__file__).stem,
+    description=(__doc__ or "").strip().splitlines()[0],
+    doc_md=__doc__,
+    schedule="*/15 * * * *",
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["rocketmq", "ingest"],
+    default_args={"retries": 2, "retry_delay": pendulum.duration(seconds=30)},
+    params={
+        "landing": Param(os.environ.get("RMQ_RECON_LANDING", "var/landing"), type="string",
+                         description="landing zone root (folder or s3://)"),
+        "lake": Param(os.environ.get("RMQ_RECON_LAKE", "var/lake"), type="string",
+                      description="lake root (folder or s3://)"),
+    },
+)
+def rocketmq_snapshot() -> None:
+    @task(outlets=SILVER_ASSETS)
+    def ingest(params: dict | None = None) -> dict:
+        from jobs import ingest
+
+        return ingest.run(params["landing"], params["lake"])
+
+    @task
+    def validate_silver(summary: dict, params: dict | None = None) -> dict:
+        from expectations import SILVER
+        from jobs import quality
+
+        return quality.validate(params["lake"], SILVER)
+
+    validate_silver(ingest())
+
+
+rocketmq_snapshot()

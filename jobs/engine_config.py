@@ -1,0 +1,26 @@
+"""What the DAG boundary hands the jobs: the engine (from an Airflow connection) and the as-of time."""
+from __future__ import annotations
+
+import datetime as dt
+import os
+from typing import Any
+
+
+def apply_spark_connection(conn_id: str | None) -> None:
+    """Point the jobs at the Spark Connect server of an Airflow ``spark_connect`` connection (none: embedded Sail)."""
+    if not conn_id:
+        return
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+    os.environ["SPARK_REMOTE"] = SparkConnectHook(conn_id=conn_id).get_connection_url()
+    os.environ["RMQ_RECON_ENGINE"] = "connect"
+
+
+def as_of_for(logical_date: Any) -> str | None:
+    """The reconciliation time of a scheduled or backfilled run: its logical date (None for manual runs)."""
+    if logical_date is None:
+        return None
+    if isinstance(logical_date, dt.datetime):
+        ts = logical_date if logical_date.tzinfo else logical_date.replace(tzinfo=dt.timezone.utc)
+        return ts.astimezone(dt.timezone.utc).isoformat()
+    return str(logical_date)
