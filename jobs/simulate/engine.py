@@ -1,0 +1,122 @@
+"""The world a scenario builds: the event loop, the brokers, the clients, the traffic and the snapshots.
+
+:class:`World` only wires actors together and records what happened (the event log the truth is computed
+from): every stored record (``stored``), every consumption (``deliveries``), every trace record that reached a
+broker (``trace_log``), every injected anomaly (``injected``), and what each snapshot held.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Optional
+
+from jobs.simulate.broker import Broker, BrokerConfig, Stored
+from jobs.simulate.clock import SECOND, EventLoop, iso_ms
+from jobs.simulate.consumer import Behaviour, Delivery, GroupRegistry, Producer, PushConsumer, default_behaviour
+from jobs.simulate.snapshot import SnapshotWriter
+
+
+class World:
+    """One simulated cluster (or several) on one virtual clock."""
+
+    def __init__(self, out: str, seed: int, *, cluster: str = "DefaultCluster",
+                 broker_cfg: Optional[BrokerConfig] = None) -> None:
+        self.out = out
+        self.seed = seed
+        self.cluster = cluster
+        self.loop = EventLoop(seed)
+        self.rng = self.loop.rng
+        self.cfg = broker_cfg or BrokerConfig()
+        self.brokers: list[Broker] = []
+        self.stored: list[Stored] = []
+        self.deliveries: list[Delivery] = []
+        self.trace_log: list[dict[str, Any]] = []
+        self.registries: dict[str, GroupRegistry] = {}
+        self.consumers: list[PushConsumer] = []
+        self.producers: list[Producer] = []
+        self.group_info: dict[str, dict[str, Any]] = {}
+        self.injected: list[dict[str, Any]] = []
+        self.snapshot_times: list[int] = []
+        self.writer = SnapshotWriter(out)
+        self._ip = 0
+
+    # ---------------------------------------------------------------- actors
+
+    def add_broker(self, name: str) -> Broker:
+        b = Broker(self.loop, self.cluster, name, f"10.0.0.{len(self.brokers) + 11}", self.cfg, self.stored.append)
+        self.brokers.append(b)
+        return b
+
+    def next_ip(self) -> str:
+        self._ip += 1
+        return f"10.1.{self._ip // 250}.{self._ip % 250 + 2}"
+
+    def topic(self, name: str, queues: int, brokers: Optional[list[Broker]] = None) -> None:
+        for b in brokers or self.brokers:
+            b.create_topic(name, queues)
+
+    def producer(self, *, trace: bool = False) -> Producer:
+        p = Producer(self.loop, self.next_ip(), self.brokers, trace=trace, trace_log=self.trace_log)
+        self.producers.append(p)
+        return p
+
+    def consumer(self, group: str, topic: str, *, broadcast: bool = False, trace: bool = True,
+                 behaviour: Behaviour = default_behaviour, from_first: bool = False,
+                 start_at: Optional[int] = None) -> PushConsumer:
+        reg = self.registries.setdefault(group, GroupRegistry(self.loop, group))
+        self.group_info.setdefault(group, {"group": group, "topic": topic, "broadcast": broadcast, "trace": trace})
+        c = PushConsumer(self.loop, self.next_ip(), self.brokers, reg, topic, broadcast=broadcast, trace=trace,
+                         behaviour=behaviour, trace_log=self.trace_log, deliveries=self.deliveries,
+                         from_first=from_first)
+        self.consumers.append(c)
+        self.loop.at(self.loop.now if start_at is None else start_at, c.start)
+        return c
+
+    def traffic(self, producer: Producer, topic: str, *, every_ms: int, start: int, end: int,
+                brokers: Optional[list[Broker]] = None, queues: Optional[list[int]] = None,
+                count: Optional[int] = None, key_prefix: str = "order") -> None:
+        """Round-robin sends over the topic's queues every ``every_ms`` (SelectMessageQueueByHash-free default)."""
+        targets = [(b, q) for b in (brokers or self.brokers)
+                   for q in (queues if queues is not None else range(b.topics[topic]["writeQueueNums"]))]
+        state = {"i": 0}
+
+        def send() -> Optional[bool]:
+            i = state["i"]
+            if count is not None and i >= count:
+                return False
+            b, q = targets[i % len(targets)]
+            state["i"] += 1
+            producer.send(b, topic, q, keys=f"{key_prefix}-{i}", tags="TagA", body=b"payload-%08d" % i)
+            return None
+
+        self.loop.every(start, every_ms, send, until_ms=end)
+
+    def fill(self, producer: Producer, broker: Broker, topic: str, qid: int, n: int, *, at: int,
+             spacing_ms: int = 0, key_prefix: str = "msg") -> None:
+        """Send ``n`` messages to one queue starting at ``at`` (one per ``spacing_ms``)."""
+        for i in range(n):
+            self.loop.at(at + i * spacing_ms, lambda i=i: producer.send(
+                broker, topic, qid, keys=f"{key_prefix}-{i}", tags="TagA", body=b"body-%06d" % i))
+
+    # ---------------------------------------------------------------- snapshots and running
+
+    def snapshots(self, times: list[int]) -> None:
+        for t in times:
+            self.snapshot_times.append(t)
+            self.loop.at(t, lambda t=t: self._snapshot(t))
+
+    def _snapshot(self, t: int) -> None:
+        for b in self.brokers:
+            self.writer.broker(b, t)
+        for c in self.consumers:
+            if c.broadcast:
+                self.writer.client(self.cluster, c, t)
+
+    def inject(self, kind: str, **detail: Any) -> None:
+        self.injected.append({"kind": kind, "at": iso_ms(self.loop.now), **detail})
+
+    def at(self, t: int, fn: Callable[[], None]) -> None:
+        self.loop.at(t, fn)
+
+    def run(self) -> None:
+        self.loop.run_until(max(self.snapshot_times) + SECOND)
+        os.makedirs(self.out, exist_ok=True)

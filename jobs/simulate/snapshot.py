@@ -1,0 +1,127 @@
+"""Snapshots in the landing layout of spec §3: a copy of each broker's store and the clients' offset files.
+
+A snapshot at virtual time t holds, per broker, the config files exactly as the broker had them at t (the
+last flush or write, and its ``.bak``), every commitlog segment still retained (full size, the active one
+zero-filled past its write position) and every retained consume queue file; and, per broadcast client, its
+``offsets.json`` + ``.bak``. Immutable files identical to one already written are hard-linked, not copied.
+What each snapshot contains (C_s, Min_s, Max_s, retained commitlog range) is also returned for the truth.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional
+
+from jobs import fastjson
+from jobs.simulate.clock import snapshot_name
+
+if TYPE_CHECKING:  # pragma: no cover
+    from jobs.simulate.broker import Broker
+    from jobs.simulate.consumer import PushConsumer
+
+
+@dataclass
+class BrokerSnap:
+    """What one broker snapshot holds, for the truth."""
+
+    cluster: str
+    broker: str
+    ts: int
+    offsets: dict[tuple[str, str, int], int]  # (topic, group, qid) -> C_s
+    bounds: dict[tuple[str, int], tuple[int, int]]  # (topic, qid) -> (Min_s, Max_s)
+    commitlog: tuple[int, int]  # retained physical range [min, next)
+    retry_max: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class ClientSnap:
+    cluster: str
+    client_id: str
+    group: str
+    ts: int
+    offsets: dict[tuple[str, str, int], int]  # (broker, topic, qid) -> C_s
+
+
+class SnapshotWriter:
+    """Writes snapshot folders under ``out`` and remembers their contents."""
+
+    def __init__(self, out: str, *, link: bool = True) -> None:
+        self.out = out
+        self.link = link
+        self._written: dict[tuple[Any, ...], str] = {}
+        self.broker_snaps: list[BrokerSnap] = []
+        self.client_snaps: list[ClientSnap] = []
+        self.bytes_written = 0
+        self.files_written = 0
+
+    def _put(self, path: str, data: bytes, cache_key: Optional[tuple[Any, ...]] = None) -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self.files_written += 1
+        self.bytes_written += len(data)
+        if cache_key is not None and self.link and cache_key in self._written:
+            try:
+                os.link(self._written[cache_key], path)
+                return
+            except OSError:
+                pass
+        with open(path, "wb") as f:
+            f.write(data)
+        if cache_key is not None:
+            self._written[cache_key] = path
+
+    def _config(self, folder: str, name: str, cur: Optional[str], bak: Optional[str]) -> None:
+        if cur is not None:
+            self._put(os.path.join(folder, name), cur.encode("utf-8"))
+        if bak is not None:
+            self._put(os.path.join(folder, name + ".bak"), bak.encode("utf-8"))
+
+    def broker(self, b: "Broker", t: int) -> BrokerSnap:
+        root = os.path.join(self.out, f"cluster={b.cluster}", f"broker={b.name}", f"snapshot_ts={snapshot_name(t)}",
+                            "store")
+        cfg = os.path.join(root, "config")
+        off_cur, off_bak = b.consumer_offset_files(t)
+        self._config(cfg, "consumerOffset.json", off_cur, off_bak)
+        self._config(cfg, "subscriptionGroup.json", *b.groups_file.at(t))
+        self._config(cfg, "topics.json", *b.topics_file.at(t))
+        self._config(cfg, "delayOffset.json", *b.delay_offset_files(t))
+        cl = b.commitlog
+        active = cl.active_start()
+        for start in sorted(cl.segments):
+            key = None if start == active else ("cl", b.cluster, b.name, start, cl.last_write.get(start))
+            self._put(os.path.join(root, "commitlog", f"{start:020d}"), bytes(cl.segments[start]), key)
+        bounds = {}
+        for (topic, qid), cq in sorted(b.cqs.items()):
+            files = cq.files()
+            for i, (start_byte, data) in enumerate(files):
+                full = i < len(files) - 1
+                key = ("cq", b.cluster, b.name, topic, qid, start_byte) if full else None
+                self._put(os.path.join(root, "consumequeue", topic, str(qid), f"{start_byte:020d}"), data, key)
+            bounds[(topic, qid)] = (cq.min_offset, cq.max_offset)
+        offsets = {}
+        if off_cur is not None:
+            doc = fastjson.loads(off_cur)
+            for k, queues in doc["offsetTable"].items():
+                topic, group = k.split("@", 1)
+                for qid, off in queues.items():
+                    offsets[(topic, group, qid)] = off
+        snap = BrokerSnap(b.cluster, b.name, t, offsets, bounds, (cl.min_offset, cl.next_offset),
+                          {g: c["retryMaxTimes"] for g, c in b.groups.items()})
+        self.broker_snaps.append(snap)
+        return snap
+
+    def client(self, cluster: str, c: "PushConsumer", t: int) -> Optional[ClientSnap]:
+        """A broadcast client's offsets.json (+ .bak) as last persisted before t."""
+        writes = [w for w in c.offsets_file_writes if w[0] <= t]
+        if not writes:
+            return None
+        folder = os.path.join(self.out, f"cluster={cluster}", "clients", f"snapshot_ts={snapshot_name(t)}",
+                              c.client_id, c.group)
+        self._config(folder, "offsets.json", writes[-1][1], writes[-2][1] if len(writes) >= 2 else None)
+        doc = fastjson.loads(writes[-1][1])
+        offsets = {}
+        for key, off in doc["offsetTable"].items():
+            mq = key.as_dict()
+            offsets[(mq["brokerName"], mq["topic"], mq["queueId"])] = off
+        snap = ClientSnap(cluster, c.client_id, c.group, t, offsets)
+        self.client_snaps.append(snap)
+        return snap
