@@ -101,7 +101,9 @@ def session(engine: Engine | None = None, *, remote: str | None = None) -> Itera
         builder = SparkSession.builder.appName("rmq-recon")
     else:  # pragma: no cover - guarded by the Literal
         raise ValueError(f"unknown engine {engine!r}")
-    spark = builder.getOrCreate()
+    # A Connect builder's getOrCreate() would hand back any session already active in this process (and we
+    # would stop it on exit); create() always opens our own.
+    spark = builder.create() if engine in ("sail", "connect") else builder.getOrCreate()
     try:
         spark.conf.set("spark.sql.session.timeZone", "UTC")
         log.info("spark session on engine %s", engine)

@@ -139,11 +139,13 @@ def extract_configs(snap: Snapshot, landing_root: str, out: Extracted, now: dt.d
             out.problem(snap.cluster, snap.broker, snap.ts, Problem(
                 f.path, 0, "broker keeps consumer offsets in RocksDB (storeType=defaultRocksDB): not readable here; "
                 "export them with mqadmin or switch the sync job to the JSON config files"))
-        if f.kind in _CONFIG_TABLES or f.kind == "backup":
+        if f.kind in _CONFIG_TABLES or f.kind in ("backup", "other", "rocksdb"):
+            # Every file is recorded with its digest; bytes are kept for the JSON files (replayable raw layer).
             data = read(f.path) or b""
+            is_json = f.kind != "other" or f.path.endswith((".json", ".json.bak"))
             out.add(files.NAME, {**base, "source_path": f.path, "file_kind": f.kind, "size": len(data),
-                                 "sha256": _sha(data), "content": data, "used_backup": None,
-                                 "read_from": 0, "read_to": len(data), "ingested_at": now})
+                                 "sha256": _sha(data), "content": data if is_json and f.kind != "rocksdb" else None,
+                                 "used_backup": None, "read_from": 0, "read_to": len(data), "ingested_at": now})
 
 
 def extract_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, now: dt.datetime,

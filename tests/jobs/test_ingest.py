@@ -1,0 +1,158 @@
+"""Ingest job on the real broker stores: exact rows, idempotent re-runs, bad input quarantined, never fatal."""
+from __future__ import annotations
+
+import datetime as dt
+import pathlib
+import shutil
+
+import pytest
+
+from jobs import _delta, ingest, sample_landing
+from schemas import (consumer_offsets, delay_offsets, files, messages, quarantine, queue_bounds, segments,
+                     subscription_groups, topic_configs)
+
+UTC = dt.timezone.utc
+NOW = dt.datetime(2026, 1, 6, tzinfo=UTC)
+TABLES = [files.TABLE, quarantine.TABLE, segments.TABLE, consumer_offsets.TABLE, subscription_groups.TABLE,
+          topic_configs.TABLE, delay_offsets.TABLE, queue_bounds.TABLE, messages.TABLE]
+
+
+def _counts(lake: str) -> dict[str, int]:
+    return {t.qualified: len(_delta.read_pandas(lake, t)) if _delta.exists(lake, t) else 0 for t in TABLES}
+
+
+def _versions(lake: str) -> dict[str, int]:
+    return {t.qualified: len(_delta.history(lake, t)) for t in TABLES if _delta.exists(lake, t)}
+
+
+@pytest.fixture(scope="module")
+def real_lake(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, dict]:
+    root = tmp_path_factory.mktemp("real")
+    landing = str(sample_landing.build(root / "landing"))
+    lake = str(root / "lake")
+    first = ingest.run(landing, lake, now=NOW)
+    return landing, lake, first
+
+
+def test_real_stores_land_with_exact_counts(real_lake: tuple[str, str, dict]) -> None:
+    _, lake, _ = real_lake
+    assert _counts(lake) == {
+        # configs: 7 (3.x) + 1 (4.x) + 13 (5.x, incl. consumerFilter, timer and transaction files); 5 commitlog
+        # segments; 6 consumequeue files; 1 client offsets.json
+        "bronze/files": 33,
+        "bronze/quarantine": 0,
+        "bronze/segments": 5,
+        "silver/consumer_offsets": 117 + 2 + 0 + 4,  # humphery755, yunai broker, guoming 5.x (empty), yunai client
+        "silver/subscription_groups": 81,
+        "silver/topic_configs": 112,
+        "silver/delay_offsets": 16,
+        "silver/queue_bounds": 1,
+        "silver/messages": 179,
+    }
+
+
+def test_exact_values_reach_silver(real_lake: tuple[str, str, dict]) -> None:
+    _, lake, _ = real_lake
+    off = _delta.read_pandas(lake, consumer_offsets.TABLE)
+    row = off[(off.consumer_group == "ACC_CG_TRANSLOG_REQUEST4NotifyGROUP00") & (off.queue_id == 2)].iloc[0]
+    assert (row.broker, row.topic, row.committed_offset, row.client_id, row.used_backup) == (
+        "broker-a", "ACC_TOPIC_TRANSLOG_NOTIFY_GROUP00", 1099674, "", False)
+    client = off[off.client_id != ""].sort_values("queue_id")
+    assert client[["consumer_group", "client_id", "broker", "queue_id", "committed_offset"]].values.tolist() == [
+        ["please_rename_unique_group_name_1", "192.168.17.0@DEFAULT", "broker-a", q, o]
+        for q, o in [(0, 1470), (1, 1470), (2, 1471), (3, 1470)]]
+    qb = _delta.read_pandas(lake, queue_bounds.TABLE)
+    assert qb[["broker", "topic", "queue_id", "min_offset", "max_offset"]].values.tolist() == [
+        ["broker-ut", "abc", 0, 0, 56]]
+    msgs = _delta.read_pandas(lake, messages.TABLE).sort_values("physical_offset")
+    assert (msgs.physical_offset.iloc[0], msgs.physical_offset.iloc[-1], msgs.queue_offset.max()) == (0, 30940, 178)
+    assert msgs.offset_msg_id.iloc[1] == "C0A8C77C00001FBB00000000000000AC"
+
+
+def test_second_run_changes_nothing(real_lake: tuple[str, str, dict]) -> None:
+    landing, lake, _ = real_lake
+    before, versions = _counts(lake), _versions(lake)
+    again = ingest.run(landing, lake, now=NOW + dt.timedelta(hours=1))
+    assert set(again["changed_rows"].values()) == {0}
+    assert _counts(lake) == before
+    assert _versions(lake) == versions  # not even an empty commit
+
+
+def _one_broker_landing(root: pathlib.Path, files_: dict[str, bytes], folder: str = "snapshot_ts=20260105T000000Z") -> str:
+    base = root / "landing" / "cluster=c" / "broker=b" / folder / "store" / "config"
+    base.mkdir(parents=True)
+    for name, data in files_.items():
+        (base / name).write_bytes(data)
+    return str(root / "landing")
+
+
+GOOD = b'{\n\t"offsetTable":{\n\t\t"T@G":{0:5,1:7\n\t\t}\n\t}\n}'
+TOPICS = b'{"topicConfigTable":{"T":{"perm":6,"readQueueNums":2,"topicName":"T","writeQueueNums":2}}}'
+
+
+@pytest.mark.parametrize(
+    "files_, offsets, reasons",
+    [
+        pytest.param({"consumerOffset.json": GOOD[:25], "consumerOffset.json.bak": b"{\"offsetTable\":{", "topics.json": TOPICS},
+                     [], {("store/config/consumerOffset.json", 21, "unterminated string (file truncated?); the .bak "
+                          "could not be used either"),
+                         ("store/config/consumerOffset.json.bak", 16, "unexpected end of input (file truncated?)")},
+                     id="truncated_json_with_broken_bak"),
+        pytest.param({"consumerOffset.json": b"", "topics.json": TOPICS}, [],
+                     {("store/config/consumerOffset.json", 0, "empty file; the .bak could not be used either")},
+                     id="empty_file"),
+        pytest.param({"consumerOffset.json": GOOD + b"\xff", "consumerOffset.json.bak": GOOD, "topics.json": TOPICS},
+                     [("G", "T", 0, 5), ("G", "T", 1, 7)],
+                     {("store/config/consumerOffset.json", 44, "not valid UTF-8 (byte 44: invalid start byte); loaded "
+                       "the .bak instead")}, id="non_utf8_bytes_fall_back_to_bak"),
+        pytest.param({"consumerOffset.json": GOOD.replace(b"T@G", b"TG"), "topics.json": TOPICS}, [],
+                     {("store/config/consumerOffset.json", 21, "key 'TG' is not 'topic@group' with exactly one '@': "
+                       "entry skipped (as the broker's whichTopicByConsumer does)")}, id="key_without_at"),
+        pytest.param({"consumerOffset.json": GOOD.replace(b"0:5", b"0:-5"), "topics.json": TOPICS}, [("G", "T", 1, 7)],
+                     {("store/config/consumerOffset.json", 21, "'T@G' queue 0: offset -5 is not a non-negative "
+                       "integer: entry skipped")}, id="negative_offset"),
+        pytest.param({"consumerOffset.json": GOOD.replace(b"1:7", b"1:\"7x\""), "topics.json": TOPICS},
+                     [("G", "T", 0, 5)],
+                     {("store/config/consumerOffset.json", 21, "'T@G' queue 1: offset '7x' is not a non-negative "
+                       "integer: entry skipped")}, id="non_numeric_offset"),
+        pytest.param({"consumerOffset.json": GOOD.replace(b'"offsetTable"', b'"zzz":[],"offsetTable"'),
+                      "topics.json": TOPICS}, [("G", "T", 0, 5), ("G", "T", 1, 7)],
+                     {("store/config/consumerOffset.json", 3, "unknown field 'zzz' ignored")}, id="unknown_field"),
+    ],
+)
+def test_bad_input_is_quarantined_and_the_rest_lands(tmp_path: pathlib.Path, files_: dict, offsets: list,
+                                                     reasons: set) -> None:
+    landing = _one_broker_landing(tmp_path, files_)
+    lake = str(tmp_path / "lake")
+    ingest.run(landing, lake, now=NOW)
+    prefix = "cluster=c/broker=b/snapshot_ts=20260105T000000Z/"
+    q = _delta.read_pandas(lake, quarantine.TABLE)
+    assert {(r.source_path.removeprefix(prefix), r.position, r.reason) for r in q.itertuples()} == reasons
+    off = _delta.read_pandas(lake, consumer_offsets.TABLE) if _delta.exists(lake, consumer_offsets.TABLE) else None
+    got = [] if off is None else sorted(off[["consumer_group", "topic", "queue_id", "committed_offset"]].itertuples(
+        index=False, name=None))
+    assert got == offsets
+    # the good file of the same snapshot always lands
+    assert _delta.read_pandas(lake, topic_configs.TABLE)[["topic", "read_queue_nums"]].values.tolist() == [["T", 2]]
+
+
+def test_malformed_snapshot_folder_is_quarantined_and_other_snapshots_land(tmp_path: pathlib.Path) -> None:
+    landing = _one_broker_landing(tmp_path, {"consumerOffset.json": GOOD})
+    bad = pathlib.Path(landing) / "cluster=c" / "broker=b" / "snapshot_ts=2026-01-05T00:00" / "store" / "config"
+    bad.mkdir(parents=True)
+    (bad / "consumerOffset.json").write_bytes(GOOD)
+    lake = str(tmp_path / "lake")
+    ingest.run(landing, lake, now=NOW)
+    q = _delta.read_pandas(lake, quarantine.TABLE)
+    assert q[["cluster", "source_path", "position", "reason"]].values.tolist() == [[
+        "c", "cluster=c/broker=b/snapshot_ts=2026-01-05T00:00/store/config/consumerOffset.json", 0,
+        "malformed snapshot folder 'snapshot_ts=2026-01-05T00:00': expected snapshot_ts=YYYYMMDDTHHMMSSZ (UTC); "
+        "this snapshot is skipped"]]
+    assert len(_delta.read_pandas(lake, consumer_offsets.TABLE)) == 2
+
+
+def test_missing_files_are_not_fatal(tmp_path: pathlib.Path) -> None:
+    landing = _one_broker_landing(tmp_path, {"topics.json": TOPICS})
+    lake = str(tmp_path / "lake")
+    summary = ingest.run(landing, lake, now=NOW)
+    assert (summary["snapshots"], summary["quarantined"], _delta.exists(lake, consumer_offsets.TABLE)) == (1, 0, False)
