@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.problems import Problem
+from jobs.problems import Problem  # noqa: F401 - re-exported for callers
 
 CONTENT_SPLITOR = "\x01"
 FIELD_SPLITOR = "\x02"

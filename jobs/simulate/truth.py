@@ -1,0 +1,456 @@
+"""The expected §5 reports, computed from the simulator's own event log by spec §4 and docs/semantics.md.
+
+This is an independent implementation: it reads what the simulator recorded (every stored record, every
+trace record that reached a broker, each consumer's ProcessQueue timeline) and what each snapshot held
+(C_s, Min_s, Max_s, the retained commitlog range), never the pipeline's code. A record is *known* when some
+snapshot captured it (stored at or before the snapshot and still in a retained segment), as ingestion would
+have seen it; deliveries are the SubBefore records carried by known trace messages.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import os
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Optional
+
+from jobs.simulate.broker import DELAY_LEVELS_MS, SCHEDULE_TOPIC, dlq_topic, is_system_topic, retry_topic
+from jobs.simulate.clock import iso_ms
+
+if TYPE_CHECKING:  # pragma: no cover
+    from jobs.simulate.broker import Stored
+    from jobs.simulate.engine import World
+
+BLOCKING_MIN_AGE_MS = 15 * 60 * 1000
+DLQ_WARN_RETRIES = 3
+WINDOW = 10
+CAUSE_RANK = {"REWIND": 3, "HEAD_BLOCKED": 2, "UNPERSISTED": 1, "UNKNOWN": 0}
+
+COLUMNS = {
+    "duplicated_ranges": ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id", "start_offset",
+                          "end_offset", "messages", "evidence", "cause"],
+    "unconsumed_ranges": ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id", "start_offset",
+                          "end_offset", "messages", "kind"],
+    "offset_corrections": ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id", "snapshot_ts",
+                           "committed_offset", "min_offset", "max_offset", "corrected_offset", "lost_messages",
+                           "reason"],
+    "dlq_candidates": ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id", "queue_offset",
+                       "uniq_key", "keys", "reconsume_times", "max_reconsume_times", "reason", "last_attempt_ts",
+                       "dlq_eta_ts"],
+    "consumer_status": ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id", "snapshot_ts",
+                        "committed_offset", "min_offset", "max_offset", "lag", "consumable_lag", "time_lag_s",
+                        "status"],
+}
+SORT_KEYS = {
+    "duplicated_ranges": ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id", "start_offset",
+                          "evidence"],
+    "unconsumed_ranges": ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id", "start_offset",
+                          "kind"],
+    "offset_corrections": ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id"],
+    "dlq_candidates": ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id", "queue_offset",
+                       "uniq_key", "reason"],
+    "consumer_status": ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id"],
+}
+
+
+@dataclass
+class Delivery:
+    """A SubBefore (with its SubAfter) as the pipeline sees it (docs/semantics.md rule 8)."""
+
+    group: str
+    request_id: str
+    uniq: str
+    retry_times: int
+    start: int
+    end: Optional[int]
+    success: Optional[bool]
+    host: str
+    client_id: str = ""
+
+
+@dataclass
+class Series:
+    """C, Min, Max of one (G, client, q) over the snapshots in which it has a committed offset."""
+
+    cluster: str
+    group: str
+    client_id: str
+    topic: str
+    broker: str
+    qid: int
+    points: list[tuple[int, int, int, int]]  # (ts, C, Min, Max)
+
+
+def ranges(offsets: Iterable[int]) -> list[tuple[int, int]]:
+    """Maximal runs of consecutive offsets."""
+    out: list[tuple[int, int]] = []
+    for o in sorted(set(offsets)):
+        if out and o == out[-1][1] + 1:
+            out[-1] = (out[-1][0], o)
+        else:
+            out.append((o, o))
+    return out
+
+
+class Truth:
+    """All five reports for one world, as of its last snapshot."""
+
+    def __init__(self, world: "World") -> None:
+        self.w = world
+        self.cluster = world.cluster
+        self.t_s = max(world.snapshot_times)
+        self._index_known()
+        self._index_deliveries()
+        self._series()
+
+    # ---------------------------------------------------------------- what the snapshots captured
+
+    def _index_known(self) -> None:
+        captured = defaultdict(list)  # broker -> [(ts, lo, hi)]
+        for s in self.w.writer.broker_snaps:
+            captured[s.broker].append((s.ts, s.commitlog[0], s.commitlog[1]))
+        self.captured = captured
+
+        def known(broker: str, phys: int, store_ts: int) -> bool:
+            return any(ts >= store_ts and lo <= phys < hi for ts, lo, hi in captured[broker])
+
+        self.is_known = known
+        self.known: list["Stored"] = [m for m in self.w.stored if m.topic != "RMQ_SYS_TRACE_TOPIC"
+                                      and known(m.broker, m.phys, m.store_ts)]
+        self.at: dict[tuple[str, str, int, int], "Stored"] = {}
+        self.originals: dict[str, list["Stored"]] = defaultdict(list)
+        self.copies: dict[tuple[str, str], list["Stored"]] = defaultdict(list)  # (uniq, topic) -> copies
+        for m in self.known:
+            self.at[(m.broker, m.topic, m.queue_id, m.queue_offset)] = m
+            if not is_system_topic(m.topic):
+                self.originals[m.uniq].append(m)
+            topic = m.topic
+            if topic == SCHEDULE_TOPIC:
+                topic = SCHEDULE_TOPIC + ":" + m.props.get("REAL_TOPIC", "")
+            self.copies[(m.uniq, topic)].append(m)
+        for v in self.originals.values():
+            v.sort(key=lambda m: (m.broker, m.phys))
+
+    def original(self, uniq: str) -> Optional["Stored"]:
+        v = self.originals.get(uniq)
+        return v[0] if v else None
+
+    def _index_deliveries(self) -> None:
+        afters: dict[tuple[str, str], dict[str, Any]] = {}
+        befores = []
+        for r in self.w.trace_log:
+            if not self.is_known(r["_broker"], r["_phys"], r["_store_ts"]):
+                continue
+            if r["type"] == "SubBefore":
+                befores.append(r)
+            elif r["type"] == "SubAfter":
+                afters[(r["request_id"], r["msg_id"])] = r
+        broadcast_clients: dict[str, list[str]] = defaultdict(list)
+        for c in self.w.consumers:
+            if c.broadcast and c.client_id not in broadcast_clients[c.group]:
+                broadcast_clients[c.group].append(c.client_id)
+        self.deliveries: dict[str, list[Delivery]] = defaultdict(list)
+        for r in befores:
+            if r["timestamp_ms"] > self.t_s:
+                continue
+            a = afters.get((r["request_id"], r["msg_id"]))
+            client = ""
+            if self.w.group_info.get(r["group"], {}).get("broadcast"):
+                client = next((cid for cid in sorted(broadcast_clients[r["group"]])
+                               if cid.startswith(r["_host"] + "@")), "")
+            self.deliveries[r["group"]].append(Delivery(
+                r["group"], r["request_id"], r["msg_id"], r["retry_times"], r["timestamp_ms"],
+                a["timestamp_ms"] if a else None, a["success"] if a else None, r["_host"], client))
+        for v in self.deliveries.values():
+            v.sort(key=lambda d: (d.start, d.request_id))
+
+    # ---------------------------------------------------------------- committed offsets over snapshots
+
+    def _series(self) -> None:
+        by_key: dict[tuple[str, str, str, str, int], list[tuple[int, int, int, int]]] = defaultdict(list)
+        bsnaps = sorted(self.w.writer.broker_snaps, key=lambda s: (s.broker, s.ts))
+        for s in bsnaps:
+            if not s.bounds:
+                continue  # no consumequeue folder: bounds unknown (rule 5)
+            for (topic, group, qid), c in s.offsets.items():
+                if "@" in topic or "@" in group:
+                    continue
+                lo, hi = s.bounds.get((topic, qid), (0, 0))
+                by_key[(group, "", topic, s.broker, qid)].append((s.ts, c, lo, hi))
+        by_broker = defaultdict(list)
+        for s in bsnaps:
+            by_broker[s.broker].append(s)
+        for cs in sorted(self.w.writer.client_snaps, key=lambda s: (s.client_id, s.group, s.ts)):
+            for (broker, topic, qid), c in cs.offsets.items():
+                prior = [s for s in by_broker[broker] if s.ts <= cs.ts and s.bounds]
+                if not prior:
+                    continue
+                lo, hi = prior[-1].bounds.get((topic, qid), (0, 0))
+                by_key[(cs.group, cs.client_id, topic, broker, qid)].append((cs.ts, c, lo, hi))
+        self.series = [Series(self.cluster, g, cid, t, b, q, sorted(p)) for (g, cid, t, b, q), p in
+                       sorted(by_key.items())]
+        self.retry_max = {}
+        for s in bsnaps:
+            self.retry_max.update(s.retry_max)
+
+    # ---------------------------------------------------------------- reports
+
+    def _row(self, s: Series, **kw: Any) -> dict[str, Any]:
+        return {"cluster": s.cluster, "consumer_group": s.group, "client_id": s.client_id, "topic": s.topic,
+                "broker": s.broker, "queue_id": s.qid, **kw}
+
+    def consumer_status(self) -> list[dict[str, Any]]:
+        out = []
+        for s in self.series:
+            ts, c, lo, hi = s.points[-1]
+            msg = self.at.get((s.broker, s.topic, s.qid, c))
+            time_lag = (ts - msg.store_ts) // 1000 if (c < hi and msg is not None) else 0
+            out.append(self._row(s, snapshot_ts=iso_ms(ts), committed_offset=c, min_offset=lo, max_offset=hi,
+                                 lag=hi - c, consumable_lag=hi - max(c, lo), time_lag_s=time_lag,
+                                 status=status(s.points[-WINDOW:])))
+        return out
+
+    def offset_corrections(self) -> list[dict[str, Any]]:
+        out = []
+        for s in self.series:
+            ts, c, lo, hi = s.points[-1]
+            if c < lo:
+                out.append(self._row(s, snapshot_ts=iso_ms(ts), committed_offset=c, min_offset=lo, max_offset=hi,
+                                     corrected_offset=lo, lost_messages=lo - c, reason="BELOW_MIN"))
+            elif c > hi:
+                out.append(self._row(s, snapshot_ts=iso_ms(ts), committed_offset=c, min_offset=lo, max_offset=hi,
+                                     corrected_offset=hi, lost_messages=0, reason="ABOVE_MAX"))
+        return out
+
+    def unconsumed_ranges(self) -> list[dict[str, Any]]:
+        out = []
+        series_by = {(s.group, s.client_id, s.topic, s.broker, s.qid): s for s in self.series}
+        for s in self.series:
+            _, c, lo, hi = s.points[-1]
+            if max(c, lo) <= hi - 1:
+                out.append(self._range(s, max(c, lo), hi - 1, kind="BACKLOG"))
+            expired = set()
+            for _, cs, mins, _ in s.points:
+                if cs < mins:
+                    expired.update(range(cs, mins))
+            for a, b in ranges(expired):
+                out.append(self._range(s, a, b, kind="EXPIRED"))
+            for a, b in ranges(self._skipped(s)):
+                out.append(self._range(s, a, b, kind="SKIPPED"))
+        dropped: dict[tuple[str, str, str, str, int], set[int]] = defaultdict(set)
+        for g, ds in self.deliveries.items():
+            if not self.w.group_info.get(g, {}).get("broadcast"):
+                continue
+            for d in ds:
+                m = self.original(d.uniq)
+                if d.success is False and m is not None:
+                    dropped[(g, d.client_id, m.topic, m.broker, m.queue_id)].add(m.queue_offset)
+        for (g, cid, topic, broker, qid), offs in sorted(dropped.items()):
+            s = series_by.get((g, cid, topic, broker, qid)) or Series(self.cluster, g, cid, topic, broker, qid, [])
+            for a, b in ranges(offs):
+                out.append(self._range(s, a, b, kind="BROADCAST_DROPPED"))
+        return out
+
+    def _range(self, s: Series, a: int, b: int, **kw: Any) -> dict[str, Any]:
+        return self._row(s, start_offset=a, end_offset=b, messages=b - a + 1, **kw)
+
+    def _skipped(self, s: Series) -> set[int]:
+        """docs/semantics.md rule 15."""
+        ds = self.deliveries.get(s.group)
+        if not ds or is_system_topic(s.topic):
+            return set()
+        broadcast = bool(s.client_id)
+        mapped = []
+        for d in ds:
+            m = self.original(d.uniq)
+            if m is not None and (m.topic, m.broker, m.queue_id) == (s.topic, s.broker, s.qid):
+                mapped.append(m.queue_offset)
+        if not mapped:
+            return set()
+        first = min(mapped)
+        ok = {d.uniq for d in ds if d.success and (not broadcast or d.client_id == s.client_id)}
+        _, c, lo, _ = s.points[-1]
+        out = set()
+        for o in range(max(lo, first), c):
+            m = self.at.get((s.broker, s.topic, s.qid, o))
+            if m is None or m.uniq in ok:
+                continue
+            if not broadcast and (self.copies.get((m.uniq, retry_topic(s.group))) or
+                                  self.copies.get((m.uniq, dlq_topic(s.group))) or
+                                  self.copies.get((m.uniq, SCHEDULE_TOPIC + ":" + retry_topic(s.group)))):
+                continue
+            out.add(o)
+        return out
+
+    def duplicated_ranges(self) -> list[dict[str, Any]]:
+        out = []
+        for s in self.series:
+            for (t0, c0, _, _), (t1, c1, _, _) in zip(s.points, s.points[1:]):
+                if c1 < c0:
+                    out.append(self._range(s, c1, c0 - 1, evidence="REWIND", cause="REWIND"))
+        dup: dict[tuple[str, str, str, str, int], dict[int, str]] = defaultdict(dict)
+        for g, ds in sorted(self.deliveries.items()):
+            firsts: dict[tuple[str, str], list[Delivery]] = defaultdict(list)
+            for d in ds:
+                if d.retry_times == 0:
+                    firsts[(d.client_id, d.uniq)].append(d)
+            for (cid, uniq), fs in sorted(firsts.items()):
+                if len(fs) < 2:
+                    continue
+                for m in self.originals.get(uniq, []):
+                    cause = self._cause(g, cid, m, fs[0], fs[1])
+                    key = (g, cid, m.topic, m.broker, m.queue_id)
+                    prev = dup[key].get(m.queue_offset)
+                    if prev is None or CAUSE_RANK[cause] > CAUSE_RANK[prev]:
+                        dup[key][m.queue_offset] = cause
+        for (g, cid, topic, broker, qid), offs in sorted(dup.items()):
+            s = Series(self.cluster, g, cid, topic, broker, qid, [])
+            for a, b in ranges(offs):
+                cause = max((offs[o] for o in range(a, b + 1)), key=lambda c: CAUSE_RANK[c])
+                out.append(self._range(s, a, b, evidence="TRACE", cause=cause))
+        return out
+
+    def _cause(self, group: str, cid: str, m: "Stored", d1: Delivery, d2: Delivery) -> str:
+        """docs/semantics.md rule 12, with client A's ProcessQueue timeline from the simulator's log."""
+        b = d2.start
+        for s in self.series:
+            if (s.group, s.client_id, s.topic, s.broker, s.qid) != (group, cid, m.topic, m.broker, m.queue_id):
+                continue
+            for (t0, c0, _, _), (t1, c1, _, _) in zip(s.points, s.points[1:]):
+                if c1 < c0 and c1 <= m.queue_offset < c0 and t0 >= d1.start and t1 <= b:
+                    return "REWIND"
+        o = m.queue_offset
+        for c in self.w.consumers:
+            if c.group != group or c.ip != d1.host:
+                continue
+            for pq in c.all_pqs:
+                if (pq.mq.topic, pq.mq.broker, pq.mq.queue_id) != (m.topic, m.broker, m.queue_id):
+                    continue
+                span = pq.timeline.get(o)
+                if span is None or span[0] > d1.start:
+                    continue
+                for off, (pulled, left) in pq.timeline.items():
+                    if off <= o and pulled is not None and pulled <= b and (left is None or left > b):
+                        return "HEAD_BLOCKED"
+                return "UNPERSISTED"
+        return "UNKNOWN"
+
+    def dlq_candidates(self) -> list[dict[str, Any]]:
+        out = []
+        groups = sorted(set(self.w.group_info))
+        for g in groups:
+            info = self.w.group_info[g]
+            ds = self.deliveries.get(g, [])
+            by_key: dict[str, list[Delivery]] = defaultdict(list)
+            for d in ds:
+                by_key[d.uniq].append(d)
+            max_default = self.retry_max.get(g, 16)
+            dlq_msgs = [m for m in self.known if m.topic == dlq_topic(g)]
+            in_dlq = set()
+            for m in sorted(dlq_msgs, key=lambda m: (m.broker, m.phys)):
+                in_dlq.add(m.uniq)
+                orig = self.original(m.uniq) or m
+                mx = int(m.props["MAX_RECONSUME_TIMES"]) if "MAX_RECONSUME_TIMES" in m.props else max_default
+                starts = [d.start for d in by_key.get(m.uniq, [])]
+                out.append(self._dlq_row(g, "", orig, m.uniq, m.keys, m.reconsume - 1, mx, "IN_DLQ",
+                                         max(starts) if starts else None, m.store_ts))
+            if info["broadcast"]:
+                failed: dict[tuple[str, str], list[Delivery]] = defaultdict(list)
+                for d in ds:
+                    if d.success is False:
+                        failed[(d.client_id, d.uniq)].append(d)
+                for (cid, uniq), fs in sorted(failed.items()):
+                    orig = self.original(uniq)
+                    if orig is None:
+                        continue
+                    last = max(fs, key=lambda d: d.start)
+                    out.append(self._dlq_row(g, cid, orig, uniq, orig.keys, last.retry_times, None,
+                                             "BROADCAST_DROPPED", last.start, None))
+                continue
+            for uniq, dd in sorted(by_key.items()):
+                if any(d.success for d in dd) or uniq in in_dlq:
+                    continue
+                r = max(d.retry_times for d in dd)
+                if r < DLQ_WARN_RETRIES:
+                    continue
+                last = max((d for d in dd if d.retry_times == r), key=lambda d: d.start)
+                base = last.end if last.end is not None else last.start
+                eta = base + sum(DELAY_LEVELS_MS[min(3 + k, 18) - 1] for k in range(r, max_default))
+                orig = self.original(uniq)
+                if orig is None:
+                    continue
+                out.append(self._dlq_row(g, "", orig, uniq, orig.keys, r, max_default, "RETRYING", last.start, eta))
+            for s in self.series:
+                if s.group != g or is_system_topic(s.topic):
+                    continue
+                ts, c, _, _ = s.points[-1]
+                m = self.at.get((s.broker, s.topic, s.qid, c))
+                if m is None:
+                    continue
+                blocking = [d for d in by_key.get(m.uniq, []) if d.end is None and d.start <= ts - BLOCKING_MIN_AGE_MS]
+                if blocking:
+                    d = max(blocking, key=lambda d: d.start)
+                    out.append(self._dlq_row(g, "", m, m.uniq, m.keys, d.retry_times, max_default,
+                                             "BLOCKING_COMMIT", d.start, None))
+        return out
+
+    def _dlq_row(self, g: str, cid: str, m: "Stored", uniq: str, keys: Optional[str], times: int,
+                 mx: Optional[int], reason: str, last: Optional[int], eta: Optional[int]) -> dict[str, Any]:
+        return {"cluster": self.cluster, "consumer_group": g, "client_id": cid, "topic": m.topic, "broker": m.broker,
+                "queue_id": m.queue_id, "queue_offset": m.queue_offset, "uniq_key": uniq, "keys": keys or "",
+                "reconsume_times": times, "max_reconsume_times": "" if mx is None else mx, "reason": reason,
+                "last_attempt_ts": iso_ms(last), "dlq_eta_ts": iso_ms(eta)}
+
+    # ---------------------------------------------------------------- files
+
+    def reports(self) -> dict[str, list[dict[str, Any]]]:
+        return {"duplicated_ranges": self.duplicated_ranges(), "unconsumed_ranges": self.unconsumed_ranges(),
+                "offset_corrections": self.offset_corrections(), "dlq_candidates": self.dlq_candidates(),
+                "consumer_status": self.consumer_status()}
+
+    def write(self, folder: str) -> dict[str, int]:
+        os.makedirs(folder, exist_ok=True)
+        counts = {}
+        for name, rows in self.reports().items():
+            with open(os.path.join(folder, f"{name}.csv"), "w", encoding="utf-8", newline="") as f:
+                f.write(to_csv(rows, COLUMNS[name], SORT_KEYS[name]))
+            counts[name] = len(rows)
+        return counts
+
+
+def to_csv(rows: list[dict[str, Any]], columns: list[str], sort_key: list[str]) -> str:
+    """docs/semantics.md rule 22: header, sorted by the key columns, empty for null."""
+    rows = sorted(rows, key=lambda r: tuple(r[k] for k in sort_key))
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(columns)
+    for r in rows:
+        w.writerow(["" if r[c] is None else r[c] for c in columns])
+    return buf.getvalue()
+
+
+def status(points: list[tuple[int, int, int, int]]) -> str:
+    """Spec §4 consumer status (Burrow's evaluator adapted), first match wins."""
+    if len(points) < 2:
+        return "OK"
+    cs = [c for _, c, _, _ in points]
+    lags = [hi - c for _, c, _, hi in points]
+    if lags[-1] == 0:
+        return "OK"
+    if has_rewound(cs):
+        return "REWIND"
+    if all(lag > 0 for lag in lags):
+        if len(set(cs)) == 1:
+            return "STALL"
+        if all(b >= a for a, b in zip(lags, lags[1:])):
+            return "WARN"
+    return "OK"
+
+
+def has_rewound(cs: list[int]) -> bool:
+    """Some C_{s+1} < C_s and the latest C is still below the largest C before that drop."""
+    for i in range(len(cs) - 1):
+        if cs[i + 1] < cs[i] and cs[-1] < max(cs[: i + 1]):
+            return True
+    return False
