@@ -12,6 +12,13 @@ FIXTURES = ROOT / "tests" / "fixtures"
 REAL = FIXTURES / "real"
 
 os.environ.setdefault("RUST_LOG", "warn")
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+# Airflow reads its configuration at import: an isolated home with SQLite, this project's dags, no examples.
+AIRFLOW_HOME = ROOT / "var" / "airflow-test"
+os.environ["AIRFLOW_HOME"] = str(AIRFLOW_HOME)
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "dags")
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{AIRFLOW_HOME / 'airflow.db'}"
 
 
 @pytest.fixture(scope="session")
@@ -29,3 +36,15 @@ def lake(tmp_path: pathlib.Path) -> str:
     p = tmp_path / "lake"
     p.mkdir()
     return str(p)
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> pathlib.Path:
+    """A migrated Airflow metadata DB (SQLite) for dag.test()."""
+    import subprocess
+    import sys
+
+    AIRFLOW_HOME.mkdir(parents=True, exist_ok=True)
+    airflow = pathlib.Path(sys.executable).with_name("airflow")
+    subprocess.run([str(airflow), "db", "migrate"], check=True, capture_output=True, env=dict(os.environ))
+    return AIRFLOW_HOME

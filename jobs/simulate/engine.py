@@ -120,3 +120,7 @@ class World:
     def run(self) -> None:
         self.loop.run_until(max(self.snapshot_times) + SECOND)
         os.makedirs(self.out, exist_ok=True)
+
+    def message_count(self) -> int:
+        """Records stored on every broker (originals, retry/DLQ/schedule copies, trace messages, bulk)."""
+        return len(self.stored) + getattr(self, "bulk_messages", 0)

@@ -1,0 +1,197 @@
+"""The acceptance scenarios of spec §7, each a function that builds and runs a :class:`World`.
+
+Every scenario starts at T0 = 2026-01-05T00:00:00Z on broker(s) of cluster ``DefaultCluster`` and takes
+snapshots at fixed virtual times; what it injects is recorded in ``world.injected`` (-> ``_truth/scenario.json``).
+The truth is not taken from here: it is computed afterwards from what happened (:mod:`jobs.simulate.truth`).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from jobs.simulate import operators
+from jobs.simulate.broker import BrokerConfig, Stored
+from jobs.simulate.clock import DAY, HOUR, MINUTE, SECOND, T0_MS
+from jobs.simulate.consumer import PushConsumer
+from jobs.simulate.engine import World
+
+TOPIC = "TopicTest"
+GROUP = "GID_recon"
+
+
+def _ok(c: PushConsumer) -> int:
+    return 5 + c.loop.rng.randrange(20)
+
+
+def blocked_head(out: str, seed: int, scale: int = 1) -> World:
+    """2101 hangs, 2102-2200 succeed, the process is killed, a new instance takes the queue."""
+    w = World(out, seed)
+    b = w.add_broker("broker-a")
+    w.topic(TOPIC, 1)
+    p = w.producer(trace=True)
+    w.fill(p, b, TOPIC, 0, 2101, at=T0_MS + 10 * SECOND, spacing_ms=20, key_prefix="order")
+    w.loop.at(T0_MS + 5 * MINUTE, lambda: [p.send(b, TOPIC, 0, keys=f"order-{2101 + i}", tags="TagA",
+                                                  body=b"body-%06d" % (2101 + i)) for i in range(100)])
+
+    def first(c: PushConsumer, m: Stored) -> tuple[int, str]:
+        return (0, "hang") if m.queue_offset == 2101 and not m.topic.startswith("%") else (_ok(c), "ok")
+
+    a = w.consumer(GROUP, TOPIC, behaviour=first, start_at=T0_MS + 5 * SECOND, from_first=True)
+    w.at(T0_MS + 8 * MINUTE, lambda: (a.kill(), w.inject("kill", client=a.client_id, hung_offset=2101)))
+    w.consumer(GROUP, TOPIC, start_at=T0_MS + 9 * MINUTE)
+    w.snapshots([T0_MS + m * MINUTE for m in (4, 7, 10, 13)])
+    w.run()
+    return w
+
+
+def queue2_offset32(out: str, seed: int, scale: int = 1) -> World:
+    """4 queues; offset 32 of queue 2 hangs past consumeTimeout (15 min); queues 0, 1, 3 advance."""
+    w = World(out, seed)
+    w.add_broker("broker-a")
+    w.topic(TOPIC, 4)
+    p = w.producer(trace=True)
+    w.traffic(p, TOPIC, every_ms=1000, start=T0_MS + 10 * SECOND, end=T0_MS + 22 * MINUTE)
+
+    def hang32(c: PushConsumer, m: Stored) -> tuple[int, str]:
+        return (0, "hang") if (m.topic, m.queue_id, m.queue_offset) == (TOPIC, 2, 32) else (_ok(c), "ok")
+
+    w.consumer(GROUP, TOPIC, behaviour=hang32, start_at=T0_MS + 5 * SECOND, from_first=True)
+    w.inject("hang", topic=TOPIC, queue_id=2, queue_offset=32)
+    w.snapshots([T0_MS + m * MINUTE for m in (5, 10, 15, 20, 25)])
+    w.run()
+    return w
+
+
+def out_of_order_acks(out: str, seed: int, scale: int = 1) -> World:
+    """msg0 and msg3-7 finish before msg1-2; the process is killed; after restart 1-7 come again."""
+    w = World(out, seed)
+    b = w.add_broker("broker-a")
+    w.topic(TOPIC, 1)
+    p = w.producer(trace=True)
+    w.fill(p, b, TOPIC, 0, 8, at=T0_MS + 30 * SECOND, spacing_ms=1)
+
+    def slow12(c: PushConsumer, m: Stored) -> tuple[int, str]:
+        return (120 * SECOND, "ok") if m.queue_offset in (1, 2) and m.topic == TOPIC else (10, "ok")
+
+    a = w.consumer(GROUP, TOPIC, behaviour=slow12, start_at=T0_MS + 5 * SECOND, from_first=True)
+    w.at(T0_MS + 60 * SECOND, lambda: (a.kill(), w.inject("kill", client=a.client_id)))
+    w.consumer(GROUP, TOPIC, start_at=T0_MS + 150 * SECOND)
+    w.snapshots([T0_MS + s * SECOND for s in (25, 90, 180, 240)])
+    w.run()
+    return w
+
+
+def retry_to_dlq(out: str, seed: int, scale: int = 1) -> World:
+    """One message fails every time: 16 retries at delay levels 3..18 (~4 h 46 m), then %DLQ%G."""
+    w = World(out, seed)
+    b = w.add_broker("broker-a")
+    w.topic(TOPIC, 1)
+    p = w.producer(trace=True)
+    w.fill(p, b, TOPIC, 0, 10, at=T0_MS + 30 * SECOND, spacing_ms=100)
+
+    def fail5(c: PushConsumer, m: Stored) -> tuple[int, str]:
+        return (50, "fail") if m.keys == "msg-5" else (_ok(c), "ok")
+
+    w.consumer(GROUP, TOPIC, behaviour=fail5, start_at=T0_MS + 5 * SECOND, from_first=True)
+    w.inject("always_fails", topic=TOPIC, queue_id=0, queue_offset=5)
+    w.snapshots([T0_MS + m * 30 * MINUTE for m in range(1, 12)])
+    w.run()
+    return w
+
+
+def expired_offset(out: str, seed: int, scale: int = 1) -> World:
+    """Two groups go offline for longer than retention (72 h); one returns and jumps to MinOffset."""
+    w = World(out, seed, broker_cfg=BrokerConfig(segment_size=64 * 1024, cq_entries_per_file=1000))
+    w.add_broker("broker-a")
+    w.topic(TOPIC, 2)
+    p = w.producer()
+    w.traffic(p, TOPIC, every_ms=20 * SECOND, start=T0_MS + 10 * SECOND, end=T0_MS + 5 * DAY)
+    gone = w.consumer("GID_gone", TOPIC, start_at=T0_MS + 5 * SECOND, from_first=True, trace=False)
+    back = w.consumer("GID_back", TOPIC, start_at=T0_MS + 5 * SECOND, from_first=True, trace=False)
+    w.at(T0_MS + 1 * HOUR, lambda: (gone.shutdown(), back.shutdown(), w.inject("offline", groups=["GID_gone", "GID_back"])))
+    w.consumer("GID_back", TOPIC, start_at=T0_MS + 4 * DAY + 12 * HOUR, trace=False)
+    w.snapshots([T0_MS + h * 12 * HOUR for h in range(1, 11)])
+    w.run()
+    return w
+
+
+def skip_accumulated(out: str, seed: int, scale: int = 1) -> World:
+    """An operator skips the backlog of an offline group (skipAccumulatedMessage)."""
+    w = World(out, seed)
+    w.add_broker("broker-a")
+    w.topic(TOPIC, 2)
+    p = w.producer(trace=True)
+    w.traffic(p, TOPIC, every_ms=2 * SECOND, start=T0_MS + 10 * SECOND, end=T0_MS + 40 * MINUTE)
+    a = w.consumer(GROUP, TOPIC, start_at=T0_MS + 5 * SECOND, from_first=True)
+    w.at(T0_MS + 10 * MINUTE, lambda: (a.shutdown(), w.inject("offline", group=GROUP)))
+    w.at(T0_MS + 20 * MINUTE, lambda: operators.skip_accumulated(w, GROUP, TOPIC))
+    w.consumer(GROUP, TOPIC, start_at=T0_MS + 25 * MINUTE)
+    w.snapshots([T0_MS + m * 5 * MINUTE for m in range(1, 9)] + [T0_MS + 41 * MINUTE])
+    w.run()
+    return w
+
+
+def rewind(out: str, seed: int, scale: int = 1) -> World:
+    """An operator resets an offline group to an earlier time; the group then consumes it all again."""
+    w = World(out, seed)
+    w.add_broker("broker-a")
+    w.topic(TOPIC, 2)
+    p = w.producer(trace=True)
+    w.traffic(p, TOPIC, every_ms=2 * SECOND, start=T0_MS + 10 * SECOND, end=T0_MS + 40 * MINUTE)
+    a = w.consumer(GROUP, TOPIC, start_at=T0_MS + 5 * SECOND, from_first=True)
+    w.at(T0_MS + 15 * MINUTE, lambda: (a.shutdown(), w.inject("offline", group=GROUP)))
+    w.at(T0_MS + 16 * MINUTE, lambda: operators.reset_offset_by_time(w, GROUP, TOPIC, T0_MS + 5 * MINUTE))
+    w.consumer(GROUP, TOPIC, start_at=T0_MS + 22 * MINUTE)
+    w.snapshots([T0_MS + m * 5 * MINUTE for m in range(1, 9)] + [T0_MS + 41 * MINUTE])
+    w.run()
+    return w
+
+
+def broadcast(out: str, seed: int, scale: int = 1) -> World:
+    """A broadcast group on 3 clients with local offsets.json; one delivery fails on one client and is dropped."""
+    w = World(out, seed)
+    w.add_broker("broker-a")
+    w.topic(TOPIC, 2)
+    p = w.producer(trace=True)
+    w.traffic(p, TOPIC, every_ms=1 * SECOND, start=T0_MS + 10 * SECOND, end=T0_MS + 8 * MINUTE)
+    clients: list[PushConsumer] = []
+
+    def fail_once(c: PushConsumer, m: Stored) -> tuple[int, str]:
+        if c is clients[1] and (m.queue_id, m.queue_offset) == (1, 20):
+            return 30, "fail"
+        return _ok(c), "ok"
+
+    for _ in range(3):
+        clients.append(w.consumer("GID_bcast", TOPIC, broadcast=True, behaviour=fail_once,
+                                  start_at=T0_MS + 5 * SECOND, from_first=True))
+    w.inject("broadcast_failure", client_index=1, queue_id=1, queue_offset=20)
+    w.snapshots([T0_MS + m * 2 * MINUTE for m in range(1, 6)])
+    w.run()
+    return w
+
+
+def rebalance(out: str, seed: int, scale: int = 1) -> World:
+    """A second consumer joins under load; queues move; only unpersisted progress is delivered twice."""
+    w = World(out, seed)
+    w.add_broker("broker-a")
+    w.topic(TOPIC, 4)
+    p = w.producer(trace=True)
+    w.traffic(p, TOPIC, every_ms=10, start=T0_MS + 10 * SECOND, end=T0_MS + 3 * MINUTE)
+    w.consumer(GROUP, TOPIC, start_at=T0_MS + 5 * SECOND, from_first=True)
+    w.consumer(GROUP, TOPIC, start_at=T0_MS + 90 * SECOND)
+    w.inject("join", group=GROUP, at_ms=T0_MS + 90 * SECOND)
+    w.snapshots([T0_MS + s * SECOND for s in (60, 120, 180, 240)])
+    w.run()
+    return w
+
+
+SCENARIOS: dict[str, Callable[[str, int, int], World]] = {
+    "blocked-head": blocked_head,
+    "queue2-offset32": queue2_offset32,
+    "out-of-order-acks": out_of_order_acks,
+    "retry-to-dlq": retry_to_dlq,
+    "expired-offset": expired_offset,
+    "skip-accumulated": skip_accumulated,
+    "rewind": rewind,
+    "broadcast": broadcast,
+    "rebalance": rebalance,
+}

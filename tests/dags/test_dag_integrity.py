@@ -1,0 +1,53 @@
+"""DAG files: they import cleanly, name themselves, look up no connections while parsing, and wire as drawn."""
+from __future__ import annotations
+
+import pathlib
+from unittest import mock
+
+import pytest
+
+DAG_FILES = sorted((pathlib.Path(__file__).resolve().parents[2] / "dags").glob("*.py"))
+
+
+def _bag(path: pathlib.Path):  # noqa: ANN202
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(path))
+
+
+@pytest.mark.parametrize("path", DAG_FILES, ids=[p.stem for p in DAG_FILES])
+def test_dag_file_imports_with_one_dag_named_after_the_file(path: pathlib.Path) -> None:
+    bag = _bag(path)
+    assert bag.import_errors == {}
+    assert list(bag.dags) == [path.stem]
+
+
+@pytest.mark.parametrize("path", DAG_FILES, ids=[p.stem for p in DAG_FILES])
+def test_parsing_looks_up_no_connection(path: pathlib.Path) -> None:
+    from airflow.sdk import BaseHook
+
+    with mock.patch.object(BaseHook, "get_connection", side_effect=AssertionError("connection lookup at parse")):
+        bag = _bag(path)
+    assert bag.import_errors == {}
+
+
+@pytest.mark.parametrize("dag_id, structure", [
+    ("rocketmq_snapshot", {"ingest": ["validate_silver"], "validate_silver": []}),
+    ("rocketmq_reconcile", {"reconcile": ["validate_gold"], "validate_gold": []}),
+])
+def test_structure(dag_id: str, structure: dict[str, list[str]]) -> None:
+    dag = _bag(DAG_FILES[0].parent / f"{dag_id}.py").dags[dag_id]
+    assert {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks} == structure
+
+
+def test_snapshot_dag_publishes_the_silver_assets_the_reconcile_dag_waits_for() -> None:
+    snap = _bag(DAG_FILES[0].parent / "rocketmq_snapshot.py").dags["rocketmq_snapshot"]
+    rec = _bag(DAG_FILES[0].parent / "rocketmq_reconcile.py").dags["rocketmq_reconcile"]
+    produced = {a.name for a in snap.get_task("ingest").outlets}
+    assert produced == {"rmq_recon.silver.consumer_offsets", "rmq_recon.silver.queue_bounds", "rmq_recon.silver.messages",
+                        "rmq_recon.silver.deliveries", "rmq_recon.silver.subscription_groups",
+                        "rmq_recon.silver.topic_configs"}
+    condition = rec.timetable.asset_condition
+    assert type(condition).__name__ == "AssetAll"  # both tables must have been updated
+    assert {a.name for a in condition.objects} == {"rmq_recon.silver.consumer_offsets", "rmq_recon.silver.queue_bounds"}
+    assert (snap.catchup, rec.catchup, snap.max_active_runs, rec.max_active_runs) == (False, False, 1, 1)
