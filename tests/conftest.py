@@ -7,6 +7,8 @@ from typing import Iterator
 
 import pytest
 
+from infra_fixtures import *  # noqa: F401,F403 - moto_s3, rgw_s3, spark_cluster
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 REAL = FIXTURES / "real"

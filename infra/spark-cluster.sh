@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# A real Apache Spark standalone cluster on 127.0.0.1, run from the pip pyspark package (no download):
+# one Master, one Worker (2 cores, 2g) and a Spark Connect server whose driver uses that cluster.
+#
+#   infra/spark-cluster.sh start   start (or reuse) it; prints `export SPARK_REMOTE=sc://127.0.0.1:PORT`
+#                                  (also in $SPARK_CLUSTER_DIR/env) and the start time on stderr
+#   infra/spark-cluster.sh stop    stop the process groups it started and wait for them (idempotent)
+#   infra/spark-cluster.sh env     print the export line of the running cluster
+#
+# Settings (environment): SPARK_CLUSTER_DIR (state, logs, pids, work dirs; default <project>/var/spark-cluster),
+# PYTHON (default <project>/.venv/bin/python; its pyspark package is SPARK_HOME), SPARK_WORKER_CORES (2),
+# SPARK_WORKER_MEMORY (2g). Needs Java 17 (infra/install-debian-deps.sh). No Delta jars: Maven is not reachable
+# here, so jobs on this cluster use RMQ_RECON_FORMAT=parquet (or pass --packages io.delta:... where it is).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DIR=${SPARK_CLUSTER_DIR:-$ROOT/var/spark-cluster}
+PY=${PYTHON:-$ROOT/.venv/bin/python}
+CORES=${SPARK_WORKER_CORES:-2}
+MEM=${SPARK_WORKER_MEMORY:-2g}
+PROCS=(connect worker master)   # stop order
+
+log() { echo "spark-cluster: $*" >&2; }
+die() { log "$*"; [ -d "$DIR/log" ] && log "logs in $DIR/log"; exit 1; }
+freeport() { "$PY" -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+now() { date +%s.%N; }
+elapsed() { "$PY" -c "import sys;print(round($(now)-float(sys.argv[1]),1))" "$1"; }
+
+# PID (= process group id) of a process we started, if it is still ours (never trust a recycled PID).
+alive_pid() {
+    local pid
+    [ -f "$DIR/$1.pid" ] || return 1
+    pid=$(cat "$DIR/$1.pid")
+    [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
+    tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q -- "$DIR/conf/spark-defaults.conf" || return 1
+    echo "$pid"
+}
+
+remote() { sed -n 's/^export SPARK_REMOTE=//p' "$DIR/env" 2>/dev/null; }
+
+# Whether sc://... answers a query (a fresh Connect session that runs one tiny job on the cluster).
+answers() {
+    "$PY" - "$1" <<'PY' >>"$DIR/log/probe.out" 2>&1
+import sys
+from pyspark.sql import SparkSession
+s = SparkSession.builder.remote(sys.argv[1]).create()
+try:
+    assert s.range(10).selectExpr("sum(id) AS n").collect()[0]["n"] == 45
+finally:
+    s.stop()
+PY
+}
+
+running() {
+    local url
+    for p in "${PROCS[@]}"; do alive_pid "$p" >/dev/null || return 1; done
+    url=$(remote); [ -n "$url" ] && answers "$url"
+}
+
+cmd_stop() {
+    local pids=() pid
+    for p in "${PROCS[@]}"; do
+        if pid=$(alive_pid "$p"); then
+            kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+            pids+=("$pid")
+            for _ in $(seq 100); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
+        fi
+        rm -f "$DIR/$p.pid"
+    done
+    for pid in "${pids[@]}"; do
+        if [ -d "/proc/$pid" ] || pgrep -g "$pid" >/dev/null 2>&1; then
+            kill -KILL -- "-$pid" 2>/dev/null || true
+        fi
+        for _ in $(seq 50); do pgrep -g "$pid" >/dev/null 2>&1 || break; sleep 0.1; done
+    done
+    [ ${#pids[@]} -gt 0 ] && log "stopped (process groups ${pids[*]})"
+    rm -f "$DIR/env"
+    return 0
+}
+
+cmd_env() {
+    running || die "not running (start it with: infra/spark-cluster.sh start)"
+    cat "$DIR/env"
+}
+
+# Start "$@" in a new session (so it leads its own process group) with output to log/$name.out.
+launch() {
+    local name=$1; shift
+    setsid "$@" </dev/null >"$DIR/log/$name.out" 2>&1 &
+    echo $! > "$DIR/$name.pid"
+}
+
+cmd_start() {
+    [ -x "$PY" ] || die "no python at $PY (run make install, or set PYTHON)"
+    java -version >/dev/null 2>&1 || die "java not found: run infra/install-debian-deps.sh"
+    mkdir -p "$DIR/log"
+    if running; then
+        log "already running at $(remote)"
+        cat "$DIR/env"
+        return 0
+    fi
+    cmd_stop
+    local t0 mport mui wport wui cport url
+    t0=$(now)
+    SPARK_HOME=$("$PY" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')
+    export SPARK_HOME
+    ls "$SPARK_HOME/jars" | grep -q '^spark-connect_' \
+        || die "no spark-connect jar in $SPARK_HOME/jars: install pyspark (not only pyspark-client)"
+    rm -rf "$DIR"; mkdir -p "$DIR"/{log,conf,work,tmp}
+    mport=$(freeport); mui=$(freeport); wport=$(freeport); wui=$(freeport); cport=$(freeport)
+    cat > "$DIR/conf/spark-defaults.conf" <<CONF
+spark.master.rest.enabled        false
+spark.ui.enabled                 false
+spark.ui.showConsoleProgress     false
+spark.local.dir                  $DIR/tmp
+spark.driver.host                127.0.0.1
+spark.driver.bindAddress         127.0.0.1
+spark.driver.memory              1g
+spark.executor.memory            1g
+spark.sql.shuffle.partitions     4
+spark.sql.session.timeZone       UTC
+spark.worker.cleanup.enabled     false
+CONF
+    export SPARK_LOCAL_IP=127.0.0.1 SPARK_LOCAL_HOSTNAME=localhost SPARK_MASTER_HOST=127.0.0.1
+    export SPARK_CONF_DIR="$DIR/conf" SPARK_WORKER_DIR="$DIR/work" SPARK_LOG_DIR="$DIR/log" SPARK_PID_DIR="$DIR"
+    export SPARK_DAEMON_MEMORY=512m PYSPARK_PYTHON="$PY" PYSPARK_DRIVER_PYTHON="$PY"
+    export SPARK_NO_DAEMONIZE=1
+
+    launch master "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.master.Master \
+        --host 127.0.0.1 --port "$mport" --webui-port "$mui" --properties-file "$DIR/conf/spark-defaults.conf"
+    local ok=""
+    for _ in $(seq 240); do
+        if curl -s --max-time 2 "http://127.0.0.1:$mui/json/" | grep -q '"status" *: *"ALIVE"'; then ok=1; break; fi
+        alive_pid master >/dev/null || break
+        sleep 0.25
+    done
+    [ -n "$ok" ] || { cmd_stop; die "the master did not come up on 127.0.0.1:$mport"; }
+
+    launch worker "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.worker.Worker \
+        --host 127.0.0.1 --port "$wport" --webui-port "$wui" --cores "$CORES" --memory "$MEM" \
+        --work-dir "$DIR/work" --properties-file "$DIR/conf/spark-defaults.conf" "spark://127.0.0.1:$mport"
+    ok=""
+    for _ in $(seq 240); do
+        if curl -s --max-time 2 "http://127.0.0.1:$mui/json/" | grep -q '"aliveworkers" *: *1'; then ok=1; break; fi
+        alive_pid worker >/dev/null || break
+        sleep 0.25
+    done
+    [ -n "$ok" ] || { cmd_stop; die "the worker did not register with the master"; }
+
+    launch connect "$SPARK_HOME/bin/spark-submit" --master "spark://127.0.0.1:$mport" \
+        --properties-file "$DIR/conf/spark-defaults.conf" \
+        --class org.apache.spark.sql.connect.service.SparkConnectServer --name rmq-recon-connect \
+        --conf spark.connect.grpc.binding.address=127.0.0.1 --conf "spark.connect.grpc.binding.port=$cport" \
+        spark-internal
+    url="sc://127.0.0.1:$cport"
+    ok=""
+    for _ in $(seq 180); do
+        alive_pid connect >/dev/null || break
+        if (exec 3<>"/dev/tcp/127.0.0.1/$cport") 2>/dev/null && answers "$url"; then ok=1; break; fi
+        sleep 1
+    done
+    [ -n "$ok" ] || { cmd_stop; die "the Spark Connect server did not answer a query at $url"; }
+    echo "export SPARK_REMOTE=$url" > "$DIR/env.tmp"
+    mv "$DIR/env.tmp" "$DIR/env"
+    log "started in $(elapsed "$t0") s: master spark://127.0.0.1:$mport (ui :$mui), worker $CORES cores $MEM," \
+        "connect $url (pids master=$(cat "$DIR/master.pid") worker=$(cat "$DIR/worker.pid") connect=$(cat "$DIR/connect.pid"))"
+    cat "$DIR/env"
+}
+
+case "${1:-}" in
+    start) cmd_start ;;
+    stop) cmd_stop ;;
+    env) cmd_env ;;
+    *) echo "usage: $0 start|stop|env" >&2; exit 2 ;;
+esac
