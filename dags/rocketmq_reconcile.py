@@ -49,10 +49,9 @@ def rocketmq_reconcile() -> None:
 
     @task
     def validate_gold(summary: dict, params: dict | None = None) -> dict:
-        from expectations import GOLD
         from jobs import quality
 
-        return quality.validate(params["lake"], GOLD)
+        return quality.validate_layer(params["lake"], "gold")
 
     validate_gold(reconcile())
 

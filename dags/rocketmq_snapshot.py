@@ -44,10 +44,9 @@ def rocketmq_snapshot() -> None:
 
     @task
     def validate_silver(summary: dict, params: dict | None = None) -> dict:
-        from expectations import SILVER
         from jobs import quality
 
-        return quality.validate(params["lake"], SILVER)
+        return quality.validate_layer(params["lake"], "silver")
 
     validate_silver(ingest())
 

@@ -1,12 +1,12 @@
 """Data-quality job: run the Great Expectations suites of ``expectations/`` on lake tables.
 
 Reads each table with delta-rs (small pandas reads), validates it and raises :class:`QualityError`
-naming every failed expectation; the results also go to a JSON file when ``docs_dir`` is given.
+naming every failed expectation. With ``docs_dir`` the results also go to ``validation.json`` there and,
+for a local folder, to a Great Expectations Data Docs site (``index.html``).
 """
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 from jobs import _delta, storage
@@ -27,9 +27,11 @@ def validate(lake: str, tables: list[str], *, docs_dir: str | None = None, fail:
     """
     import schemas
     from expectations import SUITES
-    from expectations.runner import validate_table
+    from expectations.runner import ephemeral_context, validate_table
 
     by_name = {t.qualified: t for t in schemas.ALL_TABLES}
+    # Data Docs are a local HTML site (GE's filesystem store); for an s3:// docs_dir only validation.json goes there.
+    context = ephemeral_context(docs_dir if docs_dir and not storage.is_s3(docs_dir) else None)
     out: dict[str, Any] = {}
     for name in tables:
         table = by_name[name]
@@ -37,13 +39,20 @@ def validate(lake: str, tables: list[str], *, docs_dir: str | None = None, fail:
             out[name] = {"success": True, "rows": 0, "failed": [], "evaluated": 0, "skipped": "table not created yet"}
             continue
         df = _delta.read_pandas(lake, table)
-        o = validate_table(name, df, SUITES[name]())
+        o = validate_table(df, SUITES[name](), context=context)
         out[name] = {"success": o.success, "rows": o.rows, "failed": o.failed, "evaluated": o.evaluated}
     if docs_dir:
-        storage.write_bytes(os.path.join(docs_dir, "validation.json") if not storage.is_s3(docs_dir)
-                            else storage.join(docs_dir, "validation.json"),
+        storage.write_bytes(storage.join(docs_dir, "validation.json"),
                             json.dumps(out, indent=2, sort_keys=True).encode())
     bad = {k: v["failed"] for k, v in out.items() if not v["success"]}
     if bad and fail:
         raise QualityError("expectation suites failed: " + "; ".join(f"{k}: {', '.join(v)}" for k, v in bad.items()))
     return out
+
+
+def validate_layer(lake: str, layer: str, *, fail: bool = True) -> dict[str, Any]:
+    """Validate every table of ``layer`` (``silver`` or ``gold``); Data Docs go to ``<lake>/_quality/<layer>``."""
+    from expectations import GOLD, SILVER
+
+    tables = {"silver": SILVER, "gold": GOLD}[layer]
+    return validate(lake, tables, docs_dir=storage.join(lake, "_quality", layer), fail=fail)

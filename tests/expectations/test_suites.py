@@ -52,7 +52,7 @@ CASES = [
 
 @pytest.mark.parametrize("table, df, failed", CASES)
 def test_suite(table: str, df: pd.DataFrame, failed: list[str]) -> None:
-    outcome = validate_table(table, df, SUITES[table]())
+    outcome = validate_table(df, SUITES[table]())
     assert (outcome.success, outcome.failed) == (not failed, failed)
 
 
