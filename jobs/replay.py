@@ -1,0 +1,186 @@
+"""Commit replay: what each client would have committed, from its deliveries (spec §4, formats §3).
+
+A concurrent push consumer commits the lowest offset still in its ProcessQueue (``ProcessQueue.removeMessage``).
+With L(o) the time the first delivery of offset o left the ProcessQueue (its SubAfter; never for one in
+flight) and D(o) = max L(o') over o' <= o (a running max), the commit at time t is the smallest pulled o with
+D(o) > t (spec §4 identity), or one past the last pulled offset when everything has left.
+
+* ``commit_timeline``: the per-offset timeline (L, D) per (group, client host, queue, ProcessQueue lifetime).
+* ``agreement``: does the broker's copy at each snapshot lie where the replay says it can be?
+* ``duplicate_causes``: why an offset was delivered twice (docs/semantics.md rule 12).
+
+A ProcessQueue *lifetime* of one client host on one queue ends when that host delivers an offset below one it
+already delivered (a restart or a re-assignment starting from an older commit): within one lifetime the
+pulls, hence the first deliveries, go up in offset order.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from typing import Optional
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from jobs.snapshots import SERIES_KEY, _ts, decreases
+
+TIMELINE_KEY = ["cluster", "consumer_group", "client_id", "client_host", "topic", "broker", "queue_id"]
+# The broker's copy lags the client's by up to one client persist (5 s) plus one broker flush (5 s).
+BROKER_LAG_S = 10
+CAUSE_RANK = {"UNKNOWN": 0, "UNPERSISTED": 1, "HEAD_BLOCKED": 2, "REWIND": 3}
+
+
+def cause_rank_col(cause: Column) -> Column:
+    """REWIND > HEAD_BLOCKED > UNPERSISTED > UNKNOWN (rule 10) as a number."""
+    out = F.lit(0)
+    for name, rank in CAUSE_RANK.items():
+        out = F.when(cause == name, F.lit(rank)).otherwise(out)
+    return out
+
+
+def cause_of_rank_col(rank: Column) -> Column:
+    out = F.lit("UNKNOWN")
+    for name, r in CAUSE_RANK.items():
+        out = F.when(rank == r, F.lit(name)).otherwise(out)
+    return out
+
+
+def commit_timeline(deliveries: DataFrame, *, as_of: Optional[dt.datetime] = None) -> DataFrame:
+    """Per client host and queue, each first-delivered offset with when it left the ProcessQueue.
+
+    Args:
+        deliveries: silver/deliveries (retry deliveries are of retry copies in another queue: ignored).
+        as_of: deliveries that started later are ignored.
+
+    Returns:
+        ``TIMELINE_KEY`` + lifetime, queue_offset, start_ts, left_ts (null: never left), in_flight_upto
+        (some offset <= this one never left) and d_ts (D(o), null when infinite).
+    """
+    d = deliveries.where((F.col("retry_times") == 0) & F.col("queue_offset").isNotNull()
+                         & F.col("start_ts").isNotNull())
+    if as_of is not None:
+        d = d.where(F.col("start_ts") <= _ts(as_of))
+    d = d.select(*[F.coalesce(F.col(c), F.lit("")).alias(c) if c in ("client_id", "client_host") else F.col(c)
+                   for c in TIMELINE_KEY],
+                 F.col("queue_offset").cast("long"), "start_ts", F.col("end_ts").alias("left_ts"), "request_id")
+    by_time = Window.partitionBy(*TIMELINE_KEY).orderBy("start_ts", "queue_offset", "request_id")
+    restarts = d.withColumn(
+        "_restart",
+        F.when(F.col("queue_offset") < F.max("queue_offset").over(by_time.rowsBetween(Window.unboundedPreceding, -1)),
+               1).otherwise(0),
+    ).withColumn("lifetime", F.sum("_restart").over(by_time.rowsBetween(Window.unboundedPreceding, 0)))
+    # One entry per offset and lifetime: the first delivery of it (the one that was pulled into this queue).
+    first = Window.partitionBy(*TIMELINE_KEY, "lifetime", "queue_offset").orderBy("start_ts", "request_id")
+    entries = restarts.withColumn("_rn", F.row_number().over(first)).where("_rn = 1")
+    upto = Window.partitionBy(*TIMELINE_KEY, "lifetime").orderBy("queue_offset").rowsBetween(
+        Window.unboundedPreceding, 0)
+    in_flight = F.max(F.col("left_ts").isNull().cast("int")).over(upto) == 1
+    return entries.select(
+        *TIMELINE_KEY, "lifetime", "queue_offset", "start_ts", "left_ts",
+        in_flight.alias("in_flight_upto"),
+        F.when(~in_flight, F.max("left_ts").over(upto)).alias("d_ts"),
+    )
+
+
+def _commit_at(entries: DataFrame, t: Column) -> Column:
+    """Aggregate: the replayed commit at time ``t`` over one lifetime's entries (spec §4 identity)."""
+    pulled = entries["start_ts"] <= t
+    pinned = pulled & (entries["left_ts"].isNull() | (entries["left_ts"] > t))
+    return F.coalesce(F.min(F.when(pinned, entries["queue_offset"])),
+                      F.max(F.when(pulled, entries["queue_offset"])) + 1)
+
+
+def replayed_commits(timeline: DataFrame, series: DataFrame) -> DataFrame:
+    """The client's commit at ``t_s - 10 s`` (lower) and at ``t_s`` (upper) for every snapshot the replay covers.
+
+    The active ProcessQueue at ``t_s`` is the lifetime of the latest delivery started at or before it; when
+    that lifetime had pulled nothing 10 s earlier, the lower bound is its first offset.
+    """
+    s = series.select(*SERIES_KEY, "snapshot_ts", "committed_offset")
+    tl = timeline.alias("e")
+    cand = s.alias("s").join(
+        tl, on=[F.col(f"s.{k}") == F.col(f"e.{k}") for k in SERIES_KEY] + [F.col("e.start_ts") <= F.col("s.snapshot_ts")],
+        how="inner",
+    )
+    active = cand.groupBy(*[F.col(f"s.{k}").alias(k) for k in SERIES_KEY], F.col("s.snapshot_ts").alias("snapshot_ts")).agg(
+        F.max_by(F.struct(F.col("e.client_host").alias("h"), F.col("e.lifetime").alias("l")), F.col("e.start_ts"))
+        .alias("_active")
+    ).select(*SERIES_KEY, "snapshot_ts", F.col("_active.h").alias("client_host"), F.col("_active.l").alias("lifetime"))
+    e = timeline.alias("e")
+    j = active.alias("a").join(
+        e, on=[F.col(f"a.{k}") == F.col(f"e.{k}") for k in SERIES_KEY + ["client_host", "lifetime"]], how="inner")
+    t = F.col("a.snapshot_ts")
+    lower_t = t - F.expr(f"INTERVAL {BROKER_LAG_S} SECONDS")
+    return (
+        j.groupBy(*[F.col(f"a.{k}").alias(k) for k in SERIES_KEY], t.alias("snapshot_ts"))
+        .agg(_commit_at(e, t).alias("upper"),
+             F.coalesce(_commit_at(e, lower_t), F.min(F.col("e.queue_offset"))).alias("lower"))
+        .join(s, on=SERIES_KEY + ["snapshot_ts"], how="inner")
+    )
+
+
+def agreement(timeline: DataFrame, series: DataFrame) -> DataFrame:
+    """Per (cluster, consumer_group): snapshots compared, agreeing, and their ratio.
+
+    A snapshot is compared when the replay has a ProcessQueue for its (G, client, q) at ``t_s``; it agrees when
+    ``C_s`` lies in [replayed commit at ``t_s - 10 s``, replayed commit at ``t_s``].
+    """
+    r = replayed_commits(timeline, series)
+    agrees = (F.col("committed_offset") >= F.col("lower")) & (F.col("committed_offset") <= F.col("upper"))
+    return (
+        r.groupBy("cluster", "consumer_group")
+        .agg(F.count(F.lit(1)).cast("long").alias("compared"), F.sum(agrees.cast("long")).cast("long").alias("agreeing"))
+        .withColumn("ratio", (F.col("agreeing") / F.col("compared")).cast("double"))
+    )
+
+
+def duplicate_causes(duplicated: DataFrame, timeline: DataFrame, series: DataFrame) -> DataFrame:
+    """The cause of each TRACE-duplicated offset (docs/semantics.md rule 12).
+
+    Args:
+        duplicated: one row per duplicated offset copy: ``SERIES_KEY`` + queue_offset, d1_host, d1_start, b
+            (the client host and start of the first first-delivery, the start of the second), unique per
+            ``SERIES_KEY`` + queue_offset + uniq_key.
+        timeline: :func:`commit_timeline`.
+        series: :func:`jobs.snapshots.offset_series`.
+
+    Returns:
+        The rows of ``duplicated`` with ``cause``: ``REWIND`` when the committed offset dropped over o between
+        the two deliveries, else ``HEAD_BLOCKED`` when in d1's ProcessQueue some offset <= o had not left by b
+        (D(o) > b), else ``UNPERSISTED``; ``UNKNOWN`` when o is not in a timeline of d1's host.
+    """
+    p = duplicated
+    pkey = SERIES_KEY + ["queue_offset", "uniq_key"]
+    o = F.col("p.queue_offset")
+    rew = (
+        p.alias("p").join(
+            decreases(series).alias("r"),
+            on=[F.col(f"p.{k}") == F.col(f"r.{k}") for k in SERIES_KEY]
+            + [F.col("r.committed_offset") <= o, o < F.col("r.prev_offset"),
+               F.col("r.prev_ts") >= F.col("p.d1_start"), F.col("r.snapshot_ts") <= F.col("p.b")],
+            how="inner")
+        .select(*[F.col(f"p.{k}").alias(k) for k in pkey]).distinct().withColumn("_rewind", F.lit(True))
+    )
+    e = timeline.alias("e")
+    same_queue = [F.col(f"p.{k}") == F.col(f"e.{k}") for k in SERIES_KEY] + [F.col("p.d1_host") == F.col("e.client_host")]
+    life = (
+        p.alias("p").join(e, on=same_queue + [F.col("e.queue_offset") == o, F.col("e.start_ts") <= F.col("p.d1_start")],
+                          how="inner")
+        .groupBy(*[F.col(f"p.{k}").alias(k) for k in pkey]).agg(F.max_by(F.col("e.lifetime"), F.col("e.start_ts")).alias("_life"))
+    )
+    pl = p.join(life, on=pkey, how="inner")
+    blocked = (
+        pl.alias("p").join(
+            e, on=same_queue + [F.col("e.lifetime") == F.col("p._life"), F.col("e.queue_offset") <= o,
+                                F.col("e.start_ts") <= F.col("p.b"),
+                                F.col("e.left_ts").isNull() | (F.col("e.left_ts") > F.col("p.b"))],
+            how="inner")
+        .select(*[F.col(f"p.{k}").alias(k) for k in pkey]).distinct().withColumn("_blocked", F.lit(True))
+    )
+    out = p.join(rew, on=pkey, how="left").join(life, on=pkey, how="left").join(blocked, on=pkey, how="left")
+    cause = (
+        F.when(F.col("_rewind"), F.lit("REWIND"))
+        .when(F.col("_life").isNull(), F.lit("UNKNOWN"))
+        .when(F.col("_blocked"), F.lit("HEAD_BLOCKED"))
+        .otherwise(F.lit("UNPERSISTED"))
+    )
+    return out.withColumn("cause", cause).drop("_rewind", "_life", "_blocked")

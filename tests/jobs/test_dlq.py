@@ -1,0 +1,126 @@
+"""dlq_candidates: IN_DLQ, RETRYING, BLOCKING_COMMIT, BROADCAST_DROPPED (spec §4, docs/semantics.md 16, 18-20)."""
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+from pyspark.testing import assertDataFrameEqual
+
+from jobs import dlq, snapshots
+from schemas import consumer_offsets as CO
+from schemas import deliveries as D
+from schemas import dlq_candidates as DC
+from schemas import messages as M
+from schemas import queue_bounds as QB
+from schemas import subscription_groups as SG
+
+UTC = dt.timezone.utc
+T0 = dt.datetime(2026, 1, 5, 0, 0, tzinfo=UTC)
+C5, C6 = "10.0.0.5@DEFAULT", "10.0.0.6@DEFAULT"
+REPORT = StructType([f for f in DC.SCHEMA.fields if f.name != "run_id"])
+T_S = 60 * 60  # the latest snapshot, seconds after T0
+AS_OF = T0 + dt.timedelta(seconds=T_S)
+
+
+def S(sec: float) -> dt.datetime:
+    return T0 + dt.timedelta(seconds=sec)
+
+
+def off(c: int, *, group: str = "G", client: str = "") -> tuple:
+    return ("c", "b", S(T_S), group, "T", 0, client, c, False, "f", False)
+
+
+def msg(qo: int, uniq: str, *, topic: str = "T", reconsume: int = 0, props: dict | None = None,
+        store: float = 0) -> tuple:
+    r = {c: None for c in M.TABLE.columns}
+    r.update(cluster="c", broker="b", physical_offset=(9000 if topic != "T" else 1000) + qo, topic=topic, queue_id=0,
+             queue_offset=qo, uniq_key=uniq, keys=f"order-{uniq}", store_ts=S(store), reconsume_times=reconsume,
+             properties=props or {})
+    return tuple(r[c] for c in M.TABLE.columns)
+
+
+def dl(req: str, uniq: str, retry: int, start: float, end: float | None, success: bool | None, *, group: str = "G",
+       client: str = "", host: str = "10.0.0.1") -> tuple:
+    r = {c: None for c in D.TABLE.columns}
+    r.update(cluster="c", consumer_group=group, request_id=req, uniq_key=uniq, retry_times=retry, start_ts=S(start),
+             end_ts=None if end is None else S(end), success=success, topic="T", broker="b", queue_id=0,
+             client_host=host, client_id=client)
+    return tuple(r[c] for c in D.TABLE.columns)
+
+
+def sg(retry_max: int, *, group: str = "G") -> tuple:
+    return ("c", "b", S(0), group, retry_max, 1, True, False, False, 15, None, "f", False)
+
+
+def out(qo: int, uniq: str, times: int, mx: int | None, reason: str, last: float | None, eta: float | None, *,
+        topic: str = "T", group: str = "G", client: str = "") -> tuple:
+    return ("c", group, client, topic, "b", 0, qo, uniq, f"order-{uniq}", times, mx, reason,
+            None if last is None else S(last), None if eta is None else S(eta))
+
+
+ETA_FROM_3 = dlq.remaining_delay_ms(3, 16) / 1000
+
+CASES = [
+    pytest.param(
+        [off(8)], [msg(7, "K"), msg(0, "K", topic="%DLQ%G", reconsume=17, props={"MAX_RECONSUME_TIMES": "16"}, store=3100)],
+        [dl("d0", "K", 0, 10, 11, False), dl("d16", "K", 16, 3000, 3001, False)], [],
+        [out(7, "K", 16, 16, "IN_DLQ", 3000, 3100)],
+        id="a_message_that_failed_every_time_is_in_dlq_at_its_original_offset_with_16_retries"),
+    pytest.param(
+        [off(8)], [msg(3, "Z", topic="%DLQ%G", reconsume=6)], [], [sg(5)],
+        [out(3, "Z", 5, 5, "IN_DLQ", None, 0, topic="%DLQ%G")],
+        id="an_unresolvable_dlq_record_is_reported_where_it_is_with_the_group_retry_max"),
+    pytest.param(
+        [off(8)], [msg(7, "K")],
+        [dl(f"d{r}", "K", r, 100 * r, 100 * r + 1, False) for r in range(4)], [],
+        [out(7, "K", 3, 16, "RETRYING", 300, 301 + ETA_FROM_3)],
+        id="three_failed_retries_is_retrying_with_the_eta_of_the_remaining_delay_levels"),
+    pytest.param(
+        [off(8)], [msg(7, "K"), msg(6, "J")],
+        [dl(f"d{r}", "K", r, 100 * r, 100 * r + 1, False) for r in range(3)]
+        + [dl("j0", "J", 0, 5, 6, False), dl("j5", "J", 5, 500, 501, True)], [],
+        [],
+        id="two_retries_or_an_eventual_success_is_not_retrying"),
+    pytest.param(
+        [off(32)], [msg(32, "K32")], [dl("h", "K32", 0, T_S - 15 * 60, None, None)], [],
+        [out(32, "K32", 0, 16, "BLOCKING_COMMIT", T_S - 15 * 60, None)],
+        id="the_message_at_the_committed_offset_in_flight_for_15_minutes_is_blocking"),
+    pytest.param(
+        [off(32)], [msg(32, "K32")],
+        [dl("h", "K32", 0, T_S - 14 * 60, None, None), dl("g", "K32", 0, T_S - 20 * 60, T_S - 19 * 60, True)], [],
+        [],
+        id="in_flight_for_less_than_15_minutes_or_finished_is_not_blocking"),
+    pytest.param(
+        [off(5, group="GB", client=C5), off(5, group="GB", client=C6)], [msg(3, "K3")],
+        [dl("x1", "K3", 0, 10, 11, False, group="GB", client=C5, host="10.0.0.5"),
+         dl("x2", "K3", 0, 20, 21, False, group="GB", client=C5, host="10.0.0.5"),
+         dl("y1", "K3", 0, 10, 11, True, group="GB", client=C6, host="10.0.0.6")], [],
+        [out(3, "K3", 0, None, "BROADCAST_DROPPED", 20, None, group="GB", client=C5)],
+        id="a_broadcast_failure_is_dropped_per_client_at_its_latest_attempt"),
+]
+
+
+@pytest.mark.parametrize("offsets, messages, deliveries, groups, expected", CASES)
+def test_dlq_candidates(spark, offsets, messages, deliveries, groups, expected) -> None:  # noqa: ANN001
+    series = snapshots.offset_series(spark.createDataFrame(offsets, CO.SCHEMA),
+                                     spark.createDataFrame([("c", "b", S(T_S), "T", 0, 0, 100)], QB.SCHEMA), as_of=AS_OF)
+    actual = dlq.dlq_candidates(series, spark.createDataFrame(deliveries, D.SCHEMA),
+                                spark.createDataFrame(messages, M.SCHEMA), spark.createDataFrame(groups, SG.SCHEMA),
+                                as_of=AS_OF)
+    assertDataFrameEqual(actual, spark.createDataFrame(expected, REPORT))
+
+
+def test_the_full_retry_schedule_takes_about_4h46m() -> None:
+    """Levels 3..18 (10s + 30s + 1m + ... + 1h + 2h): 4 h 45 min 40 s before the 17th delivery fails."""
+    assert dlq.remaining_delay_ms(0, 16) == (4 * 3600 + 45 * 60 + 40) * 1000
+
+
+@pytest.mark.parametrize("retries, max_retries", [(0, 16), (3, 16), (15, 16), (16, 16), (17, 16), (0, 1), (2, 20),
+                                                  (16, 20), (0, 0)],
+                         ids=lambda v: str(v))
+def test_the_delay_sum_column_equals_the_plain_python_rule(spark, retries, max_retries) -> None:  # noqa: ANN001
+    df = spark.createDataFrame([(retries, max_retries)], "r int, m int")
+    got = df.select(dlq.remaining_delay_ms_col(F.col("r"), F.col("m")).alias("ms"))
+    assertDataFrameEqual(got, spark.createDataFrame([(dlq.remaining_delay_ms(retries, max_retries),)], "ms long"))
