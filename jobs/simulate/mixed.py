@@ -1,0 +1,129 @@
+"""``mixed``: every §7 anomaly at random over many groups, brokers, topics and queues.
+
+The world runs 6 virtual hours (00:00-06:00 UTC) on ``1 + scale`` brokers with retention shortened to 1 h
+(``fileReservedTime``; deletion still only in hour ``deleteWhen`` 04), so expiry happens inside the run.
+Each topic gets three groups; each group draws one behaviour: healthy (with or without trace),
+blocked-head + kill, hang past consumeTimeout, slow messages + kill (out-of-order acks), always-failing
+key (retry -> DLQ), late-failing key (still RETRYING at the end), offline past retention (with or without
+return), skipAccumulatedMessage, reset to an earlier or a later time, broadcast with dropped failures, a
+consumer joining (rebalance). Groups without trace are reconciled offsets-only.
+"""
+from __future__ import annotations
+
+from jobs.simulate import operators
+from jobs.simulate.broker import BrokerConfig, Stored
+from jobs.simulate.clock import HOUR, MINUTE, SECOND, T0_MS
+from jobs.simulate.consumer import PushConsumer
+from jobs.simulate.engine import World
+
+KINDS = ["healthy", "healthy-offsets-only", "blocked-head", "hang", "out-of-order", "retry-to-dlq", "retrying",
+         "expired", "expired-return", "skip", "rewind", "reset-later", "broadcast", "rebalance"]
+END = T0_MS + 6 * HOUR
+
+
+def _ok(c: PushConsumer) -> int:
+    return 3 + c.loop.rng.randrange(30)
+
+
+def mixed(out: str, seed: int, scale: int = 1) -> World:
+    """Build and run the mixed fleet; ``scale`` multiplies brokers, topics and traffic."""
+    w = World(out, seed, broker_cfg=BrokerConfig(segment_size=256 * 1024, cq_entries_per_file=1000,
+                                                 file_reserved_ms=1 * HOUR))
+    rng = w.rng
+    brokers = [w.add_broker(f"broker-{chr(ord('a') + i)}") for i in range(1 + scale)]
+    n_topics = 5 * scale
+    kinds = list(KINDS)
+    rng.shuffle(kinds)
+    gi = 0
+    for t in range(n_topics):
+        topic = f"Topic{t:03d}"
+        queues = rng.choice([2, 4, 4, 8])
+        w.topic(topic, queues)
+        prod = w.producer(trace=rng.random() < 0.5)
+        w.traffic(prod, topic, every_ms=rng.choice([3000, 4000, 6000]),
+                  start=T0_MS + 10 * SECOND, end=END - 20 * MINUTE, key_prefix=f"k{t}")
+        for _ in range(3):
+            kind = kinds[gi % len(kinds)] if gi < len(kinds) else rng.choice(kinds)
+            _group(w, f"GID_{gi:03d}_{kind.replace('-', '_')}", topic, kind)
+            gi += 1
+    w.snapshots([T0_MS + m * 30 * MINUTE for m in range(1, 13)])
+    w.run()
+    return w
+
+
+def _group(w: World, g: str, topic: str, kind: str) -> None:
+    rng = w.rng
+    start = T0_MS + 5 * SECOND
+    trace = kind != "healthy-offsets-only" and not (kind in ("expired", "expired-return") and rng.random() < 0.5)
+    w.inject(kind, group=g, topic=topic)
+    if kind in ("healthy", "healthy-offsets-only"):
+        w.consumer(g, topic, trace=trace, start_at=start, from_first=True)
+    elif kind == "blocked-head":
+        hang_at = rng.randrange(20, 200)
+
+        def hang(c: PushConsumer, m: Stored) -> tuple[int, str]:
+            return (0, "hang") if m.topic == topic and m.queue_offset == hang_at and m.queue_id == 0 else (_ok(c), "ok")
+
+        a = w.consumer(g, topic, trace=trace, behaviour=hang, start_at=start, from_first=True)
+        kill_at = T0_MS + rng.randrange(60, 120) * MINUTE
+        w.at(kill_at, a.kill)
+        w.consumer(g, topic, trace=trace, start_at=kill_at + rng.randrange(10, 120) * SECOND)
+    elif kind == "hang":
+        hang_at = rng.randrange(20, 200)
+
+        def hang2(c: PushConsumer, m: Stored) -> tuple[int, str]:
+            return (0, "hang") if m.topic == topic and m.queue_offset == hang_at and m.queue_id == 0 else (_ok(c), "ok")
+
+        w.consumer(g, topic, trace=trace, behaviour=hang2, start_at=start, from_first=True)
+    elif kind == "out-of-order":
+        slow = set(rng.sample(range(30, 300), 5))
+
+        def slowly(c: PushConsumer, m: Stored) -> tuple[int, str]:
+            return (10 * MINUTE, "ok") if m.topic == topic and m.queue_offset in slow else (_ok(c), "ok")
+
+        a = w.consumer(g, topic, trace=trace, behaviour=slowly, start_at=start, from_first=True)
+        kill_at = T0_MS + rng.randrange(30, 200) * MINUTE
+        w.at(kill_at, a.kill)
+        w.consumer(g, topic, trace=trace, start_at=kill_at + rng.randrange(5, 60) * SECOND)
+    elif kind in ("retry-to-dlq", "retrying"):
+        bad_from = 0 if kind == "retry-to-dlq" else 4 * HOUR
+        n_bad = rng.randrange(1, 4)
+        bad_keys: set[str] = set()
+
+        def fails(c: PushConsumer, m: Stored) -> tuple[int, str]:
+            if m.keys in bad_keys:
+                return 20, "fail"
+            if len(bad_keys) < n_bad and m.topic == topic and m.store_ts >= T0_MS + bad_from and rng.random() < 0.01:
+                bad_keys.add(m.keys or "")
+                return 20, "fail"
+            return _ok(c), "ok"
+
+        w.consumer(g, topic, trace=trace, behaviour=fails, start_at=start, from_first=True)
+    elif kind in ("expired", "expired-return"):
+        a = w.consumer(g, topic, trace=trace, start_at=start, from_first=True)
+        w.at(T0_MS + rng.randrange(20, 60) * MINUTE, a.shutdown)
+        if kind == "expired-return":
+            w.consumer(g, topic, trace=trace, start_at=T0_MS + 4 * HOUR + rng.randrange(30, 90) * MINUTE)
+    elif kind in ("skip", "rewind", "reset-later"):
+        a = w.consumer(g, topic, trace=trace, start_at=start, from_first=True)
+        off_at = T0_MS + rng.randrange(40, 120) * MINUTE
+        w.at(off_at, a.shutdown)
+        op_at = off_at + rng.randrange(20, 50) * MINUTE
+        if kind == "skip":
+            w.at(op_at, lambda: operators.skip_accumulated(w, g, topic))
+        elif kind == "rewind":
+            w.at(op_at, lambda: operators.reset_offset_by_time(w, g, topic, off_at - 30 * MINUTE))
+        else:
+            w.at(op_at, lambda: operators.reset_offset_by_time(w, g, topic, op_at - 5 * MINUTE))
+        w.consumer(g, topic, trace=trace, start_at=op_at + rng.randrange(35, 60) * MINUTE)
+    elif kind == "broadcast":
+        def flaky(c: PushConsumer, m: Stored) -> tuple[int, str]:
+            return (15, "fail") if rng.random() < 0.002 else (_ok(c), "ok")
+
+        for _ in range(3):
+            w.consumer(g, topic, broadcast=True, trace=trace, behaviour=flaky, start_at=start, from_first=True)
+    elif kind == "rebalance":
+        w.consumer(g, topic, trace=trace, start_at=start, from_first=True)
+        w.consumer(g, topic, trace=trace, start_at=T0_MS + rng.randrange(30, 300) * MINUTE)
+    else:  # pragma: no cover
+        raise ValueError(kind)
