@@ -54,6 +54,9 @@ def ephemeral_context(docs_dir: str | None = None) -> "AbstractDataContext":
 
     ctx = gx.get_context(mode="ephemeral")
     ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
+    # get_context() hands back the same project context within a process: drop a docs site set by an earlier call.
+    if DOCS_SITE in ctx.get_site_names():
+        ctx.delete_data_docs_site(DOCS_SITE)
     if docs_dir:
         os.makedirs(docs_dir, exist_ok=True)
         ctx.add_data_docs_site(site_name=DOCS_SITE, site_config={

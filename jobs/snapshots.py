@@ -192,11 +192,12 @@ def copies_in_flight(messages: DataFrame) -> DataFrame:
 def decreases(series: DataFrame) -> DataFrame:
     """Every ``C_{s+1} < C_s`` between consecutive snapshots of a key (rules 3, 11).
 
+    REWIND needs no Min/Max, so every snapshot with a committed offset counts, bounds known or not (rule 3).
     Columns: ``SERIES_KEY`` + prev_ts, prev_offset (t_s, C_s) and snapshot_ts, committed_offset (t_{s+1}, C_{s+1}).
     """
     w = Window.partitionBy(*SERIES_KEY).orderBy("snapshot_ts")
     return (
-        known(series)
+        series
         .select(*SERIES_KEY, "snapshot_ts", "committed_offset",
                 F.lag("snapshot_ts").over(w).alias("prev_ts"), F.lag("committed_offset").over(w).alias("prev_offset"))
         .where(F.col("committed_offset") < F.col("prev_offset"))

@@ -12,7 +12,7 @@ import csv
 import io
 import os
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from jobs.simulate.broker import DELAY_LEVELS_MS, SCHEDULE_TOPIC, dlq_topic, is_system_topic, retry_topic
@@ -79,7 +79,8 @@ class Series:
     topic: str
     broker: str
     qid: int
-    points: list[tuple[int, int, int, int]]  # (ts, C, Min, Max)
+    points: list[tuple[int, int, int, int]]  # (ts, C, Min, Max) of the snapshots with known bounds
+    commits: list[tuple[int, int]] = field(default_factory=list)  # (ts, C) of every snapshot: REWIND needs no bounds
 
 
 def ranges(offsets: Iterable[int]) -> list[tuple[int, int]]:
@@ -169,13 +170,15 @@ class Truth:
 
     def _series(self) -> None:
         by_key: dict[tuple[str, str, str, str, int], list[tuple[int, int, int, int]]] = defaultdict(list)
+        commits: dict[tuple[str, str, str, str, int], list[tuple[int, int]]] = defaultdict(list)
         bsnaps = sorted(self.w.writer.broker_snaps, key=lambda s: (s.broker, s.ts))
         for s in bsnaps:
-            if not s.bounds:
-                continue  # no consumequeue folder: bounds unknown (rule 5)
             for (topic, group, qid), c in s.offsets.items():
                 if "@" in topic or "@" in group:
                     continue
+                commits[(group, "", topic, s.broker, qid)].append((s.ts, c))
+                if not s.bounds:
+                    continue  # no consumequeue folder: bounds unknown (rule 5)
                 lo, hi = s.bounds.get((topic, qid), (0, 0))
                 by_key[(group, "", topic, s.broker, qid)].append((s.ts, c, lo, hi))
         by_broker = defaultdict(list)
@@ -183,6 +186,7 @@ class Truth:
             by_broker[s.broker].append(s)
         for cs in sorted(self.w.writer.client_snaps, key=lambda s: (s.client_id, s.group, s.ts)):
             for (broker, topic, qid), c in cs.offsets.items():
+                commits[(cs.group, cs.client_id, topic, broker, qid)].append((cs.ts, c))
                 prior = [s for s in by_broker[broker] if s.ts <= cs.ts and s.bounds]
                 if not prior:
                     continue
@@ -190,6 +194,9 @@ class Truth:
                 by_key[(cs.group, cs.client_id, topic, broker, qid)].append((cs.ts, c, lo, hi))
         self.series = [Series(self.cluster, g, cid, t, b, q, sorted(p)) for (g, cid, t, b, q), p in
                        sorted(by_key.items())]
+        # Every key with a committed offset, bounds or not: the sequences REWIND compares (rule 3).
+        self.commit_series = [Series(self.cluster, g, cid, t, b, q, [], sorted(c)) for (g, cid, t, b, q), c in
+                              sorted(commits.items())]
         self.retry_max = {}
         for s in bsnaps:
             self.retry_max.update(s.retry_max)
@@ -285,8 +292,8 @@ class Truth:
 
     def duplicated_ranges(self) -> list[dict[str, Any]]:
         out = []
-        for s in self.series:
-            for (t0, c0, _, _), (t1, c1, _, _) in zip(s.points, s.points[1:]):
+        for s in self.commit_series:
+            for (t0, c0), (t1, c1) in zip(s.commits, s.commits[1:]):
                 if c1 < c0:
                     out.append(self._range(s, c1, c0 - 1, evidence="REWIND", cause="REWIND"))
         dup: dict[tuple[str, str, str, str, int], dict[int, str]] = defaultdict(dict)
@@ -314,10 +321,10 @@ class Truth:
     def _cause(self, group: str, cid: str, m: "Stored", d1: Delivery, d2: Delivery) -> str:
         """docs/semantics.md rule 12, with client A's ProcessQueue timeline from the simulator's log."""
         b = d2.start
-        for s in self.series:
+        for s in self.commit_series:
             if (s.group, s.client_id, s.topic, s.broker, s.qid) != (group, cid, m.topic, m.broker, m.queue_id):
                 continue
-            for (t0, c0, _, _), (t1, c1, _, _) in zip(s.points, s.points[1:]):
+            for (t0, c0), (t1, c1) in zip(s.commits, s.commits[1:]):
                 if c1 < c0 and c1 <= m.queue_offset < c0 and t0 >= d1.start and t1 <= b:
                     return "REWIND"
         o = m.queue_offset

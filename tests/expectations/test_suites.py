@@ -64,3 +64,21 @@ def test_every_suite_builds_from_its_schema() -> None:
         suite = make()
         unique = [e for e in suite.expectations if e.expectation_type == "expect_compound_columns_to_be_unique"]
         assert [list(e.column_list) for e in unique] == [list(by_name[name].key)], name
+
+
+def test_two_contexts_in_one_process_each_write_their_own_data_docs(tmp_path) -> None:  # noqa: ANN001
+    """GE hands back one project context per process: a second docs folder must replace the first, not fail."""
+    from expectations.runner import ephemeral_context
+
+    valid = _bounds([("c", "b", TS, "T", 0, 3, 9)])
+    broken = _bounds([("c", "b", TS, "T", 0, 9, 3)])
+    outcomes = []
+    for name, df in (("first", valid), ("second", broken)):
+        ctx = ephemeral_context(str(tmp_path / name))
+        outcomes.append(validate_table(df, SUITES["silver/queue_bounds"](), context=ctx))
+    assert [(o.success, o.failed) for o in outcomes] == [
+        (True, []), (False, ["expect_column_pair_values_a_to_be_greater_than_b"])]
+    for name in ("first", "second"):
+        assert (tmp_path / name / "index.html").is_file()
+        assert len(list((tmp_path / name / "validations").rglob("*.html"))) == 1
+    assert ephemeral_context().get_site_names() == []
