@@ -79,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("demo", help="simulate a fleet, run the Airflow DAGs on it, print the summary")
     s.add_argument("--workdir", default=os.environ.get("RMQ_RECON_DEMO_DIR", "var/demo"))
-    s.add_argument("--scenario", default="real", help="'real' (the real broker stores) or a simulator scenario")
+    s.add_argument("--scenario", default="mixed",
+                   help="a simulator scenario (default mixed), or 'real' for the real broker stores of the tests")
     s.add_argument("--seed", type=int, default=7)
     s.add_argument("--scale", type=int, default=1)
     s.set_defaults(func=cmd_demo)

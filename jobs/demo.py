@@ -69,14 +69,6 @@ def offsets_table(lake: str) -> str:
     return "\n".join(lines)
 
 
-def reconcile_available() -> bool:
-    """Whether the reconciliation transforms are installed in this build (issue 5)."""
-    import importlib.util
-
-    return all(importlib.util.find_spec(f"jobs.{m}") for m in ("snapshots", "duplicates", "unconsumed", "corrections",
-                                                                "dlq", "status", "replay"))
-
-
 def make_landing(landing: pathlib.Path, scenario: str, seed: int, scale: int) -> dict[str, Any]:
     """``real``: the real broker stores of tests/fixtures/real; anything else: the fleet simulator."""
     if scenario == "real":
@@ -89,7 +81,7 @@ def make_landing(landing: pathlib.Path, scenario: str, seed: int, scale: int) ->
     return simulate.run(scenario, str(landing), seed=seed, scale=scale)
 
 
-def main(*, workdir: str = "var/demo", scenario: str = "real", seed: int = 7, scale: int = 1) -> int:
+def main(*, workdir: str = "var/demo", scenario: str = "mixed", seed: int = 7, scale: int = 1) -> int:
     """Build a landing zone, run the DAGs through Airflow, print the offsets, the summary and the report folder."""
     t0 = time.time()
     work = (ROOT / workdir).resolve() if not os.path.isabs(workdir) else pathlib.Path(workdir)
@@ -111,10 +103,6 @@ def main(*, workdir: str = "var/demo", scenario: str = "real", seed: int = 7, sc
     _airflow(["dags", "test", "rocketmq_snapshot", "-c", json.dumps(conf)], env, log_path)
     print("\nCommitted offsets at the newest snapshot of each broker (lake: " + str(lake) + ")")
     print(offsets_table(str(lake)))
-    if not reconcile_available():
-        print(f"\ndemo: the reconciliation jobs are not part of this build yet; lake at {lake}")
-        print(f"demo: done in {time.time() - t0:.0f} s (Airflow log: {log_path})")
-        return 0
     rconf = {"lake": str(lake), "reports": str(reports_root)}
     print("\ndemo: airflow dags test rocketmq_reconcile", flush=True)
     _airflow(["dags", "test", "rocketmq_reconcile", "-c", json.dumps(rconf)], env, log_path)

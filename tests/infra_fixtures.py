@@ -3,7 +3,7 @@
 ``tests/conftest.py`` imports them with ``from infra_fixtures import *``. All are session-scoped, start their
 service once per run and stop it at the end, whether the tests passed or not:
 
-* ``moto_s3``: moto's S3 server in this process on 127.0.0.1 (fast, no Debian packages).
+* ``moto_s3``: moto's S3 server in a child process on 127.0.0.1 (fast, no Debian packages).
 * ``rgw_s3``: one-node Ceph + radosgw from ``infra/ceph-rgw.sh`` (needs ``infra/install-debian-deps.sh``).
 * ``spark_cluster``: a standalone Spark master + worker + Spark Connect server from ``infra/spark-cluster.sh``;
   yields its ``sc://127.0.0.1:PORT`` URL (``SPARK_REMOTE`` is *not* set, so other tests keep their engine).
@@ -148,24 +148,48 @@ def _stop(script: str, state_var: str, state_dir: pathlib.Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def moto_s3(request: pytest.FixtureRequest) -> Iterator[S3Endpoint]:
-    """moto's S3 server on a free 127.0.0.1 port with bucket ``rmq-recon-test``; S3 variables set meanwhile."""
-    from moto.server import ThreadedMotoServer
+def moto_s3(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Endpoint]:
+    """moto's S3 server on a free 127.0.0.1 port with bucket ``rmq-recon-test``; S3 variables set meanwhile.
+
+    A separate process, not moto's ThreadedMotoServer: delta-rs keeps the GIL during some S3 calls
+    (``DeltaTable.is_deltatable``), which deadlocks against a server thread of the same interpreter.
+    """
+    import sys
+    import urllib.request
 
     port = _free_port()
+    log_path = tmp_path_factory.mktemp("moto") / "moto.log"
     t0 = time.monotonic()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    environ = _Environ(_s3_env(f"http://127.0.0.1:{port}", "testing", "testing-secret"))
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    environ = None
     try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(url + "/moto-api/", timeout=2).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"moto server did not start on {url}; log {log_path}:\n{log_path.read_text()}")
+                time.sleep(0.2)
+        environ = _Environ(_s3_env(url, "testing", "testing-secret"))
         env = {k: os.environ[k] for k in S3_VARS if k in os.environ}
         bucket = _make_bucket()
         START_TIMES["moto"] = time.monotonic() - t0
-        _report(request.config, f"moto S3 at {env['AWS_ENDPOINT_URL']} started in {START_TIMES['moto']:.1f} s")
+        _report(request.config, f"moto S3 at {url} started in {START_TIMES['moto']:.1f} s")
         yield S3Endpoint("moto", env, bucket, START_TIMES["moto"])
     finally:
-        environ.restore()
-        server.stop()
+        if environ is not None:
+            environ.restore()
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 @pytest.fixture(scope="session")

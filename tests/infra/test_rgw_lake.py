@@ -1,11 +1,17 @@
 """The lake on S3: delta-rs and Sail read and write Delta tables on s3:// against moto and a real Ceph RGW.
 
-Each backend gets its own Sail server, started only after the backend's variables are in the environment
-(Sail reads them once, at server start). Every test writes below a fresh prefix of the backend's bucket.
+Each backend gets its own Sail server process, started with the backend's variables in its environment
+(Sail reads them once per process, at server start). Every test writes below a fresh prefix of the backend's bucket.
 """
 from __future__ import annotations
 
 import datetime as dt
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import time
 import uuid
 from typing import Iterator
 
@@ -30,17 +36,51 @@ def store(request: pytest.FixtureRequest) -> Iterator[object]:
 
 
 @pytest.fixture(scope="module")
-def sail(store: object) -> Iterator[object]:
-    """A Sail session whose server started after ``store`` set the S3 variables."""
+def sail(store: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A session on a Sail server started, in its own process, with ``store``'s S3 variables.
+
+    Sail reads the S3 settings once per process and caches object stores process-wide, so the second backend
+    of this module would reach S3 with the first one's credentials from an in-process server. A deployment has
+    one endpoint per process; this fixture gives each backend its own server process the same way.
+    """
     from jobs._spark import session
 
-    with session("sail") as spark:
-        yield spark
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("sail") / "sail.log"
+    sail_bin = pathlib.Path(sys.executable).with_name("sail")
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([str(sail_bin), "spark", "server", "--ip", "127.0.0.1", "--port", str(port)],
+                                env=dict(os.environ, RUST_LOG="warn"), stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"sail server did not start on port {port}; log {log_path}:\n{log_path.read_text()}")
+            time.sleep(0.2)
+        with session("connect", remote=f"sc://127.0.0.1:{port}") as spark:
+            yield spark
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 @pytest.fixture()
 def lake(store: object) -> str:
     return storage.join(store.bucket_uri, f"lake-{uuid.uuid4().hex[:10]}")  # type: ignore[attr-defined]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _offsets(*rows: tuple[str, int, int]) -> list[tuple]:
@@ -63,7 +103,9 @@ def test_delta_rs_writes_and_reads_a_table_on_s3(store: object, lake: str) -> No
         {"k": 1, "v": "a"}, {"k": 2, "v": "b"}, {"k": 3, "v": "c"},
     ]
     assert dt_.version() == 1
-    assert [h["operation"] for h in dt_.history()] == ["WRITE", "CREATE TABLE"]
+    # delta-rs 1.6 records both commits as WRITE: the first with mode ErrorIfExists, the append with Append
+    assert [(h["operation"], h["operationParameters"]["mode"]) for h in dt_.history()] == [
+        ("WRITE", "Append"), ("WRITE", "ErrorIfExists")]
     assert storage.exists(storage.join(path, "_delta_log/00000000000000000001.json"))
 
 
