@@ -43,8 +43,8 @@ def _airflow(args: list[str], env: dict[str, str], log_path: pathlib.Path) -> No
                            f"log {log_path}:\n" + "\n".join(tail))
 
 
-def offsets_table(lake: str) -> str:
-    """Committed offsets per group and queue at each broker's newest snapshot (the issue-2 demo view)."""
+def offsets_table(lake: str, *, max_rows: int = 25) -> str:
+    """Committed offsets per group and queue at each broker's newest snapshot, the first ``max_rows`` of them."""
     from jobs import _delta
     from schemas import consumer_offsets, queue_bounds
 
@@ -61,11 +61,14 @@ def offsets_table(lake: str) -> str:
         off["min_offset"] = off["max_offset"] = None
     off = off.sort_values(["consumer_group", "client_id", "topic", "broker", "queue_id"])
     lines = [f"{'group':34} {'client':18} {'topic':30} {'broker':10} {'q':>3} {'committed':>10} {'min':>8} {'max':>8}"]
-    for r in off.to_dict("records"):
+    more = len(off) - max_rows
+    for r in off.head(max_rows).to_dict("records"):
         mn = "" if r["min_offset"] is None or r["min_offset"] != r["min_offset"] else int(r["min_offset"])
         mx = "" if r["max_offset"] is None or r["max_offset"] != r["max_offset"] else int(r["max_offset"])
         lines.append(f"{r['consumer_group'][:34]:34} {r['client_id'][:18]:18} {r['topic'][:30]:30} {r['broker'][:10]:10} "
                      f"{r['queue_id']:>3} {r['committed_offset']:>10} {mn!s:>8} {mx!s:>8}")
+    if more > 0:
+        lines.append(f"... and {more} more (every group and queue: consumer_status.csv in the report folder)")
     return "\n".join(lines)
 
 
