@@ -371,10 +371,11 @@ def _conform_messages(t: pa.Table, snap: Snapshot) -> pa.Table:
         raise ValueError(f"missing required columns {sorted(missing)}; present: {sorted(df.columns)}")
     df["cluster"] = df.get("cluster", snap.cluster)
     df["broker"] = df.get("broker", snap.broker)
+    df["first_snapshot_ts"] = snap.ts
     for c in messages.TABLE.columns:
         if c not in df.columns:
             df[c] = None
-    for c in ("store_ts", "born_ts"):
+    for c in ("store_ts", "born_ts", "first_snapshot_ts"):
         df[c] = pd.to_datetime(df[c], utc=True)
     if df["properties"].notna().any():
         df["properties"] = [None if p is None else list(p.items()) if isinstance(p, dict) else p for p in df["properties"]]
@@ -414,11 +415,17 @@ def messages_frame(spark: Any, tbl: pa.Table) -> Any:
     return df.select(*cols)
 
 
-def load_messages(spark: Any, lake: str, cluster: str, broker: str, lo: int, hi: int, tbl: pa.Table) -> None:
-    """Write the records of physical range [lo, hi) of one broker; rows already there are kept, so a retry is harmless."""
+def load_messages(spark: Any, lake: str, snap: Snapshot, lo: int, hi: int, tbl: pa.Table) -> None:
+    """Write the records of physical range [lo, hi) of one broker; rows already there are kept, so a retry is harmless.
+
+    ``first_snapshot_ts`` is the snapshot being ingested: the first one whose commitlog held these bytes, since a
+    segment is only ever read from where the previous snapshot stopped.
+    """
     n = tbl.num_rows
-    tbl = tbl.append_column("cluster", pa.array([cluster] * n, pa.string()))
-    tbl = tbl.append_column("broker", pa.array([broker] * n, pa.string()))
+    tbl = tbl.append_column("cluster", pa.array([snap.cluster] * n, pa.string()))
+    tbl = tbl.append_column("broker", pa.array([snap.broker] * n, pa.string()))
+    tbl = tbl.append_column("first_snapshot_ts", pa.array([snap.ts] * n, pa.timestamp("us", tz="UTC")))
+    cluster, broker = snap.cluster, snap.broker
     df = messages_frame(spark, tbl)
     q = lambda s: s.replace("'", "''")  # noqa: E731
     target = (f"t.cluster = '{q(cluster)}' AND t.broker = '{q(broker)}' AND t.physical_offset >= {lo} "
@@ -543,7 +550,7 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
             for st, lo, hi, tbl in decode_commitlog(snap, state, ex, now, known, seen_paths):
                 trace_batch.extend(trace_rows(snap.cluster, snap.broker, tbl, ex, snap,
                                               f"{snap.folder}/store/commitlog/{st.segment}", st.start_offset))
-                load_messages(spark, lake, snap.cluster, snap.broker, lo, hi, tbl.drop_columns(["body"])
+                load_messages(spark, lake, snap, lo, hi, tbl.drop_columns(["body"])
                               if "body" in tbl.column_names else tbl)
                 n_messages += tbl.num_rows
                 say(f"ingest:   {st.segment}: {tbl.num_rows} records, bytes {lo}..{hi}")

@@ -100,7 +100,7 @@ def transform(frames: dict[str, Any], *, as_of: dt.datetime, window: int, dlq_wa
 
     series = snapshots.offset_series(frames["consumer_offsets"], frames["queue_bounds"], as_of=as_of)
     dels = frames["deliveries"]
-    msgs = frames["messages"]
+    msgs = snapshots.messages_as_of(frames["messages"], as_of=as_of)
     out = {
         "duplicated_ranges": duplicates.duplicated_ranges(series, dels, msgs, as_of=as_of),
         "unconsumed_ranges": unconsumed.unconsumed_ranges(series, dels, msgs, as_of=as_of),

@@ -136,6 +136,15 @@ def deliveries_in_window(deliveries: DataFrame, series: DataFrame, *, as_of: dt.
                         .otherwise(F.lit("")))
 
 
+def messages_as_of(messages: DataFrame, *, as_of: dt.datetime) -> DataFrame:
+    """The stored records an as-of run may see: those first held by a snapshot at or before ``as_of``.
+
+    Snapshot membership, not store time: a snapshot folder is named to the second and taken while the broker
+    writes, so it can hold records stored after its name. Records without a snapshot (null) are always seen.
+    """
+    return messages.where(F.col("first_snapshot_ts").isNull() | (F.col("first_snapshot_ts") <= _ts(as_of)))
+
+
 def original_copies(messages: DataFrame) -> DataFrame:
     """Every original stored copy of a UNIQ_KEY (rule 7), ``copy_rank`` 1 = the lowest (broker, physical_offset).
 

@@ -27,6 +27,8 @@ SCHEMA = StructType(
         StructField("store_host", StringType(), True),
         StructField("offset_msg_id", StringType(), True),
         StructField("segment", StringType(), True),
+        # The snapshot whose commitlog first held the record: an as-of run sees only records of snapshots <= as-of.
+        StructField("first_snapshot_ts", TimestampType(), True),
     ]
 )
 KEY: tuple[str, ...] = ('cluster', 'broker', 'physical_offset')

@@ -1,0 +1,46 @@
+"""As-of runs (backfills): a run as of time T sees only the snapshots taken at or before T, messages included.
+
+`retry-to-dlq` (seed 7): one message of GID_recon fails every time. Its 14th retry starts 01:46:11.228 and ends
+01:46:11.278; the 15th 02:46:11.280-.330; the 16th fails at 04:46:11.332 and the DLQ copy is stored at .382.
+As of 02:00 the message is RETRYING with 14 retries and reaches the DLQ, if every retry fails, after level 17
+(1 h) and level 18 (2 h): 01:46:11.278 + 3 h. As of 03:00: 15 retries, 02:46:11.330 + 2 h. At the last
+snapshot the DLQ copy exists: IN_DLQ with 16 retries. Before the fix, the 02:00 run already saw the DLQ copy.
+"""
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from exactness import read_csv
+
+COLUMNS = ["reason", "queue_offset", "reconsume_times", "max_reconsume_times", "last_attempt_ts", "dlq_eta_ts"]
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    from jobs import ingest, simulate
+
+    root = tmp_path_factory.mktemp("as_of")
+    simulate.run("retry-to-dlq", str(root / "landing"), seed=7)
+    ingest.run(str(root / "landing"), str(root / "lake"))
+    return root
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("as_of, snapshot, expected", [
+    ("2026-01-05T02:00:00Z", "2026-01-05T02:00:00.000Z",
+     ("RETRYING", "5", "14", "16", "2026-01-05T01:46:11.228Z", "2026-01-05T04:46:11.278Z")),
+    ("20260105T030000Z", "2026-01-05T03:00:00.000Z",
+     ("RETRYING", "5", "15", "16", "2026-01-05T02:46:11.280Z", "2026-01-05T04:46:11.330Z")),
+    (None, "2026-01-05T05:30:00.000Z",
+     ("IN_DLQ", "5", "16", "16", "2026-01-05T04:46:11.332Z", "2026-01-05T04:46:11.382Z")),
+], ids=["retrying_14_as_of_0200", "retrying_15_as_of_0300", "in_dlq_at_the_last_snapshot"])
+def test_an_as_of_run_sees_only_its_snapshots(lake: pathlib.Path, as_of: str | None, snapshot: str,
+                                               expected: tuple) -> None:
+    from jobs import reconcile
+
+    summary = reconcile.run(str(lake / "lake"), str(lake / "reports"), as_of=as_of)
+    folder = pathlib.Path(summary["report_dir"])
+    assert [tuple(r[c] for c in COLUMNS) for r in read_csv(folder / "dlq_candidates.csv")] == [expected]
+    assert {r["snapshot_ts"] for r in read_csv(folder / "consumer_status.csv")} == {snapshot}
