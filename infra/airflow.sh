@@ -40,6 +40,7 @@ export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__CORE__EXECUTOR=LocalExecutor
 export AIRFLOW__CORE__PARALLELISM=4
 export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="sqlite:///$AIRFLOW_HOME/airflow.db"
+export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS=infra.airflow_sqlite.CONNECT_ARGS
 export AIRFLOW__API__PORT=$port
 export AIRFLOW__API__HOST=127.0.0.1
 export AIRFLOW__API__BASE_URL="http://127.0.0.1:$port"
