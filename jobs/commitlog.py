@@ -1,9 +1,12 @@
 """RocketMQ commitlog segments: encode (for the simulator and benchmarks) and decode (formats §6).
 
-Decoding is vectorised: one tight loop walks the TOTALSIZE chain (the only sequential dependency), then
-every fixed field of every record is gathered at once with numpy, and variable-length fields (topic,
-properties) are cut out of the buffer with one fancy-index gather each and handed to Arrow without a
-Python object per record. Mirrors ``MessageDecoder.decode`` / ``CommitLog.checkMessageAndReturnSize``.
+Decoding is vectorised: the TOTALSIZE chain (the only sequential dependency) is followed in many stretches at
+once (each starts at a record found by its magic code and physical offset, and must land exactly on the next
+one), then every fixed field of every record is gathered at once with numpy through overlapping big-endian views,
+and variable-length fields (topic, properties) are cut out of the buffer by Arrow (string views cast to strings,
+properties split at their separators without copying), with no Python object per record. Records are decoded in
+batches of ``_BATCH`` so that the working arrays stay in the CPU caches. Mirrors ``MessageDecoder.decode`` /
+``CommitLog.checkMessageAndReturnSize``; anything unusual falls back to the record-by-record walk.
 
 Bad records (bad magic, a size that runs past the segment, a physical offset that does not match the
 record's position) are reported with segment and byte position; decoding resumes at the next position
@@ -11,6 +14,7 @@ where a valid record starts, so corruption loses only the corrupted records.
 """
 from __future__ import annotations
 
+import mmap
 import os
 import socket
 import struct
@@ -199,16 +203,76 @@ class SegmentDecode:
 
 def _as_array(data: bytes | memoryview | np.ndarray) -> np.ndarray:
     if isinstance(data, np.ndarray):
-        return data.reshape(-1).view(np.uint8)
+        # a plain ndarray view (an np.memmap subclass would route every fancy index through memmap.__getitem__)
+        return np.asarray(data).reshape(-1).view(np.uint8)
     return np.frombuffer(data, dtype=np.uint8)
+
+
+def _at(buf: np.ndarray, dtype: str) -> np.ndarray:
+    """Overlapping view: element ``i`` is the ``dtype`` value stored at byte ``i`` of ``buf`` (any alignment).
+
+    ``_at(buf, ">i8")[pos]`` reads a big-endian long at every position with one gather and no index matrix.
+    """
+    dt = np.dtype(dtype)
+    n = len(buf) - dt.itemsize + 1
+    if n <= 0:
+        return np.zeros(0, dt)
+    if not buf.flags.c_contiguous:
+        buf = np.ascontiguousarray(buf)
+    return np.ndarray((n,), dt, buffer=buf, strides=(1,))
+
+
+_BE = {1: ">i1", 2: ">i2", 4: ">i4", 8: ">i8"}
 
 
 def _be(buf: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
     """Big-endian signed integers of ``width`` bytes at every position (one gather)."""
-    idx = pos[:, None] + np.arange(width)
-    raw = np.ascontiguousarray(buf[idx])
-    dtype = {1: ">i1", 2: ">i2", 4: ">i4", 8: ">i8"}[width]
-    return raw.view(dtype).reshape(-1).astype(np.int64)
+    return _at(buf, _BE[width])[pos].astype(np.int64)
+
+
+# string_view layout (Arrow columnar format), 16 bytes per string: int32 length, then the bytes inline (length
+# <= 12, zero-padded) or a 4-byte prefix, int32 buffer index and int32 offset into the buffer.
+# _VIEW_MASK[min(length, 13)] keeps, of the 16 bytes that start 4 bytes before a string, what its view holds.
+_VIEW_MASK = np.zeros((14, 4), dtype=np.uint32)
+for _k in range(14):
+    _keep = (b"\xff" * min(_k, 12)).ljust(12, b"\0") if _k <= 12 else b"\xff" * 4 + b"\0" * 8
+    _VIEW_MASK[_k, 1:] = np.frombuffer(_keep, dtype="<u4")
+del _k, _keep
+_VIEW_MASK_16 = _VIEW_MASK.view("V16").reshape(-1)  # one 16-byte item per class: 1-D gathers are fast
+
+
+def _views(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """string_view structs, (n, 4) uint32, for the ranges ``buf[start:start+len]`` (offsets < 2 GiB)."""
+    n = len(buf)
+    edge = (starts < 4) | (starts + 12 > n)
+    at = np.where(edge, 4, starts - 4) if n >= 16 else np.zeros(len(starts), np.int64)
+    if n >= 16:
+        views = _at(buf, "V16")[at].view(np.uint32).reshape(-1, 4)
+    else:
+        views = np.zeros((len(starts), 4), np.uint32)
+    for i in np.flatnonzero(edge):  # ranges within 4 bytes of the start or 12 bytes of the end of the buffer
+        s = int(starts[i])
+        views[i] = np.frombuffer(bytes(4) + bytes(buf[s:min(n, s + 12)]).ljust(12, b"\0"), dtype="<u4")
+    cls = np.minimum(lengths, 13)
+    views.view(np.uint64).reshape(-1, 2)[...] &= _VIEW_MASK_16[cls].view(np.uint64).reshape(-1, 2)
+    views[:, 0] = lengths
+    views[:, 3] += np.where(cls == 13, starts, 0).astype(np.uint32)
+    return views
+
+
+def _slices(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, kind: pa.DataType = pa.string()) -> pa.Array:
+    """``buf[start:start+len]`` for every range as one string array; Arrow does the copying (view -> string cast)."""
+    n = len(starts)
+    if n == 0:
+        return pa.array([], kind)
+    starts = starts.astype(np.int64, copy=False)
+    lengths = lengths.astype(np.int64, copy=False)
+    if len(buf) >= (1 << 31):  # view offsets are int32; chunks are far smaller than this
+        arr = _strings(*_gather(buf, starts, lengths))
+        return arr if kind == pa.string() else arr.cast(kind)
+    views = _views(buf, starts, lengths)
+    view_type = pa.string_view() if kind == pa.string() else pa.binary_view()
+    return pa.Array.from_buffers(view_type, n, [None, pa.py_buffer(views), pa.py_buffer(buf)]).cast(kind)
 
 
 def _gather(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -230,19 +294,90 @@ def _strings(data: np.ndarray, offsets: np.ndarray) -> pa.Array:
     return pa.StringArray.from_buffers(n, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(np.ascontiguousarray(data)))
 
 
-_HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
+def _constant_strings(value: str, n: int) -> pa.Array:
+    raw = value.encode("utf-8")
+    return pa.StringArray.from_buffers(n, pa.py_buffer(np.arange(n + 1, dtype=np.int32) * len(raw)),
+                                       pa.py_buffer(raw * n))
 
 
-def _hex(values: np.ndarray, digits: int) -> np.ndarray:
-    """Uppercase hex of unsigned integers, ``digits`` characters each -> (n, digits) uint8."""
-    v = values.astype(np.uint64)
-    shifts = np.arange(digits - 1, -1, -1, dtype=np.uint64) * np.uint64(4)
-    return _HEX[((v[:, None] >> shifts) & np.uint64(0xF)).astype(np.int64)]
+# two uppercase hex characters per byte value, as the uint16 whose little-endian bytes spell them
+_HEX2 = np.array([ord(f"{b:02X}"[0]) | (ord(f"{b:02X}"[1]) << 8) for b in range(256)], dtype=np.uint16)
 
 
 def _walk(buf: np.ndarray, segment_start: int, segment: str, begin: int, final: bool
-          ) -> tuple[list[int], int, bool, list[Problem]]:
-    """Follow the TOTALSIZE chain: record positions, where decoding stopped, end-of-file seen, problems."""
+          ) -> tuple[np.ndarray, int, bool, list[Problem]]:
+    """Follow the TOTALSIZE chain: record positions, where decoding stopped, end-of-file seen, problems.
+
+    The chain is followed from many points of the buffer at once (:func:`_walk_chains`) when the buffer is large
+    and its records are intact; the record-by-record loop does the rest and everything unusual, so the result is
+    the same as walking record by record from ``begin``.
+    """
+    fast = _walk_chains(buf, segment_start, begin)
+    if fast is None:
+        positions, end, complete, problems = _walk_records(buf, segment_start, segment, begin, final)
+        return np.asarray(positions, dtype=np.int64), end, complete, problems
+    head, resume = fast
+    positions, end, complete, problems = _walk_records(buf, segment_start, segment, resume, final)
+    return np.concatenate([head, np.asarray(positions, dtype=np.int64)]), end, complete, problems
+
+
+_SYNC_STEP = 32 << 10  # one chain per 32 KiB
+_SYNC_WINDOW = 2 << 10  # a chain starts at the first record found in the 2 KiB at its step
+_MAX_CHAIN_STEPS = 512
+_MAGIC_PREFIX = struct.pack(">i", MAGIC_V1)[:3]  # v1 and v2 differ in the last byte only
+
+
+def _walk_chains(buf: np.ndarray, segment_start: int, begin: int) -> tuple[np.ndarray, int] | None:
+    """Positions of the records in ``[begin, S)`` found by walking many stretches of the chain in lock step.
+
+    Every ``_SYNC_STEP`` bytes, the first record start (magic code, and a physical offset field equal to its
+    position) in a small window starts a stretch; each stretch is followed, all at once with numpy, until it lands
+    exactly on the start of the next. The stretches then are the chain from ``begin`` (a false start inside a body
+    would not be landed on). Returns the positions and ``S``, the last stretch start, from which the record loop
+    goes on; ``None`` (walk record by record) when the buffer is small or anything is not a valid record.
+    """
+    n = len(buf)
+    if n - begin < 4 * _SYNC_STEP:
+        return None
+    at4, at8 = _at(buf, ">i4"), _at(buf, ">i8")
+    first = begin + _SYNC_STEP
+    k = (n - _SYNC_WINDOW - 64 - first) // _SYNC_STEP
+    if k < 1:
+        return None
+    # the first _SYNC_WINDOW bytes after each step, as rows of a strided view (no copy)
+    win = np.lib.stride_tricks.as_strided(buf[first:], shape=(k, _SYNC_WINDOW), strides=(_SYNC_STEP, 1))
+    flat = np.flatnonzero(win[:, 4:] == _MAGIC_PREFIX[0])
+    row, col = np.divmod(flat, _SYNC_WINDOW - 4)
+    cand = first + row * _SYNC_STEP + col  # where a record would start if the magic code is at +4
+    magic = at4[cand + 4]
+    valid = ((magic == MAGIC_V1) | (magic == MAGIC_V2)) & (at8[cand + 28] == cand + segment_start)
+    row, cand = row[valid], cand[valid]
+    keep = np.ones(len(row), dtype=bool)
+    keep[1:] = row[1:] != row[:-1]  # the first record start of each window (np.nonzero is row-major)
+    s = np.concatenate([[begin], cand[keep]]).astype(np.int64)
+    if len(s) < 2:
+        return None
+    pos, stop = s[:-1], s[1:]
+    parts = []
+    for _ in range(_MAX_CHAIN_STEPS):
+        size = at4[pos].astype(np.int64)
+        magic = at4[pos + 4]
+        nxt = pos + size
+        ok = (((magic == MAGIC_V1) | (magic == MAGIC_V2)) & (size >= _MIN_RECORD) & (nxt <= stop)
+              & (at8[pos + 28] == pos + segment_start))
+        if not ok.all():
+            return None
+        parts.append(pos)
+        more = nxt < stop
+        pos, stop = nxt[more], stop[more]
+        if not len(pos):
+            return np.sort(np.concatenate(parts)), int(s[-1])
+    return None
+
+
+def _walk_records(buf: np.ndarray, segment_start: int, segment: str, begin: int, final: bool
+                  ) -> tuple[list[int], int, bool, list[Problem]]:
+    """Follow the TOTALSIZE chain record by record (the reference walk; reports every problem)."""
     mv = memoryview(buf)
     n = len(buf)
     pos = begin
@@ -316,43 +451,79 @@ def decode_segment(data: bytes | memoryview | np.ndarray, *, segment_start: int,
     """
     buf = _as_array(data)
     positions, end, complete, problems = _walk(buf, segment_start, segment, begin, final)
-    table = _decode_records(buf, np.asarray(positions, dtype=np.int64), segment_start, segment, body_topics, problems)
-    return SegmentDecode(table, end, complete, problems)
+    positions = np.asarray(positions, dtype=np.int64)
+    if len(positions) <= _BATCH:
+        body_problems: list[Problem] = []
+        table = _decode_records(buf, positions, segment_start, segment, body_topics, problems, body_problems)
+        return SegmentDecode(table, end, complete, problems + body_problems)
+    # In batches: their working arrays stay small enough for the CPU caches (the table is one chunk per batch).
+    body_problems = []
+    table = pa.concat_tables([
+        _decode_records(buf, positions[i:i + _BATCH], segment_start, segment, body_topics, problems, body_problems)
+        for i in range(0, len(positions), _BATCH)])
+    return SegmentDecode(table, end, complete, problems + body_problems)
+
+
+_BATCH = 1 << 14  # records decoded together
+
+
+_HEADER_V4 = np.dtype([
+    ("size", ">i4"), ("magic", ">i4"), ("crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"), ("queue_offset", ">i8"),
+    ("phys", ">i8"), ("sys_flag", ">i4"), ("born_ts", ">i8"), ("born_host", ">u8"), ("store_ts", ">i8"),
+    ("store_host", ">u8"), ("reconsume", ">i4"), ("prepared", ">i8"), ("body_len", ">i4"),
+])  # 88 bytes: the layout up to the body when both hosts are IPv4
 
 
 def _decode_records(buf: np.ndarray, pos: np.ndarray, segment_start: int, segment: str,
-                    body_topics: frozenset[str], problems: list[Problem]) -> pa.Table:
+                    body_topics: frozenset[str], problems: list[Problem], body_problems: list[Problem]) -> pa.Table:
     n = len(pos)
     if n == 0:
         return SCHEMA.empty_table()
-    size = _be(buf, pos, 4)
-    magic = _be(buf, pos + 4, 4)
-    queue_id = _be(buf, pos + 12, 4)
-    queue_offset = _be(buf, pos + 20, 8)
-    phys = _be(buf, pos + 28, 8)
-    sys_flag = _be(buf, pos + 36, 4)
-    born_ts = _be(buf, pos + 40, 8)
-    bh_len = np.where(sys_flag & BORNHOST_V6, 20, 8)
-    sh_len = np.where(sys_flag & STOREHOST_V6, 20, 8)
+    i4, i8 = _at(buf, ">i4"), _at(buf, ">i8")
+    # every fixed field up to the body length, for an IPv4 record, in one gather (a record is at least 97 bytes)
+    head = _at(buf, f"V{_HEADER_V4.itemsize}")[pos].view(_HEADER_V4)
+    size = head["size"].astype(np.int64)
+    magic = head["magic"].astype(np.int64)
+    queue_id = head["queue_id"].astype(np.int32)
+    queue_offset = head["queue_offset"].astype(np.int64)
+    phys = head["phys"].astype(np.int64)
+    sys_flag = head["sys_flag"].astype(np.int64)
+    born_ts = head["born_ts"].astype(np.int64)
     born_host_pos = pos + 48
-    store_ts_pos = born_host_pos + bh_len
-    store_ts = _be(buf, store_ts_pos, 8)
-    store_host_pos = store_ts_pos + 8
-    reconsume_pos = store_host_pos + sh_len
-    reconsume = _be(buf, reconsume_pos, 4)
-    body_len_pos = reconsume_pos + 12
-    body_len = _be(buf, body_len_pos, 4)
-    body_pos = body_len_pos + 4
-    topic_len_pos = body_pos + body_len
+    if not (sys_flag & (BORNHOST_V6 | STOREHOST_V6)).any():
+        bh_len = sh_len = np.full(n, 8, dtype=np.int64)
+        store_ts = head["store_ts"].astype(np.int64)
+        store_host_pos = pos + 64
+        reconsume = head["reconsume"].astype(np.int32)
+        body_len = head["body_len"].astype(np.int64)
+        body_pos = pos + _HEADER_V4.itemsize
+    else:
+        bh_len = np.where(sys_flag & BORNHOST_V6, 20, 8)
+        sh_len = np.where(sys_flag & STOREHOST_V6, 20, 8)
+        store_ts_pos = born_host_pos + bh_len
+        store_ts = i8[store_ts_pos].astype(np.int64)
+        store_host_pos = store_ts_pos + 8
+        reconsume_pos = store_host_pos + sh_len
+        reconsume = i4[reconsume_pos].astype(np.int32)
+        body_len_pos = reconsume_pos + 12
+        body_len = i4[body_len_pos].astype(np.int64)
+        body_pos = body_len_pos + 4
+    # a corrupt body length may point anywhere: read what is in the buffer; the size check below rejects it
+    last = len(buf) - 2
+    topic_len_pos = np.clip(body_pos + body_len, 0, last)
     v2 = magic == MAGIC_V2
-    topic_len = np.where(v2, _be(buf, topic_len_pos, 2), _be(buf, topic_len_pos, 1) & 0xFF)
-    topic_pos = topic_len_pos + np.where(v2, 2, 1)
-    props_len_pos = topic_pos + topic_len
-    props_len = _be(buf, props_len_pos, 2) & 0xFFFF
+    if v2.any():
+        topic_len = np.where(v2, _be(buf, topic_len_pos, 2), buf[topic_len_pos].astype(np.int64))
+        topic_pos = topic_len_pos + np.where(v2, 2, 1)
+    else:
+        topic_len = buf[topic_len_pos].astype(np.int64)
+        topic_pos = topic_len_pos + 1
+    props_len_pos = np.clip(topic_pos + topic_len, 0, last)
+    props_len = _at(buf, ">u2")[props_len_pos].astype(np.int64)
     props_pos = props_len_pos + 2
 
     # A record whose fields do not add up to its size is corrupt even though its header looked fine.
-    consistent = (props_pos + props_len - pos) == size
+    consistent = ((props_pos + props_len - pos) == size) & (body_len >= 0) & (topic_len >= 0)
     if not consistent.all():
         for p in pos[~consistent]:
             problems.append(Problem(segment, int(p), f"record at byte {int(p)}: field lengths do not add up to its "
@@ -364,74 +535,139 @@ def _decode_records(buf: np.ndarray, pos: np.ndarray, segment_start: int, segmen
             a[keep] for a in (bh_len, sh_len, born_host_pos, store_host_pos, body_pos, body_len, topic_pos, topic_len,
                               props_pos, props_len))
         n = len(pos)
+        if n == 0:
+            return SCHEMA.empty_table()
 
-    topic = _strings(*_gather(buf, topic_pos, topic_len))
+    topic = _slices(buf, topic_pos, topic_len)
     props, uniq, keys, tags = _properties(buf, props_pos, props_len)
     born_host = _hosts(buf, born_host_pos, bh_len)
     store_host = _hosts(buf, store_host_pos, sh_len)
     msg_id = _offset_msg_ids(buf, store_host_pos, sh_len, phys)
-    body = _bodies(buf, topic, body_topics, body_pos, body_len, sys_flag, pos, segment, problems)
+    body = _bodies(buf, topic, body_topics, body_pos, body_len, sys_flag, pos, segment, body_problems)
     ts = pa.timestamp("ms", tz="UTC")
     return pa.Table.from_arrays([
-        pa.array(phys, pa.int64()), topic, pa.array(queue_id.astype(np.int32)), pa.array(queue_offset, pa.int64()),
-        pa.array(store_ts, ts), pa.array(born_ts, ts), uniq, keys, tags, pa.array(reconsume.astype(np.int32)),
+        pa.array(phys, pa.int64()), topic, pa.array(queue_id), pa.array(queue_offset, pa.int64()),
+        pa.array(store_ts, ts), pa.array(born_ts, ts), uniq, keys, tags, pa.array(reconsume),
         props, pa.array(size.astype(np.int32)), pa.array(sys_flag.astype(np.int32)), born_host, store_host, msg_id,
-        pa.array(np.full(n, segment, dtype=object), pa.string()), body,
+        _constant_strings(segment, n), body,
     ], schema=SCHEMA)
+
+
+_NAMED_COLUMNS = pa.array(["UNIQ_KEY", "KEYS", "TAGS"], pa.string())
 
 
 def _properties(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray
                 ) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array]:
     """Split every ``name\\x01value\\x02`` blob at once; returns the map column and UNIQ_KEY, KEYS, TAGS."""
     n = len(starts)
-    data, rec_off = _gather(buf, starts, lengths)
-    p2 = np.flatnonzero(data == 2)
+    blob = _slices(buf, starts, lengths, pa.binary())
+    rec_off = np.frombuffer(blob.buffers()[1], np.int32, n + 1, offset=blob.offset * 4).astype(np.int64)
+    base = rec_off[0]
+    data = np.frombuffer(blob.buffers()[2], np.uint8, int(rec_off[-1]))[base:] if rec_off[-1] else np.zeros(0, np.uint8)
+    rec_off -= base
+    # separators: one pass for both kinds
+    hits = np.flatnonzero(data <= 2)
+    hit_byte = data[hits]
     # a blob that does not end in \x02 (older writers) still ends its last pair at the end of the blob
     ends_bad = (lengths > 0) & (data[np.maximum(rec_off[1:] - 1, 0)] != 2) if len(data) else np.zeros(n, bool)
-    if ends_bad.any():
-        p2 = np.sort(np.concatenate([p2, rec_off[1:][ends_bad]]))
-    pair_end = p2
-    # a pair starts right after the previous \x02, or at the start of its record's blob
-    prev = np.concatenate([[-1], pair_end[:-1]]) + 1
-    rec_of_end = np.searchsorted(rec_off, pair_end, side="right") - 1
-    pair_start = np.maximum(prev, rec_off[rec_of_end])
-    nonempty = pair_end > pair_start
-    pair_start, pair_end, rec = pair_start[nonempty], pair_end[nonempty], rec_of_end[nonempty]
-    p1 = np.flatnonzero(data == 1)
-    sep = p1[np.minimum(np.searchsorted(p1, pair_start), max(len(p1) - 1, 0))] if len(p1) else np.full(len(pair_start), -1)
-    has_sep = (sep >= pair_start) & (sep < pair_end) if len(p1) else np.zeros(len(pair_start), bool)
-    pair_start, pair_end, rec, sep = pair_start[has_sep], pair_end[has_sep], rec[has_sep], sep[has_sep]
-    keys = _strings(*_gather(data, pair_start, sep - pair_start))
-    values = _strings(*_gather(data, sep + 1, pair_end - sep - 1))
-    counts = np.bincount(rec, minlength=n)
-    map_off = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(counts, out=map_off[1:])
+    if len(hits) % 2 == 0 and not ends_bad.any() and (hit_byte[0::2] == 1).all() and (hit_byte[1::2] == 2).all():
+        # The usual case, separators alternate: the blobs are name \x01 value \x02 name \x01 value \x02 ... end to
+        # end, so cutting them at every separator gives name, \x01, value, \x02, ... as one string array that shares
+        # the blobs' buffer (no copy); names and values are every fourth string of it.
+        cuts = np.empty(2 * len(hits) + 1, dtype=np.int32)
+        cuts[0] = 0
+        cuts[1::2] = hits
+        cuts[2::2] = hits + 1
+        blob_data = blob.buffers()[2].slice(int(base)) if len(data) else pa.py_buffer(b"")
+        tokens = pa.StringArray.from_buffers(2 * len(hits), pa.py_buffer(cuts), blob_data)
+        keys = tokens.take(pa.array(np.arange(0, 2 * len(hits), 4, dtype=np.int32)))
+        values = tokens.take(pa.array(np.arange(2, 2 * len(hits), 4, dtype=np.int32)))
+        map_off = np.searchsorted(hits[1::2], rec_off).astype(np.int32)  # record r's pairs end in its blob
+    else:
+        pair_start, pair_end, rec, sep = _pairs(data, rec_off, hits[hit_byte == 1], hits[hit_byte == 2], ends_bad)
+        map_off = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(np.bincount(rec, minlength=n), out=map_off[1:])
+        keys = _slices(data, pair_start, sep - pair_start)
+        values = _slices(data, sep + 1, pair_end - sep - 1)
     props = pa.MapArray.from_arrays(pa.array(map_off), keys, values)
-    pair_index = np.arange(len(rec))
 
-    def column(name: str) -> pa.Array:
-        hit = pc.equal(keys, name).to_numpy(zero_copy_only=False)
+    # UNIQ_KEY, KEYS and TAGS: the value of the last pair with that name in each record, else null
+    code = pc.fill_null(pc.index_in(keys, value_set=_NAMED_COLUMNS), -1).to_numpy()
+    named = np.flatnonzero(code >= 0)
+    named_rec = np.repeat(np.arange(n, dtype=np.int32), np.diff(map_off))[named]
+    named_code = code[named]
+
+    def column(which: int) -> pa.Array:
+        sel = named_code == which
         idx = np.full(n, -1, dtype=np.int64)
-        idx[rec[hit]] = pair_index[hit]
+        idx[named_rec[sel]] = named[sel]  # a name given twice: the last pair wins
         return values.take(pa.array(idx, mask=idx < 0))
 
-    return props, column("UNIQ_KEY"), column("KEYS"), column("TAGS")
+    return props, column(0), column(1), column(2)
+
+
+def _pairs(data: np.ndarray, rec_off: np.ndarray, p1: np.ndarray, p2: np.ndarray, ends_bad: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Pairs of blobs in any shape: (start, end, record, position of the name/value separator)."""
+    n = len(rec_off) - 1
+    # the \x02 of record r are those in [rec_off[r], rec_off[r+1])
+    rec = np.repeat(np.arange(n, dtype=np.int64), np.diff(np.searchsorted(p2, rec_off)))
+    pair_end = p2
+    if ends_bad.any():
+        extra = np.flatnonzero(ends_bad)
+        ends = np.concatenate([p2, rec_off[1:][extra]])
+        owner = np.concatenate([rec, extra])
+        # an end of blob r at rec_off[r+1] sorts before a \x02 that is the first byte of blob r+1
+        order = np.argsort(ends * 2 + np.concatenate([np.ones(len(p2), np.int64), np.zeros(len(extra), np.int64)]),
+                           kind="stable")
+        pair_end, rec = ends[order], owner[order]
+    # a pair starts right after the previous \x02, or at the start of its record's blob
+    first = np.ones(len(rec), dtype=bool)
+    first[1:] = rec[1:] != rec[:-1]
+    prev_end = np.empty(len(pair_end), dtype=np.int64)
+    if len(pair_end):
+        prev_end[0] = -1
+        prev_end[1:] = pair_end[:-1]
+    pair_start = np.where(first, rec_off[rec], prev_end + 1)
+    nonempty = pair_end > pair_start
+    if not nonempty.all():
+        pair_start, pair_end, rec = pair_start[nonempty], pair_end[nonempty], rec[nonempty]
+    # the name ends at the first \x01 of the pair; usually there is exactly one per pair
+    if len(p1) == len(pair_start) and ((p1 >= pair_start) & (p1 < pair_end)).all():
+        sep = p1
+    else:
+        if len(p1):
+            sep = p1[np.minimum(np.searchsorted(p1, pair_start), len(p1) - 1)]
+            has_sep = (sep >= pair_start) & (sep < pair_end)
+        else:
+            sep, has_sep = np.full(len(pair_start), -1), np.zeros(len(pair_start), bool)
+        pair_start, pair_end, rec, sep = pair_start[has_sep], pair_end[has_sep], rec[has_sep], sep[has_sep]
+    return pair_start, pair_end, rec, sep
+
+
+def _host_text(ip: int, port: int) -> str:
+    return f"{socket.inet_ntoa(struct.pack('>I', ip))}:{struct.unpack('>i', struct.pack('>I', port))[0]}"
 
 
 def _hosts(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
     """``ip:port`` strings; formatted once per distinct host."""
     n = len(starts)
     v4 = lengths == 8
+    if v4.all():
+        key = _at(buf, ">u8")[starts]  # IPv4 address then port, as one number
+        if (key == key[0]).all():
+            text = _host_text(int(key[0]) >> 32, int(key[0]) & 0xFFFFFFFF)
+            return _constant_strings(text, n)
+        enc = pc.dictionary_encode(pa.array(key.astype(np.uint64)))  # hashing: no sort
+        texts = pa.array([_host_text(k >> 32, k & 0xFFFFFFFF) for k in enc.dictionary.to_pylist()], pa.string())
+        return texts.take(enc.indices)
     out = np.empty(n, dtype=object)
     if v4.any():
         s = starts[v4]
-        ip = (_be(buf, s, 4) & 0xFFFFFFFF).astype(np.uint64)
-        port = (_be(buf, s + 4, 4) & 0xFFFFFFFF).astype(np.uint64)
-        key = (ip << np.uint64(32)) | port
+        key = _at(buf, ">u8")[s]
         uniq, inv = np.unique(key, return_inverse=True)
-        text = np.array([f"{socket.inet_ntoa(struct.pack('>I', int(k) >> 32))}:{struct.unpack('>i', struct.pack('>I', int(k) & 0xFFFFFFFF))[0]}" for k in uniq],
-                        dtype=object)
-        out[v4] = text[inv]
+        text = np.array([_host_text(int(k) >> 32, int(k) & 0xFFFFFFFF) for k in uniq], dtype=object)
+        out[v4] = text[inv.reshape(-1)]
     for i in np.flatnonzero(~v4):
         s = int(starts[i])
         out[i] = f"{socket.inet_ntop(socket.AF_INET6, bytes(buf[s:s + 16]))}:{struct.unpack('>i', bytes(buf[s + 16:s + 20]))[0]}"
@@ -443,10 +679,15 @@ def _offset_msg_ids(buf: np.ndarray, store_host_pos: np.ndarray, sh_len: np.ndar
     n = len(phys)
     v4 = sh_len == 8
     if v4.all():
-        chars = np.concatenate([_hex(_be(buf, store_host_pos, 4) & 0xFFFFFFFF, 8),
-                                _hex(_be(buf, store_host_pos + 4, 4) & 0xFFFFFFFF, 8), _hex(phys, 16)], axis=1)
+        chars = np.empty((n, 16), dtype=np.uint16)  # two characters per byte: (n, 32) characters
+        host = _at(buf, ">u8")[store_host_pos]
+        if (host == host[0]).all():
+            chars[:, :8] = _HEX2[host[:1].view(np.uint8)]
+        else:
+            chars[:, :8] = _HEX2[host.view(np.uint8).reshape(n, 8)]
+        chars[:, 8:] = _HEX2[phys.astype(">i8").view(np.uint8).reshape(n, 8)]
         return pa.StringArray.from_buffers(n, pa.py_buffer(np.arange(n + 1, dtype=np.int32) * 32),
-                                           pa.py_buffer(np.ascontiguousarray(chars).reshape(-1)))
+                                           pa.py_buffer(chars))
     out = []
     for i in range(n):
         s, w = int(store_host_pos[i]), int(sh_len[i])
@@ -491,6 +732,25 @@ def decompress_body(body: bytes, kind: int) -> bytes:
     raise ValueError(f"unknown compression type {kind}")
 
 
+def _map_chunk(path: str, lo: int, hi: int) -> np.ndarray:
+    """Bytes [lo, hi) of a file, memory-mapped on their own (and pre-faulted): once the array is dropped the pages
+    leave the process, so decoding a segment chunk by chunk never holds more than one chunk of it."""
+    if hi <= lo:
+        return np.zeros(0, np.uint8)
+    base = lo - lo % mmap.ALLOCATIONGRANULARITY
+    with open(path, "rb") as fh:
+        mm = mmap.mmap(fh.fileno(), hi - base, offset=base, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
+                       prot=mmap.PROT_READ)
+    return np.frombuffer(mm, dtype=np.uint8)[lo - base:]
+
+
+def _unwritten(path: str, pos: int) -> bool:
+    """Whether the 8 bytes at ``pos`` are zero (a size and magic code never written)."""
+    with open(path, "rb") as fh:
+        fh.seek(pos)
+        return fh.read(8) == bytes(8)
+
+
 def decode_file(path: str, *, segment_start: int | None = None, segment: str | None = None, begin: int = 0,
                 chunk_bytes: int = 64 << 20, body_topics: frozenset[str] = frozenset({TRACE_TOPIC})
                 ) -> Iterator[SegmentDecode]:
@@ -505,13 +765,13 @@ def decode_file(path: str, *, segment_start: int | None = None, segment: str | N
     if size == 0:
         yield SegmentDecode(SCHEMA.empty_table(), 0, False, [])
         return
-    mm = np.memmap(path, dtype=np.uint8, mode="r")
     pos = begin
     while True:
         hi = min(size, pos + chunk_bytes)
         final = hi >= size
-        chunk = mm[pos:hi]
+        chunk = _map_chunk(path, pos, hi)
         res = decode_segment(chunk, segment_start=start + pos, segment=name, final=final, body_topics=body_topics)
+        del chunk  # nothing decoded refers to the mapping: it is unmapped here
         for i, p in enumerate(res.problems):
             res.problems[i] = Problem(p.source_path, p.position + pos, p.reason.replace(
                 f"at byte {p.position}", f"at byte {p.position + pos}"))
@@ -520,8 +780,10 @@ def decode_file(path: str, *, segment_start: int | None = None, segment: str | N
         yield res
         if res.complete or final:
             return
-        if res.end == pos:  # nothing fit in a whole chunk: a record larger than the chunk
-            chunk_bytes *= 2
+        if res.end == pos:
+            if not res.problems and _unwritten(path, pos):
+                return  # preallocated space the broker has not written yet: the segment is decoded to its end
+            chunk_bytes *= 2  # nothing fit in a whole chunk: a record larger than the chunk
             continue
         pos = res.end
         if stop and res.end < hi:
