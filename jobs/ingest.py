@@ -291,7 +291,13 @@ def decode_commitlog(snap: Snapshot, state: dict[tuple[str, str, str], SegmentSt
                 complete = True
                 break
             if res.end == 0 and not final:
-                raise ValueError(f"{f.path}: a record at byte {pos} is larger than {CHUNK_BYTES} bytes")
+                # Zeros where a record should start: the preallocated, unwritten rest of the broker's newest
+                # segment. Anything else is a record no broker writes (maxMessageSize is 4 MiB): quarantined.
+                if any(data[:8]):
+                    out.problem(snap.cluster, snap.broker, snap.ts, Problem(
+                        f.path, pos, f"a record at byte {pos} is larger than the {CHUNK_BYTES}-byte read window; "
+                        f"decoding of this segment stops here"))
+                break
             if final or res.end == 0 or (res.end < len(data) and not tbl.num_rows):
                 break
             pos += res.end

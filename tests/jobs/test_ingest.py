@@ -156,3 +156,40 @@ def test_missing_files_are_not_fatal(tmp_path: pathlib.Path) -> None:
     lake = str(tmp_path / "lake")
     summary = ingest.run(landing, lake, now=NOW)
     assert (summary["snapshots"], summary["quarantined"], _delta.exists(lake, consumer_offsets.TABLE)) == (1, 0, False)
+
+
+def _segment(root: pathlib.Path, body: bytes, size: int, folder: str = "snapshot_ts=20260105T000000Z") -> None:
+    seg = root / "landing" / "cluster=c" / "broker=b" / folder / "store" / "commitlog"
+    seg.mkdir(parents=True)
+    (seg / f"{0:020d}").write_bytes(body + bytes(size - len(body)))
+
+
+def test_the_newest_segment_s_zero_filled_tail_ends_decoding_quietly(tmp_path: pathlib.Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broker preallocates its newest segment: written records, then zeros running past several read windows."""
+    from jobs.commitlog import CommitLogWriter
+
+    seg = tmp_path / "landing" / "cluster=c" / "broker=b" / "snapshot_ts=20260105T000000Z" / "store" / "commitlog"
+    w = CommitLogWriter(str(seg), segment_size=64 * 1024)
+    for i in range(40):
+        w.append(topic="T", queue_id=0, queue_offset=i, body=b"x" * 100, properties={"UNIQ_KEY": f"K{i:04d}"},
+                 born_ts_ms=1, store_ts_ms=2, born_host=("10.0.0.1", 1), store_host=("10.0.0.2", 10911))
+    w.close()
+    monkeypatch.setattr(ingest, "CHUNK_BYTES", 2048)  # 40 records of ~200 bytes, then 56 KiB of zeros
+    lake = str(tmp_path / "lake")
+    summary = ingest.run(str(tmp_path / "landing"), lake, now=NOW)
+    rows = _delta.read_pandas(lake, messages.TABLE).sort_values("physical_offset")
+    assert (summary["quarantined"], rows["uniq_key"].tolist()) == (0, [f"K{i:04d}" for i in range(40)])
+
+
+def test_a_record_larger_than_the_read_window_is_quarantined_not_fatal(tmp_path: pathlib.Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ingest, "CHUNK_BYTES", 2048)
+    # TOTALSIZE 4096 with the v1 magic: a plausible header whose record does not fit one window.
+    _segment(tmp_path, (4096).to_bytes(4, "big") + bytes.fromhex("DAA320A7") + bytes(4088), 16 * 1024)
+    lake = str(tmp_path / "lake")
+    ingest.run(str(tmp_path / "landing"), lake, now=NOW)
+    q = _delta.read_pandas(lake, quarantine.TABLE)
+    assert q[["source_path", "position", "reason"]].values.tolist() == [[
+        "cluster=c/broker=b/snapshot_ts=20260105T000000Z/store/commitlog/00000000000000000000", 0,
+        "a record at byte 0 is larger than the 2048-byte read window; decoding of this segment stops here"]]
