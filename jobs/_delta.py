@@ -49,11 +49,10 @@ def exists(lake: str, table: "Table") -> bool:
         from deltalake import DeltaTable
 
         return DeltaTable.is_deltatable(path, storage_options=storage_options() if _is_s3(path) else None)
-    if _is_s3(path):
-        from jobs import storage
+    # A Parquet table is a folder with at least one data file (Sail writes no _SUCCESS marker).
+    from jobs import storage
 
-        return bool(storage.list_keys(path.rstrip("/") + "/_SUCCESS"))
-    return os.path.exists(os.path.join(path, "_SUCCESS"))
+    return any(uri.endswith(".parquet") for uri in storage.list_keys(path)) if storage.exists(path) else False
 
 
 def read(spark: "SparkSession", lake: str, table: "Table") -> "DataFrame":
@@ -109,12 +108,17 @@ def merge(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table", *, 
     return n
 
 
-def _merge_parquet(spark: "SparkSession", df: "DataFrame", target: "DataFrame", lake: str, table: "Table") -> None:
-    """Parquet has no MERGE: rewrite the table as (target minus source keys) plus source, through a staging copy."""
-    keep = target.join(df.select(*table.key), on=[target[k].eqNullSafe(df[k]) for k in table.key], how="left_anti")
+def _rewrite_parquet(spark: "SparkSession", rows: "DataFrame", lake: str, table: "Table") -> None:
+    """Replace a Parquet table's contents with ``rows`` (which may read the table) through a staging copy."""
     staging = table.path(lake) + "__staging"
-    keep.unionByName(df).write.format("parquet").mode("overwrite").save(staging)
+    rows.select(*table.columns).write.format("parquet").mode("overwrite").save(staging)
     spark.read.format("parquet").load(staging).write.format("parquet").mode("overwrite").save(table.path(lake))
+
+
+def _merge_parquet(spark: "SparkSession", df: "DataFrame", target: "DataFrame", lake: str, table: "Table") -> None:
+    """Parquet has no MERGE: rewrite the table as (target minus source keys) plus source."""
+    keep = target.join(df.select(*table.key), on=[target[k].eqNullSafe(df[k]) for k in table.key], how="left_anti")
+    _rewrite_parquet(spark, keep.unionByName(df), lake, table)
 
 
 def replace_run(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table", run_id: str) -> None:
@@ -134,11 +138,8 @@ def replace_run(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table
         return
     from pyspark.sql import functions as F
 
-    target = read(spark, lake, table)
-    keep = target.where(F.col("run_id") != F.lit(run_id))
-    staging = table.path(lake) + "__staging"
-    keep.unionByName(df).write.format("parquet").mode("overwrite").save(staging)
-    spark.read.format("parquet").load(staging).write.format("parquet").mode("overwrite").save(table.path(lake))
+    keep = read(spark, lake, table).where(F.col("run_id") != F.lit(run_id))
+    _rewrite_parquet(spark, keep.unionByName(df), lake, table)
 
 
 def insert_new(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table", *, target_filter: str) -> None:
@@ -150,6 +151,12 @@ def insert_new(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table"
     df = df.select(*table.columns)
     if not exists(lake, table):
         _create(df, lake, table)
+        return
+    if table_format() == "parquet":
+        # No MERGE on Parquet: append the rows whose key is not there yet (an insert-only table stays correct).
+        target = read(spark, lake, table).alias("t").where(target_filter).select(*table.key)
+        new = df.join(target, on=[df[k].eqNullSafe(target[k]) for k in table.key], how="left_anti")
+        new.write.format("parquet").mode("append").save(table.path(lake))
         return
     view = f"rmq_src_{uuid.uuid4().hex[:12]}"
     df.createOrReplaceTempView(view)
@@ -169,16 +176,49 @@ def replace_where(spark: "SparkSession", df: "DataFrame", lake: str, table: "Tab
     if not exists(lake, table):
         _create(df, lake, table)
         return
+    if table_format() == "parquet":
+        keep = read(spark, lake, table).where(f"NOT ({predicate})")
+        _rewrite_parquet(spark, keep.unionByName(df), lake, table)
+        return
     df.write.format("delta").mode("overwrite").option("replaceWhere", predicate).save(table.path(lake))
 
 
 def read_pandas_columns(lake: str, table: "Table", columns: list[str], *, filters: Any = None) -> "pd.DataFrame":
-    """A projection of a table outside Spark (delta-rs), e.g. the record offsets of one broker."""
+    """A projection of a table outside Spark (delta-rs, or pyarrow for Parquet), e.g. the record offsets of a broker."""
+    path = table.path(lake)
+    if table_format() == "parquet":
+        return _read_parquet(path, table, columns, filters)
     from deltalake import DeltaTable
 
-    path = table.path(lake)
     dt = DeltaTable(path, storage_options=storage_options() if _is_s3(path) else None)
     return dt.to_pandas(columns=columns, filters=filters)
+
+
+def _read_parquet(path: str, table: "Table", columns: list[str], filters: Any) -> "pd.DataFrame":
+    """A Parquet table (every data file of the folder) with pyarrow; same ``filters`` form as delta-rs."""
+    import pyarrow.parquet as pq
+
+    arrow = pq.read_table(path, columns=columns, filters=filters, schema=_arrow_schema(table))
+    return arrow.to_pandas()[columns]
+
+
+def _arrow_schema(table: "Table") -> Any:
+    """The table's schema in Arrow types (Spark writes timestamps as UTC instants)."""
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    def conv(t: Any) -> Any:
+        simple = {T.StringType: pa.string(), T.LongType: pa.int64(), T.IntegerType: pa.int32(),
+                  T.BooleanType: pa.bool_(), T.DoubleType: pa.float64(), T.BinaryType: pa.binary(),
+                  T.TimestampType: pa.timestamp("us", tz="UTC")}
+        for cls, arrow_type in simple.items():
+            if isinstance(t, cls):
+                return arrow_type
+        if isinstance(t, T.MapType):
+            return pa.map_(conv(t.keyType), conv(t.valueType))
+        raise TypeError(f"no Arrow type for {t}")
+
+    return pa.schema([pa.field(f.name, conv(f.dataType)) for f in table.schema.fields])
 
 
 def read_pandas(lake: str, table: "Table", *, filters: Any = None) -> "pd.DataFrame":
@@ -193,9 +233,11 @@ def read_pandas(lake: str, table: "Table", *, filters: Any = None) -> "pd.DataFr
             return pd.DataFrame({c: [] for c in table.columns})
         dt = DeltaTable(path, storage_options=storage_options() if _is_s3(path) else None)
         return dt.to_pandas(filters=filters)[table.columns]
-    import pyarrow.dataset as ds
+    if not exists(lake, table):
+        import pandas as pd
 
-    return ds.dataset(path, format="parquet").to_table().to_pandas()[table.columns]
+        return pd.DataFrame({c: [] for c in table.columns})
+    return _read_parquet(path, table, table.columns, filters)
 
 
 def history(lake: str, table: "Table") -> list[dict[str, Any]]:

@@ -307,7 +307,8 @@ def decode_commitlog(snap: Snapshot, state: dict[tuple[str, str, str], SegmentSt
         st.complete = complete or has_newer
         st.snapshot_ts = snap.ts
         known.extend_range(snap.cluster, snap.broker, st.start_offset, st.start_offset + st.decoded_to)
-        out.add(files.NAME, {**row, "sha256": digest_hex, "read_from": begin, "read_to": end_abs})
+        if end_abs > begin or f.path not in seen_paths:  # a re-read that found nothing new is not a new file version
+            out.add(files.NAME, {**row, "sha256": digest_hex, "read_from": begin, "read_to": end_abs})
 
 
 def trace_rows(cluster: str, broker: str, tbl: pa.Table, out: Extracted, snap: Snapshot, segment_path: str,

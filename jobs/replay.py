@@ -81,12 +81,16 @@ def commit_timeline(deliveries: DataFrame, *, as_of: Optional[dt.datetime] = Non
     )
 
 
-def _commit_at(entries: DataFrame, t: Column) -> Column:
-    """Aggregate: the replayed commit at time ``t`` over one lifetime's entries (spec §4 identity)."""
-    pulled = entries["start_ts"] <= t
-    pinned = pulled & (entries["left_ts"].isNull() | (entries["left_ts"] > t))
-    return F.coalesce(F.min(F.when(pinned, entries["queue_offset"])),
-                      F.max(F.when(pulled, entries["queue_offset"])) + 1)
+def _commit_at(alias: str, t: Column) -> Column:
+    """Aggregate: the replayed commit at time ``t`` over one lifetime's entries (spec §4 identity).
+
+    Columns are named through the join alias, not ``df[...]``: the timeline is joined with a frame derived from
+    itself, and classic Spark rejects such DataFrame-bound references as ambiguous (Sail and Connect accept them).
+    """
+    start, left, offset = (F.col(f"{alias}.{c}") for c in ("start_ts", "left_ts", "queue_offset"))
+    pulled = start <= t
+    pinned = pulled & (left.isNull() | (left > t))
+    return F.coalesce(F.min(F.when(pinned, offset)), F.max(F.when(pulled, offset)) + 1)
 
 
 def replayed_commits(timeline: DataFrame, series: DataFrame) -> DataFrame:
@@ -112,8 +116,8 @@ def replayed_commits(timeline: DataFrame, series: DataFrame) -> DataFrame:
     lower_t = t - F.expr(f"INTERVAL {BROKER_LAG_S} SECONDS")
     return (
         j.groupBy(*[F.col(f"a.{k}").alias(k) for k in SERIES_KEY], t.alias("snapshot_ts"))
-        .agg(_commit_at(e, t).alias("upper"),
-             F.coalesce(_commit_at(e, lower_t), F.min(F.col("e.queue_offset"))).alias("lower"))
+        .agg(_commit_at("e", t).alias("upper"),
+             F.coalesce(_commit_at("e", lower_t), F.min(F.col("e.queue_offset"))).alias("lower"))
         .join(s, on=SERIES_KEY + ["snapshot_ts"], how="inner")
     )
 
