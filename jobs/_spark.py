@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from contextlib import contextmanager
 from typing import Iterator, Literal
 
@@ -88,6 +89,9 @@ def session(engine: Engine | None = None, *, remote: str | None = None) -> Itera
         os.environ.pop("SPARK_REMOTE", None)
         os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # Python workers (applyInPandas) must run this interpreter, which has pandas and pyarrow; pyspark's
+        # default is whatever `python3` is on PATH.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         builder = (
             SparkSession.builder.master("local[2]")
             .appName("rmq-recon")
