@@ -1,16 +1,17 @@
 """RocketMQ commitlog segments: encode (for the simulator and benchmarks) and decode (formats §6).
 
-Decoding is vectorised: the TOTALSIZE chain (the only sequential dependency) is followed in many stretches at
-once (each starts at a record found by its magic code and physical offset, and must land exactly on the next
-one), then every fixed field of every record is gathered at once with numpy through overlapping big-endian views,
-and variable-length fields (topic, properties) are cut out of the buffer by Arrow (string views cast to strings,
-properties split at their separators without copying), with no Python object per record. Records are decoded in
-batches of ``_BATCH`` so that the working arrays stay in the CPU caches. Mirrors ``MessageDecoder.decode`` /
-``CommitLog.checkMessageAndReturnSize``; anything unusual falls back to the record-by-record walk.
+Decoding runs in numba-compiled kernels (compiled on first use and cached in ``__pycache__``), with no Python
+object per record: the TOTALSIZE chain (the only sequential dependency) is followed in many stretches side by
+side, then one pass over the records reads every fixed field, cuts out the topic and splits the properties
+into pairs and UNIQ_KEY / KEYS / TAGS, and small kernels format hosts and offsetMsgIds. The kernels write Arrow
+layouts (bytes + offsets) that become the table's columns without another copy. Records are decoded in batches
+of ``_BATCH`` (string offsets are int32). Mirrors ``MessageDecoder.decode`` /
+``CommitLog.checkMessageAndReturnSize``; anything unusual goes through the record-by-record walk.
 
 Bad records (bad magic, a size that runs past the segment, a physical offset that does not match the
-record's position) are reported with segment and byte position; decoding resumes at the next position
-where a valid record starts, so corruption loses only the corrupted records.
+record's position, field lengths that do not add up to the size) are reported with segment and byte position;
+decoding resumes at the next position where a valid record starts, so corruption loses only the corrupted
+records.
 """
 from __future__ import annotations
 
@@ -24,7 +25,10 @@ from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from jobs.problems import Problem
 
@@ -202,236 +206,580 @@ class SegmentDecode:
 
 
 def _as_array(data: bytes | memoryview | np.ndarray) -> np.ndarray:
+    """The bytes as one read-only, contiguous uint8 array: the single array type the kernels are compiled for."""
     if isinstance(data, np.ndarray):
-        # a plain ndarray view (an np.memmap subclass would route every fancy index through memmap.__getitem__)
-        return np.asarray(data).reshape(-1).view(np.uint8)
-    return np.frombuffer(data, dtype=np.uint8)
-
-
-def _at(buf: np.ndarray, dtype: str) -> np.ndarray:
-    """Overlapping view: element ``i`` is the ``dtype`` value stored at byte ``i`` of ``buf`` (any alignment).
-
-    ``_at(buf, ">i8")[pos]`` reads a big-endian long at every position with one gather and no index matrix.
-    """
-    dt = np.dtype(dtype)
-    n = len(buf) - dt.itemsize + 1
-    if n <= 0:
-        return np.zeros(0, dt)
-    if not buf.flags.c_contiguous:
-        buf = np.ascontiguousarray(buf)
-    return np.ndarray((n,), dt, buffer=buf, strides=(1,))
-
-
-_BE = {1: ">i1", 2: ">i2", 4: ">i4", 8: ">i8"}
-
-
-def _be(buf: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
-    """Big-endian signed integers of ``width`` bytes at every position (one gather)."""
-    return _at(buf, _BE[width])[pos].astype(np.int64)
-
-
-# string_view layout (Arrow columnar format), 16 bytes per string: int32 length, then the bytes inline (length
-# <= 12, zero-padded) or a 4-byte prefix, int32 buffer index and int32 offset into the buffer.
-# _VIEW_MASK[min(length, 13)] keeps, of the 16 bytes that start 4 bytes before a string, what its view holds.
-_VIEW_MASK = np.zeros((14, 4), dtype=np.uint32)
-for _k in range(14):
-    _keep = (b"\xff" * min(_k, 12)).ljust(12, b"\0") if _k <= 12 else b"\xff" * 4 + b"\0" * 8
-    _VIEW_MASK[_k, 1:] = np.frombuffer(_keep, dtype="<u4")
-del _k, _keep
-_VIEW_MASK_16 = _VIEW_MASK.view("V16").reshape(-1)  # one 16-byte item per class: 1-D gathers are fast
-
-
-def _views(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """string_view structs, (n, 4) uint32, for the ranges ``buf[start:start+len]`` (offsets < 2 GiB)."""
-    n = len(buf)
-    edge = (starts < 4) | (starts + 12 > n)
-    at = np.where(edge, 4, starts - 4) if n >= 16 else np.zeros(len(starts), np.int64)
-    if n >= 16:
-        views = _at(buf, "V16")[at].view(np.uint32).reshape(-1, 4)
+        # a plain ndarray (not an np.memmap subclass), viewed as bytes
+        buf = np.ascontiguousarray(np.asarray(data).reshape(-1)).view(np.uint8)
     else:
-        views = np.zeros((len(starts), 4), np.uint32)
-    for i in np.flatnonzero(edge):  # ranges within 4 bytes of the start or 12 bytes of the end of the buffer
-        s = int(starts[i])
-        views[i] = np.frombuffer(bytes(4) + bytes(buf[s:min(n, s + 12)]).ljust(12, b"\0"), dtype="<u4")
-    cls = np.minimum(lengths, 13)
-    views.view(np.uint64).reshape(-1, 2)[...] &= _VIEW_MASK_16[cls].view(np.uint64).reshape(-1, 2)
-    views[:, 0] = lengths
-    views[:, 3] += np.where(cls == 13, starts, 0).astype(np.uint32)
-    return views
+        buf = np.frombuffer(data, dtype=np.uint8)
+    if buf.flags.writeable:
+        buf = buf.view()
+        buf.flags.writeable = False
+    return buf
 
 
-def _slices(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, kind: pa.DataType = pa.string()) -> pa.Array:
-    """``buf[start:start+len]`` for every range as one string array; Arrow does the copying (view -> string cast)."""
-    n = len(starts)
-    if n == 0:
-        return pa.array([], kind)
-    starts = starts.astype(np.int64, copy=False)
-    lengths = lengths.astype(np.int64, copy=False)
-    if len(buf) >= (1 << 31):  # view offsets are int32; chunks are far smaller than this
-        arr = _strings(*_gather(buf, starts, lengths))
-        return arr if kind == pa.string() else arr.cast(kind)
-    views = _views(buf, starts, lengths)
-    view_type = pa.string_view() if kind == pa.string() else pa.binary_view()
-    return pa.Array.from_buffers(view_type, n, [None, pa.py_buffer(views), pa.py_buffer(buf)]).cast(kind)
+# ---- kernels. The byte-level loops are numba-compiled (on first use, or loaded from the cache in __pycache__):
+# following the size chain, reading each record's fields, splitting properties and formatting hosts and message
+# ids are per-record branches and sequential scans that numpy could only express as many passes over the data.
+# Python keeps the rare paths (problem reports, IPv6 hosts, bodies) and builds the Arrow columns on the kernels'
+# output buffers without copying them.
+#
+# The kernels read the buffer through the raw loads below (no negative-index wrap-around, unaligned big-endian
+# loads in one instruction); every read stays inside the buffer by the same length checks the Java reader makes.
 
 
-def _gather(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenate the byte ranges [start, start+len) -> (data, offsets with len+1 entries)."""
-    lengths = lengths.astype(np.int64)
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    total = int(offsets[-1])
-    if total == 0:
-        return np.zeros(0, np.uint8), offsets
-    idx = np.repeat(starts.astype(np.int64) - offsets[:-1], lengths) + np.arange(total, dtype=np.int64)
-    return buf[idx], offsets
+def _address(context, builder, array_type, array, index):  # type: ignore[no-untyped-def]
+    return builder.gep(context.make_array(array_type)(context, builder, array).data, [index])
 
 
-def _strings(data: np.ndarray, offsets: np.ndarray) -> pa.Array:
-    n = len(offsets) - 1
-    if len(data) >= (1 << 31):
-        return pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets.astype(np.int64)), pa.py_buffer(data))
-    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(np.ascontiguousarray(data)))
+def _load_intrinsic(bits: int, big_endian: bool):  # type: ignore[no-untyped-def]
+    @intrinsic
+    def load(typingctx, array, index):  # type: ignore[no-untyped-def]
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            ptr = builder.bitcast(_address(context, builder, signature.args[0], *args), ir.IntType(bits).as_pointer())
+            value = builder.load(ptr, align=1)
+            if not big_endian:
+                return builder.zext(value, ir.IntType(64)) if bits < 64 else value
+            if bits > 8:
+                value = builder.bswap(value)
+            return builder.sext(value, ir.IntType(64)) if bits < 64 else value
+        return (types.int64 if big_endian else types.uint64)(array, index), codegen
+    return load
 
 
-def _constant_strings(value: str, n: int) -> pa.Array:
-    raw = value.encode("utf-8")
-    return pa.StringArray.from_buffers(n, pa.py_buffer(np.arange(n + 1, dtype=np.int32) * len(raw)),
-                                       pa.py_buffer(raw * n))
+_u8 = _load_intrinsic(8, False)  # buf[i]
+_be16, _be32, _be64 = (_load_intrinsic(bits, True) for bits in (16, 32, 64))  # Java short / int / long at buf[i]
+_le64 = _load_intrinsic(64, False)  # 8 bytes as one word (for scanning and copying)
 
 
-# two uppercase hex characters per byte value, as the uint16 whose little-endian bytes spell them
-_HEX2 = np.array([ord(f"{b:02X}"[0]) | (ord(f"{b:02X}"[1]) << 8) for b in range(256)], dtype=np.uint16)
+@intrinsic
+def _store64(typingctx, array, index, value):  # type: ignore[no-untyped-def]
+    """Store the word ``value`` as 8 bytes at ``array[index]`` (any alignment)."""
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        ptr = builder.bitcast(_address(context, builder, signature.args[0], args[0], args[1]),
+                              ir.IntType(64).as_pointer())
+        builder.store(args[2], ptr, align=1)
+        return context.get_dummy_value()
+    return types.void(array, index, types.uint64), codegen
+
+
+@intrinsic
+def _trailing_zeros(typingctx, value):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 1))
+    return types.uint64(types.uint64), codegen
+
+
+@intrinsic
+def _bswap(typingctx, value):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.bswap(args[0])
+    return types.uint64(types.uint64), codegen
+
+
+@intrinsic
+def _prefetch(typingctx, array, index):  # type: ignore[no-untyped-def]
+    """Ask for the cache line of ``array[index]`` ahead of use (``llvm.prefetch``; never faults)."""
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                            "llvm.prefetch.p0")
+        ptr = builder.bitcast(_address(context, builder, signature.args[0], *args), i8p)
+        builder.call(fn, [ptr, i32(0), i32(3), i32(1)])  # read, keep in all cache levels, data
+        return context.get_dummy_value()
+    return types.void(array, index), codegen
+
+
+_kernel = njit(cache=True, nogil=True)
+_inline = njit(cache=True, nogil=True, inline="always")
+
+
+@_inline
+def _copy(dst: np.ndarray, d: int, src: np.ndarray, s: int, n: int) -> None:
+    """``dst[d:d+n] = src[s:s+n]`` a word at a time; may write up to 7 bytes of garbage past ``d+n`` (the output
+    buffers have room for it, and the next string overwrites it)."""
+    if s + n + 8 <= len(src) and d + n + 8 <= len(dst):
+        for k in range(0, n, 8):
+            _store64(dst, d + k, _le64(src, s + k))
+    else:
+        for k in range(n):
+            dst[d + k] = _u8(src, s + k)
+
+
+@_kernel
+def _grown(a: np.ndarray, need: int) -> np.ndarray:
+    """A copy of ``a`` with room for at least ``need`` items (twice as many as it has, or more).
+
+    Output buffers grow with what is written instead of being sized for the worst case: big short-lived
+    allocations make glibc raise its mmap threshold and fragment the heap, and RSS would creep up with the
+    size of the segment.
+    """
+    grown = np.empty(max(need, 2 * len(a)), a.dtype)
+    grown[:len(a)] = a
+    return grown
+
+
+_LOW3 = np.uint64(0x0303030303030303)
+_HIGH = np.uint64(0x8080808080808080)
+
+
+@_inline
+def _next_separator(buf: np.ndarray, q: int, end: int) -> int:
+    """The first position in ``[q, end)`` holding a byte <= 2 (a property separator, or NUL), else ``end``;
+    8 bytes at a time."""
+    while q + 8 <= end:
+        w = _le64(buf, q)
+        hit = (w - _LOW3) & ~w & _HIGH  # lowest set bit: the first byte < 3
+        if hit:
+            return q + np.int64(_trailing_zeros(hit) >> np.uint64(3))
+        q += 8
+    while q < end and _u8(buf, q) > 2:
+        q += 1
+    return q
+
+
+@_inline
+def _put_decimal(out: np.ndarray, o: int, v: int) -> int:
+    if v < 0:
+        out[o] = 45  # '-'
+        o += 1
+        v = -v
+    digits = 1
+    t = v
+    while t >= 10:
+        t //= 10
+        digits += 1
+    for k in range(digits - 1, -1, -1):
+        out[o + k] = 48 + v % 10
+        v //= 10
+    return o + digits
+
+
+_NIBBLES = np.uint64(0x0F0F0F0F0F0F0F0F)
+
+
+@_inline
+def _hex8(v: int) -> np.uint64:
+    """The low 32 bits of ``v`` as 8 uppercase hex digits, packed as one word in string order."""
+    x = np.uint64(v) & np.uint64(0xFFFFFFFF)
+    x = ((x << np.uint64(16)) | x) & np.uint64(0x0000FFFF0000FFFF)  # one nibble per byte, in three steps
+    x = ((x << np.uint64(8)) | x) & np.uint64(0x00FF00FF00FF00FF)
+    x = ((x << np.uint64(4)) | x) & _NIBBLES
+    letters = ((x + np.uint64(0x0606060606060606)) >> np.uint64(4)) & np.uint64(0x0101010101010101)  # digit >= 10
+    return _bswap(x + np.uint64(0x3030303030303030) + letters * np.uint64(7))
+
+
+# why _chain stopped
+_UNWRITTEN, _END_MARKER, _BUFFER_END, _BAD_MAGIC, _PAST_END, _BAD_PHYS = range(6)
+
+
+@_kernel
+def _chain(buf: np.ndarray, segment_start: int, pos: int, out: np.ndarray, count: int) -> tuple[int, int, int]:
+    """Follow TOTALSIZE from ``pos`` while records are valid, appending their positions to ``out[count:]``.
+
+    Returns where it stopped, the new count and why (``CommitLog.checkMessageAndReturnSize``'s checks).
+    """
+    n = len(buf)
+    while pos + 8 <= n:
+        size = _be32(buf, pos)
+        magic = _be32(buf, pos + 4)
+        if size == 0 and magic == 0:
+            return pos, count, _UNWRITTEN
+        if magic == BLANK_MAGIC:
+            return pos, count, _END_MARKER
+        if (magic != MAGIC_V1 and magic != MAGIC_V2) or size < _MIN_RECORD:
+            return pos, count, _BAD_MAGIC
+        if pos + size > n:
+            return pos, count, _PAST_END
+        if _be64(buf, pos + 28) != segment_start + pos:
+            return pos, count, _BAD_PHYS
+        out[count] = pos
+        count += 1
+        pos += size
+    return pos, count, _BUFFER_END
+
+
+_SYNC_STEP = 32 << 10  # a stretch of the chain starts every 32 KiB ...
+_SYNC_WINDOW = 2 << 10  # ... at the first record start in the 2 KiB there
+_SIDE_BY_SIDE = 16  # stretches walked together
+
+
+@_kernel
+def _chains(buf: np.ndarray, segment_start: int, begin: int, out: np.ndarray) -> tuple[int, int]:
+    """The chain from ``begin``, walked in many stretches side by side: one record at a time it is a chain of
+    dependent cache misses; 16 stretches at once keep 16 misses in flight.
+
+    Every ``_SYNC_STEP`` bytes, the first record start (a magic code, and a physical offset field equal to its
+    position) in a small window starts a stretch; each must land exactly on the start of the next, so the
+    stretches are the chain from ``begin`` (a false start inside a body would never be landed on). Returns the
+    number of positions written to ``out`` and where the last stretch starts (the record-by-record walk goes on
+    from there), or (-1, begin) when the buffer is small or anything is not a valid record.
+    """
+    n = len(buf)
+    first = begin + _SYNC_STEP
+    k = (n - _SYNC_WINDOW - 64 - first) // _SYNC_STEP
+    if n - begin < 4 * _SYNC_STEP or k < 1:
+        return -1, begin
+    starts = np.empty(k + 1, np.int64)
+    starts[0] = begin
+    m = 1
+    for r in range(k):
+        w = first + r * _SYNC_STEP
+        for c in range(w, w + _SYNC_WINDOW - 4):
+            if _u8(buf, c + 4) == 0xDA:
+                magic = _be32(buf, c + 4)
+                if (magic == MAGIC_V1 or magic == MAGIC_V2) and _be64(buf, c + 28) == segment_start + c:
+                    starts[m] = c
+                    m += 1
+                    break
+    if m < 2:
+        return -1, begin
+    # stretch j has at most (its length / smallest record) records: it writes them from slot (start - begin) // min
+    cur = starts[:m - 1].copy()
+    count = np.zeros(m - 1, np.int64)
+    for g in range(0, m - 1, _SIDE_BY_SIDE):
+        moving = True
+        while moving:
+            moving = False
+            for j in range(g, min(g + _SIDE_BY_SIDE, m - 1)):
+                p = cur[j]
+                if p == starts[j + 1]:
+                    continue
+                size = _be32(buf, p)
+                magic = _be32(buf, p + 4)
+                if ((magic != MAGIC_V1 and magic != MAGIC_V2) or size < _MIN_RECORD or p + size > starts[j + 1]
+                        or _be64(buf, p + 28) != segment_start + p):
+                    return -1, begin
+                out[(starts[j] - begin) // _MIN_RECORD + count[j]] = p
+                count[j] += 1
+                cur[j] = p + size
+                moving = True
+    total = 0
+    for j in range(m - 1):  # close the gaps between the stretches' slots
+        base = (starts[j] - begin) // _MIN_RECORD
+        for x in range(count[j]):
+            out[total] = out[base + x]
+            total += 1
+    return total, starts[m - 1]
+
+
+@_kernel
+def _resync(buf: np.ndarray, segment_start: int, start: int) -> int:
+    """The first position >= start where a record plausibly begins (a magic code at +4 and, for a message, a
+    physical offset field that matches), or -1."""
+    n = len(buf)
+    for p in range(start, n - 7):
+        b = _u8(buf, p + 4)
+        if b != 0xDA and b != 0xCB:  # the first byte of every magic code
+            continue
+        magic = _be32(buf, p + 4)
+        if magic == BLANK_MAGIC:
+            return p
+        if (magic == MAGIC_V1 or magic == MAGIC_V2) and p + 36 <= n and _be64(buf, p + 28) == segment_start + p:
+            return p
+    return -1
 
 
 def _walk(buf: np.ndarray, segment_start: int, segment: str, begin: int, final: bool
           ) -> tuple[np.ndarray, int, bool, list[Problem]]:
     """Follow the TOTALSIZE chain: record positions, where decoding stopped, end-of-file seen, problems.
 
-    The chain is followed from many points of the buffer at once (:func:`_walk_chains`) when the buffer is large
-    and its records are intact; the record-by-record loop does the rest and everything unusual, so the result is
-    the same as walking record by record from ``begin``.
-    """
-    fast = _walk_chains(buf, segment_start, begin)
-    if fast is None:
-        positions, end, complete, problems = _walk_records(buf, segment_start, segment, begin, final)
-        return np.asarray(positions, dtype=np.int64), end, complete, problems
-    head, resume = fast
-    positions, end, complete, problems = _walk_records(buf, segment_start, segment, resume, final)
-    return np.concatenate([head, np.asarray(positions, dtype=np.int64)]), end, complete, problems
-
-
-_SYNC_STEP = 32 << 10  # one chain per 32 KiB
-_SYNC_WINDOW = 2 << 10  # a chain starts at the first record found in the 2 KiB at its step
-_MAX_CHAIN_STEPS = 512
-_MAGIC_PREFIX = struct.pack(">i", MAGIC_V1)[:3]  # v1 and v2 differ in the last byte only
-
-
-def _walk_chains(buf: np.ndarray, segment_start: int, begin: int) -> tuple[np.ndarray, int] | None:
-    """Positions of the records in ``[begin, S)`` found by walking many stretches of the chain in lock step.
-
-    Every ``_SYNC_STEP`` bytes, the first record start (magic code, and a physical offset field equal to its
-    position) in a small window starts a stretch; each stretch is followed, all at once with numpy, until it lands
-    exactly on the start of the next. The stretches then are the chain from ``begin`` (a false start inside a body
-    would not be landed on). Returns the positions and ``S``, the last stretch start, from which the record loop
-    goes on; ``None`` (walk record by record) when the buffer is small or anything is not a valid record.
+    Same result as walking record by record from ``begin``: the stretches (:func:`_chains`) cover the intact
+    bulk of a big buffer, the record-by-record loop the rest and everything unusual.
     """
     n = len(buf)
-    if n - begin < 4 * _SYNC_STEP:
-        return None
-    at4, at8 = _at(buf, ">i4"), _at(buf, ">i8")
-    first = begin + _SYNC_STEP
-    k = (n - _SYNC_WINDOW - 64 - first) // _SYNC_STEP
-    if k < 1:
-        return None
-    # the first _SYNC_WINDOW bytes after each step, as rows of a strided view (no copy)
-    win = np.lib.stride_tricks.as_strided(buf[first:], shape=(k, _SYNC_WINDOW), strides=(_SYNC_STEP, 1))
-    flat = np.flatnonzero(win[:, 4:] == _MAGIC_PREFIX[0])
-    row, col = np.divmod(flat, _SYNC_WINDOW - 4)
-    cand = first + row * _SYNC_STEP + col  # where a record would start if the magic code is at +4
-    magic = at4[cand + 4]
-    valid = ((magic == MAGIC_V1) | (magic == MAGIC_V2)) & (at8[cand + 28] == cand + segment_start)
-    row, cand = row[valid], cand[valid]
-    keep = np.ones(len(row), dtype=bool)
-    keep[1:] = row[1:] != row[:-1]  # the first record start of each window (np.nonzero is row-major)
-    s = np.concatenate([[begin], cand[keep]]).astype(np.int64)
-    if len(s) < 2:
-        return None
-    pos, stop = s[:-1], s[1:]
-    parts = []
-    for _ in range(_MAX_CHAIN_STEPS):
-        size = at4[pos].astype(np.int64)
-        magic = at4[pos + 4]
-        nxt = pos + size
-        ok = (((magic == MAGIC_V1) | (magic == MAGIC_V2)) & (size >= _MIN_RECORD) & (nxt <= stop)
-              & (at8[pos + 28] == pos + segment_start))
-        if not ok.all():
-            return None
-        parts.append(pos)
-        more = nxt < stop
-        pos, stop = nxt[more], stop[more]
-        if not len(pos):
-            return np.sort(np.concatenate(parts)), int(s[-1])
-    return None
-
-
-def _walk_records(buf: np.ndarray, segment_start: int, segment: str, begin: int, final: bool
-                  ) -> tuple[list[int], int, bool, list[Problem]]:
-    """Follow the TOTALSIZE chain record by record (the reference walk; reports every problem)."""
-    mv = memoryview(buf)
-    n = len(buf)
-    pos = begin
-    positions: list[int] = []
+    if begin < 0:
+        raise ValueError(f"begin must be a position in the buffer, not {begin}")
+    out = np.empty(max(n - begin, 0) // _MIN_RECORD + 1, dtype=np.int64)  # records never overlap
+    count, pos = _chains(buf, segment_start, begin, out)
+    if count < 0:
+        count, pos = 0, begin
     problems: list[Problem] = []
-    unpack = _HEAD.unpack_from
-    phys_at = struct.Struct(">q").unpack_from
-    while pos + 8 <= n:
-        size, magic = unpack(mv, pos)
-        if size == 0 and magic == 0:
-            return positions, pos, False, problems  # preallocated, not written yet
-        if magic == BLANK_MAGIC:
-            return positions, pos, True, problems
-        if magic in (MAGIC_V1, MAGIC_V2) and _MIN_RECORD <= size:
-            if pos + size <= n:
-                if pos + 36 <= n and phys_at(mv, pos + 28)[0] == segment_start + pos:
-                    positions.append(pos)
-                    pos += size
-                    continue
-                reason = (f"record at byte {pos}: physical offset field {phys_at(mv, pos + 28)[0]} does not match "
-                          f"its position {segment_start + pos}")
-            elif not final:
-                return positions, pos, False, problems  # continues in the next chunk
-            else:
-                reason = f"record at byte {pos}: size {size} runs past the end of the segment ({n} bytes)"
+    while True:
+        pos, count, why = _chain(buf, segment_start, pos, out, count)
+        if why in (_UNWRITTEN, _BUFFER_END):  # preallocated and not written yet / the end of the buffer
+            return out[:count], pos, False, problems
+        if why == _END_MARKER:
+            return out[:count], pos, True, problems
+        size, magic = _HEAD.unpack(bytes(buf[pos:pos + 8]))
+        if why == _BAD_PHYS:
+            phys = struct.unpack(">q", bytes(buf[pos + 28:pos + 36]))[0]
+            reason = (f"record at byte {pos}: physical offset field {phys} does not match its position "
+                      f"{segment_start + pos}")
+        elif why == _PAST_END:
+            if not final:
+                return out[:count], pos, False, problems  # continues in the next chunk
+            reason = f"record at byte {pos}: size {size} runs past the end of the segment ({n} bytes)"
         else:
             reason = f"record at byte {pos}: bad magic code {magic & 0xFFFFFFFF:#010x} (size field {size})"
         problems.append(Problem(segment, pos, reason + "; skipped to the next valid record"))
-        nxt = _resync(buf, segment_start, pos + 1)
-        if nxt is None:
-            return positions, n if final else pos, False, problems
+        nxt = int(_resync(buf, segment_start, pos + 1))
+        if nxt < 0:
+            return out[:count], n if final else pos, False, problems
         pos = nxt
-    return positions, pos, False, problems
 
 
-_MAGIC_BYTES = [struct.pack(">i", MAGIC_V1), struct.pack(">i", MAGIC_V2), struct.pack(">i", BLANK_MAGIC)]
+@_kernel
+def _pick(data: np.ndarray, offsets: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Strings ``index`` of the string array (``data``, ``offsets``); index -1 gives an empty string."""
+    n = len(index)
+    out_offsets = np.empty(n + 1, np.int32)
+    out_offsets[0] = 0
+    for i in range(n):
+        j = index[i]
+        out_offsets[i + 1] = out_offsets[i] + (offsets[j + 1] - offsets[j] if j >= 0 else 0)
+    out = np.empty(out_offsets[n] + 8, np.uint8)
+    for i in range(n):
+        j = index[i]
+        if j >= 0:
+            _copy(out, out_offsets[i], data, offsets[j], offsets[j + 1] - offsets[j])
+    return out[:out_offsets[n]], out_offsets
 
 
-def _resync(buf: np.ndarray, segment_start: int, start: int) -> int | None:
-    """The next position >= start where a record plausibly begins (magic at +4, matching physical offset)."""
-    raw = buf.tobytes() if not isinstance(buf, np.memmap) else bytes(buf)
-    best: int | None = None
-    for mb in _MAGIC_BYTES:
-        i = raw.find(mb, start + 4)
-        while i != -1:
-            p = i - 4
-            if mb == _MAGIC_BYTES[2]:
-                best = p if best is None else min(best, p)
-                break
-            if p + 36 <= len(raw) and struct.unpack_from(">q", raw, p + 28)[0] == segment_start + p:
-                best = p if best is None else min(best, p)
-                break
-            i = raw.find(mb, i + 1)
-    return best
+@_kernel
+def _host_texts(keys: np.ndarray, skip: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``a.b.c.d:port`` for each IPv4 address + int port (given as the long they make; ``inet_ntoa`` and Java's
+    signed int); empty where ``skip`` (IPv6 hosts, done by the caller).
+
+    A host met before is copied from where it was first written (a small direct-mapped cache of (host, text
+    offset, text length)), so the few hosts of a log are formatted once per batch.
+    """
+    n = len(keys)
+    out = np.empty(n * 27 + 32, np.uint8)  # 255.255.255.255:-2147483648, and room for a 32-byte copy
+    offsets = np.empty(n + 1, np.int32)
+    offsets[0] = 0
+    seen = np.full((64, 3), -1, np.int64)
+    o = 0
+    for i in range(n):
+        key = keys[i]
+        slot = ((key * -7046029254386353131) >> 58) & 63
+        if skip[i]:
+            pass
+        elif seen[slot, 1] >= 0 and seen[slot, 0] == key:
+            for w in range(0, 32, 8):
+                _store64(out, o + w, _le64(out, seen[slot, 1] + w))
+            o += seen[slot, 2]
+        else:
+            start = o
+            for b in range(4):
+                o = _put_decimal(out, o, (key >> (56 - 8 * b)) & 255)
+                out[o] = 46 if b < 3 else 58  # '.' ':'
+                o += 1
+            o = _put_decimal(out, o, (key << 32) >> 32)
+            seen[slot, 0] = key
+            seen[slot, 1] = start
+            seen[slot, 2] = o - start
+        offsets[i + 1] = o
+    return out[:o], offsets
+
+
+@_kernel
+def _msg_ids(buf: np.ndarray, store_key: np.ndarray, store_at: np.ndarray, v6: np.ndarray, phys: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """``MessageDecoder.createMessageId``: uppercase hex of the store host's bytes (IP + port) and the physical
+    offset: 32 characters for IPv4, 56 for IPv6."""
+    n = len(phys)
+    offsets = np.empty(n + 1, np.int32)
+    offsets[0] = 0
+    for i in range(n):
+        offsets[i + 1] = offsets[i] + (56 if v6[i] else 32)
+    out = np.empty(offsets[n], np.uint8)
+    for i in range(n):
+        o = offsets[i]
+        if v6[i]:
+            for x in range(20):
+                b = np.int64(_u8(buf, store_at[i] + x))
+                out[o + 2 * x] = (b >> 4) + 48 if b >> 4 < 10 else (b >> 4) + 55
+                out[o + 2 * x + 1] = (b & 15) + 48 if b & 15 < 10 else (b & 15) + 55
+            o += 40
+        else:
+            _store64(out, o, _hex8(store_key[i] >> 32))
+            _store64(out, o + 8, _hex8(store_key[i]))
+            o += 16
+        _store64(out, o, _hex8(phys[i] >> 32))
+        _store64(out, o + 8, _hex8(phys[i]))
+    return out, offsets
+
+
+@_kernel
+def _topics_in(topic: np.ndarray, topic_off: np.ndarray, wanted: np.ndarray, wanted_off: np.ndarray) -> np.ndarray:
+    """Whether each topic is one of the ``wanted`` ones (both as string bytes + offsets)."""
+    n = len(topic_off) - 1
+    out = np.zeros(n, np.bool_)
+    for i in range(n):
+        a, length = topic_off[i], topic_off[i + 1] - topic_off[i]
+        for w in range(len(wanted_off) - 1):
+            b = wanted_off[w]
+            if wanted_off[w + 1] - b == length:
+                x = 0
+                while x < length and topic[a + x] == wanted[b + x]:
+                    x += 1
+                if x == length:
+                    out[i] = True
+                    break
+    return out
+
+
+_AHEAD = 8  # records prefetched ahead of the one being decoded
+# the property names with columns of their own, as Java would read their bytes as a long / an int
+_UNIQ_KEY, _KEYS, _TAGS = (int.from_bytes(name, "big", signed=True) for name in (b"UNIQ_KEY", b"KEYS", b"TAGS"))
+
+
+@_kernel
+def _decode_kernel(buf: np.ndarray, pos: np.ndarray) -> tuple:  # type: ignore[type-arg]
+    """Decode the records at ``pos`` (``MessageDecoder.decode``) in one pass over their bytes.
+
+    Returns ``ok`` per record (False: its field lengths do not add up to its size, so it is left out) and, for
+    the others, the fixed fields, where the body and store host are, the hosts' first 8 bytes (an IPv4 host's
+    address and port) and, as Arrow string layouts (bytes + int32 offsets), the topic and the properties:
+    ``name\\x01value\\x02`` pairs; a pair ends at ``\\x02`` or at the end of the blob (older writers leave the last
+    ``\\x02`` out), its name at its first ``\\x01``, and a pair without ``\\x01`` is skipped. ``named`` gives, per
+    record, the pair of the last UNIQ_KEY, KEYS and TAGS (-1: none).
+
+    One pass with no per-field loops: the bytes of records a few ahead are prefetched while the current one is
+    decoded, and properties are scanned 8 bytes at a time.
+
+    Lengths read from a corrupt record may point anywhere: as in the reader, positions are clipped to the buffer
+    before reading; a topic that would run past the buffer makes the record corrupt.
+    """
+    n = len(pos)
+    nb = len(buf)
+    last = nb - 2
+    ok = np.empty(n, np.bool_)
+    kept = np.empty(n, np.int64)
+    size = np.empty(n, np.int32)
+    queue_id = np.empty(n, np.int32)
+    queue_offset = np.empty(n, np.int64)
+    phys = np.empty(n, np.int64)
+    sys_flag = np.empty(n, np.int32)
+    born_ts = np.empty(n, np.int64)
+    store_ts = np.empty(n, np.int64)
+    reconsume = np.empty(n, np.int32)
+    body_at = np.empty(n, np.int64)
+    body_len = np.empty(n, np.int64)
+    # string columns: sized for typical records, doubled when full (see _grown)
+    topic = np.empty(n * 24 + 8, np.uint8)
+    topic_off = np.empty(n + 1, np.int32)
+    map_off = np.empty(n + 1, np.int32)
+    key = np.empty(n * 48 + 8, np.uint8)
+    key_off = np.empty(n * 8 + 1, np.int32)
+    val = np.empty(n * 96 + 8, np.uint8)
+    val_off = np.empty(n * 8 + 1, np.int32)
+    named = np.full((3, n), -1, np.int32)  # the pairs that give UNIQ_KEY, KEYS, TAGS
+    born_key = np.empty(n, np.int64)  # IPv4 hosts: address and port as one long
+    store_key = np.empty(n, np.int64)
+    store_at = np.empty(n, np.int64)
+    topic_off[0] = map_off[0] = key_off[0] = val_off[0] = 0
+    j = 0  # records kept
+    k = 0  # pairs
+    for i in range(n):
+        if i + _AHEAD + 1 < n:  # the header of a record ahead, and its tail (topic, properties) before the next one
+            ahead, after = pos[i + _AHEAD], pos[i + _AHEAD + 1]
+            _prefetch(buf, ahead)
+            _prefetch(buf, ahead + 64)
+            for back in range(1, 320, 64):
+                if after - back > ahead + 64:
+                    _prefetch(buf, after - back)
+        p = pos[i]
+        sz = _be32(buf, p)
+        flag = _be32(buf, p + 36)
+        st = p + 48 + (20 if flag & BORNHOST_V6 else 8)  # store timestamp, then store host
+        rc = st + 8 + (20 if flag & STOREHOST_V6 else 8)  # reconsume times
+        if rc + 16 > nb:  # IPv6 host flags on a record too short for them, at the very end of the buffer
+            ok[i] = False
+            continue
+        bl = _be32(buf, rc + 12)
+        t = min(max(rc + 16 + bl, 0), last)
+        if _be32(buf, p + 4) == MAGIC_V2:
+            tl = _be16(buf, t)
+            t += 2
+        else:
+            tl = np.int64(_u8(buf, t))
+            t += 1
+        pr = min(max(t + tl, 0), last)
+        pl = _be16(buf, pr) & 0xFFFF
+        pr += 2
+        ok[i] = pr + pl - p == sz and bl >= 0 and tl >= 0 and t + tl <= nb
+        if not ok[i]:
+            continue
+        kept[j] = p
+        size[j] = sz
+        queue_id[j] = _be32(buf, p + 12)
+        queue_offset[j] = _be64(buf, p + 20)
+        phys[j] = _be64(buf, p + 28)
+        sys_flag[j] = flag
+        born_ts[j] = _be64(buf, p + 40)
+        store_ts[j] = _be64(buf, st)
+        reconsume[j] = _be32(buf, rc)
+        body_at[j] = rc + 16
+        body_len[j] = bl
+        if topic_off[j] + tl + 8 > len(topic):
+            topic = _grown(topic, topic_off[j] + tl + 8)
+        _copy(topic, topic_off[j], buf, t, tl)
+        topic_off[j + 1] = topic_off[j] + tl
+        # properties: this record's pairs take at most pl bytes and pl // 2 + 1 pairs
+        if key_off[k] + pl + 8 > len(key):
+            key = _grown(key, key_off[k] + pl + 8)
+        if val_off[k] + pl + 8 > len(val):
+            val = _grown(val, val_off[k] + pl + 8)
+        if k + pl // 2 + 2 > len(key_off):
+            key_off = _grown(key_off, k + pl // 2 + 2)
+            val_off = _grown(val_off, k + pl // 2 + 2)
+        q = pr
+        end = pr + pl
+        while q < end:
+            start = q
+            sep = -1
+            while True:  # to the \x02 that ends the pair (or the end), noting the first \x01
+                q = _next_separator(buf, q, end)
+                if q >= end or _u8(buf, q) == 2:
+                    break
+                if sep < 0 and _u8(buf, q) == 1:
+                    sep = q
+                q += 1
+            if sep >= 0:
+                nl = sep - start
+                vl = q - sep - 1
+                _copy(key, key_off[k], buf, start, nl)
+                _copy(val, val_off[k], buf, sep + 1, vl)
+                key_off[k + 1] = key_off[k] + nl
+                val_off[k + 1] = val_off[k] + vl
+                if nl == 8 and _be64(buf, start) == _UNIQ_KEY:  # a name given twice: the last pair wins
+                    named[0, j] = k
+                elif nl == 4 and _be32(buf, start) == _KEYS:
+                    named[1, j] = k
+                elif nl == 4 and _be32(buf, start) == _TAGS:
+                    named[2, j] = k
+                k += 1
+            q += 1  # past the \x02
+        map_off[j + 1] = k
+        born_key[j] = _be64(buf, p + 48)
+        store_key[j] = _be64(buf, st + 8)
+        store_at[j] = st + 8
+        j += 1
+    return (ok, kept[:j], size[:j], queue_id[:j], queue_offset[:j], phys[:j], sys_flag[:j], born_ts[:j],
+            store_ts[:j], reconsume[:j], body_at[:j], body_len[:j],
+            topic[:topic_off[j]], topic_off[:j + 1], map_off[:j + 1],
+            key[:key_off[k]], key_off[:k + 1], val[:val_off[k]], val_off[:k + 1],
+            named[:, :j], born_key[:j], store_key[:j], store_at[:j])
+
+
+# ------------------------------------------------------------------------------------------- records
+
+
+def _strings(data: np.ndarray, offsets: np.ndarray, valid: np.ndarray | None = None) -> pa.StringArray:
+    """A string array on the kernels' buffers (no copy); ``valid`` marks the non-null slots."""
+    n = len(offsets) - 1
+    if valid is None or valid.all():
+        return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data))
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data), bitmap, n - int(valid.sum()))
+
+
+def _constant_strings(value: str, n: int) -> pa.Array:
+    raw = value.encode("utf-8")
+    return pa.StringArray.from_buffers(n, pa.py_buffer(np.arange(n + 1, dtype=np.int32) * len(raw)),
+                                       pa.py_buffer(raw * n))
 
 
 def decode_segment(data: bytes | memoryview | np.ndarray, *, segment_start: int, segment: str, begin: int = 0,
@@ -451,256 +799,71 @@ def decode_segment(data: bytes | memoryview | np.ndarray, *, segment_start: int,
     """
     buf = _as_array(data)
     positions, end, complete, problems = _walk(buf, segment_start, segment, begin, final)
-    positions = np.asarray(positions, dtype=np.int64)
-    if len(positions) <= _BATCH:
-        body_problems: list[Problem] = []
-        table = _decode_records(buf, positions, segment_start, segment, body_topics, problems, body_problems)
-        return SegmentDecode(table, end, complete, problems + body_problems)
-    # In batches: their working arrays stay small enough for the CPU caches (the table is one chunk per batch).
-    body_problems = []
-    table = pa.concat_tables([
-        _decode_records(buf, positions[i:i + _BATCH], segment_start, segment, body_topics, problems, body_problems)
-        for i in range(0, len(positions), _BATCH)])
+    body_problems: list[Problem] = []
+    tables = []
+    for i in range(0, max(len(positions), 1), _BATCH):  # string offsets are int32: batches stay far below 2 GiB
+        tables.append(_decode_records(buf, positions[i:i + _BATCH], segment, body_topics, problems, body_problems))
+    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
     return SegmentDecode(table, end, complete, problems + body_problems)
 
 
-_BATCH = 1 << 14  # records decoded together
+_BATCH = 1 << 15  # records decoded together (their properties are < 64 KiB each: under 2 GiB of strings)
+_TS = pa.timestamp("ms", tz="UTC")
 
 
-_HEADER_V4 = np.dtype([
-    ("size", ">i4"), ("magic", ">i4"), ("crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"), ("queue_offset", ">i8"),
-    ("phys", ">i8"), ("sys_flag", ">i4"), ("born_ts", ">i8"), ("born_host", ">u8"), ("store_ts", ">i8"),
-    ("store_host", ">u8"), ("reconsume", ">i4"), ("prepared", ">i8"), ("body_len", ">i4"),
-])  # 88 bytes: the layout up to the body when both hosts are IPv4
-
-
-def _decode_records(buf: np.ndarray, pos: np.ndarray, segment_start: int, segment: str,
-                    body_topics: frozenset[str], problems: list[Problem], body_problems: list[Problem]) -> pa.Table:
+def _decode_records(buf: np.ndarray, pos_all: np.ndarray, segment: str, body_topics: frozenset[str],
+                    problems: list[Problem], body_problems: list[Problem]) -> pa.Table:
+    """The table of the records at ``pos_all``; problems for those whose fields do not add up."""
+    if len(pos_all) == 0:
+        return SCHEMA.empty_table()
+    (ok, pos, size, queue_id, queue_offset, phys, sys_flag, born_ts, store_ts, reconsume, body_at, body_len,
+     topic, topic_off, map_off, key, key_off, val, val_off, named, born_key, store_key, store_at
+     ) = _decode_kernel(buf, pos_all)
+    if not ok.all():  # a record whose fields do not add up to its size is corrupt though its header looked fine
+        for p in pos_all[~ok].tolist():
+            problems.append(Problem(segment, p, f"record at byte {p}: field lengths do not add up to its size; "
+                                    "record skipped"))
     n = len(pos)
     if n == 0:
         return SCHEMA.empty_table()
-    i4, i8 = _at(buf, ">i4"), _at(buf, ">i8")
-    # every fixed field up to the body length, for an IPv4 record, in one gather (a record is at least 97 bytes)
-    head = _at(buf, f"V{_HEADER_V4.itemsize}")[pos].view(_HEADER_V4)
-    size = head["size"].astype(np.int64)
-    magic = head["magic"].astype(np.int64)
-    queue_id = head["queue_id"].astype(np.int32)
-    queue_offset = head["queue_offset"].astype(np.int64)
-    phys = head["phys"].astype(np.int64)
-    sys_flag = head["sys_flag"].astype(np.int64)
-    born_ts = head["born_ts"].astype(np.int64)
-    born_host_pos = pos + 48
-    if not (sys_flag & (BORNHOST_V6 | STOREHOST_V6)).any():
-        bh_len = sh_len = np.full(n, 8, dtype=np.int64)
-        store_ts = head["store_ts"].astype(np.int64)
-        store_host_pos = pos + 64
-        reconsume = head["reconsume"].astype(np.int32)
-        body_len = head["body_len"].astype(np.int64)
-        body_pos = pos + _HEADER_V4.itemsize
-    else:
-        bh_len = np.where(sys_flag & BORNHOST_V6, 20, 8)
-        sh_len = np.where(sys_flag & STOREHOST_V6, 20, 8)
-        store_ts_pos = born_host_pos + bh_len
-        store_ts = i8[store_ts_pos].astype(np.int64)
-        store_host_pos = store_ts_pos + 8
-        reconsume_pos = store_host_pos + sh_len
-        reconsume = i4[reconsume_pos].astype(np.int32)
-        body_len_pos = reconsume_pos + 12
-        body_len = i4[body_len_pos].astype(np.int64)
-        body_pos = body_len_pos + 4
-    # a corrupt body length may point anywhere: read what is in the buffer; the size check below rejects it
-    last = len(buf) - 2
-    topic_len_pos = np.clip(body_pos + body_len, 0, last)
-    v2 = magic == MAGIC_V2
-    if v2.any():
-        topic_len = np.where(v2, _be(buf, topic_len_pos, 2), buf[topic_len_pos].astype(np.int64))
-        topic_pos = topic_len_pos + np.where(v2, 2, 1)
-    else:
-        topic_len = buf[topic_len_pos].astype(np.int64)
-        topic_pos = topic_len_pos + 1
-    props_len_pos = np.clip(topic_pos + topic_len, 0, last)
-    props_len = _at(buf, ">u2")[props_len_pos].astype(np.int64)
-    props_pos = props_len_pos + 2
-
-    # A record whose fields do not add up to its size is corrupt even though its header looked fine.
-    consistent = ((props_pos + props_len - pos) == size) & (body_len >= 0) & (topic_len >= 0)
-    if not consistent.all():
-        for p in pos[~consistent]:
-            problems.append(Problem(segment, int(p), f"record at byte {int(p)}: field lengths do not add up to its "
-                                    "size; record skipped"))
-        keep = consistent
-        pos, size, magic, queue_id, queue_offset, phys, sys_flag, born_ts, store_ts, reconsume = (
-            a[keep] for a in (pos, size, magic, queue_id, queue_offset, phys, sys_flag, born_ts, store_ts, reconsume))
-        bh_len, sh_len, born_host_pos, store_host_pos, body_pos, body_len, topic_pos, topic_len, props_pos, props_len = (
-            a[keep] for a in (bh_len, sh_len, born_host_pos, store_host_pos, body_pos, body_len, topic_pos, topic_len,
-                              props_pos, props_len))
-        n = len(pos)
-        if n == 0:
-            return SCHEMA.empty_table()
-
-    topic = _slices(buf, topic_pos, topic_len)
-    props, uniq, keys, tags = _properties(buf, props_pos, props_len)
-    born_host = _hosts(buf, born_host_pos, bh_len)
-    store_host = _hosts(buf, store_host_pos, sh_len)
-    msg_id = _offset_msg_ids(buf, store_host_pos, sh_len, phys)
-    body = _bodies(buf, topic, body_topics, body_pos, body_len, sys_flag, pos, segment, body_problems)
-    ts = pa.timestamp("ms", tz="UTC")
+    topic_col = _strings(topic, topic_off)
+    props = pa.MapArray.from_arrays(pa.array(map_off), _strings(key, key_off), _strings(val, val_off))
+    uniq, keys, tags = (_strings(*_pick(val, val_off, pair), valid=pair >= 0) for pair in named)
+    born_v6, store_v6 = (sys_flag & BORNHOST_V6) != 0, (sys_flag & STOREHOST_V6) != 0
+    born_host = _strings(*_host_texts(born_key, born_v6))
+    store_host = _strings(*_host_texts(store_key, store_v6))
+    msg_id = _strings(*_msg_ids(buf, store_key, store_at, store_v6, phys))
+    if born_v6.any() or store_v6.any():
+        born_host = _with_ipv6(buf, born_host, pos + 48, born_v6)
+        store_host = _with_ipv6(buf, store_host, store_at, store_v6)
+    body = _bodies(buf, (topic, topic_off), body_topics, body_at, body_len, sys_flag, pos, segment, body_problems)
     return pa.Table.from_arrays([
-        pa.array(phys, pa.int64()), topic, pa.array(queue_id), pa.array(queue_offset, pa.int64()),
-        pa.array(store_ts, ts), pa.array(born_ts, ts), uniq, keys, tags, pa.array(reconsume),
-        props, pa.array(size.astype(np.int32)), pa.array(sys_flag.astype(np.int32)), born_host, store_host, msg_id,
-        _constant_strings(segment, n), body,
+        pa.array(phys), topic_col, pa.array(queue_id), pa.array(queue_offset), pa.array(store_ts, _TS),
+        pa.array(born_ts, _TS), uniq, keys, tags, pa.array(reconsume), props, pa.array(size), pa.array(sys_flag),
+        born_host, store_host, msg_id, _constant_strings(segment, n), body,
     ], schema=SCHEMA)
 
 
-_NAMED_COLUMNS = pa.array(["UNIQ_KEY", "KEYS", "TAGS"], pa.string())
-
-
-def _properties(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray
-                ) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array]:
-    """Split every ``name\\x01value\\x02`` blob at once; returns the map column and UNIQ_KEY, KEYS, TAGS."""
-    n = len(starts)
-    blob = _slices(buf, starts, lengths, pa.binary())
-    rec_off = np.frombuffer(blob.buffers()[1], np.int32, n + 1, offset=blob.offset * 4).astype(np.int64)
-    base = rec_off[0]
-    data = np.frombuffer(blob.buffers()[2], np.uint8, int(rec_off[-1]))[base:] if rec_off[-1] else np.zeros(0, np.uint8)
-    rec_off -= base
-    # separators: one pass for both kinds
-    hits = np.flatnonzero(data <= 2)
-    hit_byte = data[hits]
-    # a blob that does not end in \x02 (older writers) still ends its last pair at the end of the blob
-    ends_bad = (lengths > 0) & (data[np.maximum(rec_off[1:] - 1, 0)] != 2) if len(data) else np.zeros(n, bool)
-    if len(hits) % 2 == 0 and not ends_bad.any() and (hit_byte[0::2] == 1).all() and (hit_byte[1::2] == 2).all():
-        # The usual case, separators alternate: the blobs are name \x01 value \x02 name \x01 value \x02 ... end to
-        # end, so cutting them at every separator gives name, \x01, value, \x02, ... as one string array that shares
-        # the blobs' buffer (no copy); names and values are every fourth string of it.
-        cuts = np.empty(2 * len(hits) + 1, dtype=np.int32)
-        cuts[0] = 0
-        cuts[1::2] = hits
-        cuts[2::2] = hits + 1
-        blob_data = blob.buffers()[2].slice(int(base)) if len(data) else pa.py_buffer(b"")
-        tokens = pa.StringArray.from_buffers(2 * len(hits), pa.py_buffer(cuts), blob_data)
-        keys = tokens.take(pa.array(np.arange(0, 2 * len(hits), 4, dtype=np.int32)))
-        values = tokens.take(pa.array(np.arange(2, 2 * len(hits), 4, dtype=np.int32)))
-        map_off = np.searchsorted(hits[1::2], rec_off).astype(np.int32)  # record r's pairs end in its blob
-    else:
-        pair_start, pair_end, rec, sep = _pairs(data, rec_off, hits[hit_byte == 1], hits[hit_byte == 2], ends_bad)
-        map_off = np.zeros(n + 1, dtype=np.int32)
-        np.cumsum(np.bincount(rec, minlength=n), out=map_off[1:])
-        keys = _slices(data, pair_start, sep - pair_start)
-        values = _slices(data, sep + 1, pair_end - sep - 1)
-    props = pa.MapArray.from_arrays(pa.array(map_off), keys, values)
-
-    # UNIQ_KEY, KEYS and TAGS: the value of the last pair with that name in each record, else null
-    code = pc.fill_null(pc.index_in(keys, value_set=_NAMED_COLUMNS), -1).to_numpy()
-    named = np.flatnonzero(code >= 0)
-    named_rec = np.repeat(np.arange(n, dtype=np.int32), np.diff(map_off))[named]
-    named_code = code[named]
-
-    def column(which: int) -> pa.Array:
-        sel = named_code == which
-        idx = np.full(n, -1, dtype=np.int64)
-        idx[named_rec[sel]] = named[sel]  # a name given twice: the last pair wins
-        return values.take(pa.array(idx, mask=idx < 0))
-
-    return props, column(0), column(1), column(2)
-
-
-def _pairs(data: np.ndarray, rec_off: np.ndarray, p1: np.ndarray, p2: np.ndarray, ends_bad: np.ndarray
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Pairs of blobs in any shape: (start, end, record, position of the name/value separator)."""
-    n = len(rec_off) - 1
-    # the \x02 of record r are those in [rec_off[r], rec_off[r+1])
-    rec = np.repeat(np.arange(n, dtype=np.int64), np.diff(np.searchsorted(p2, rec_off)))
-    pair_end = p2
-    if ends_bad.any():
-        extra = np.flatnonzero(ends_bad)
-        ends = np.concatenate([p2, rec_off[1:][extra]])
-        owner = np.concatenate([rec, extra])
-        # an end of blob r at rec_off[r+1] sorts before a \x02 that is the first byte of blob r+1
-        order = np.argsort(ends * 2 + np.concatenate([np.ones(len(p2), np.int64), np.zeros(len(extra), np.int64)]),
-                           kind="stable")
-        pair_end, rec = ends[order], owner[order]
-    # a pair starts right after the previous \x02, or at the start of its record's blob
-    first = np.ones(len(rec), dtype=bool)
-    first[1:] = rec[1:] != rec[:-1]
-    prev_end = np.empty(len(pair_end), dtype=np.int64)
-    if len(pair_end):
-        prev_end[0] = -1
-        prev_end[1:] = pair_end[:-1]
-    pair_start = np.where(first, rec_off[rec], prev_end + 1)
-    nonempty = pair_end > pair_start
-    if not nonempty.all():
-        pair_start, pair_end, rec = pair_start[nonempty], pair_end[nonempty], rec[nonempty]
-    # the name ends at the first \x01 of the pair; usually there is exactly one per pair
-    if len(p1) == len(pair_start) and ((p1 >= pair_start) & (p1 < pair_end)).all():
-        sep = p1
-    else:
-        if len(p1):
-            sep = p1[np.minimum(np.searchsorted(p1, pair_start), len(p1) - 1)]
-            has_sep = (sep >= pair_start) & (sep < pair_end)
-        else:
-            sep, has_sep = np.full(len(pair_start), -1), np.zeros(len(pair_start), bool)
-        pair_start, pair_end, rec, sep = pair_start[has_sep], pair_end[has_sep], rec[has_sep], sep[has_sep]
-    return pair_start, pair_end, rec, sep
-
-
-def _host_text(ip: int, port: int) -> str:
-    return f"{socket.inet_ntoa(struct.pack('>I', ip))}:{struct.unpack('>i', struct.pack('>I', port))[0]}"
-
-
-def _hosts(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
-    """``ip:port`` strings; formatted once per distinct host."""
-    n = len(starts)
-    v4 = lengths == 8
-    if v4.all():
-        key = _at(buf, ">u8")[starts]  # IPv4 address then port, as one number
-        if (key == key[0]).all():
-            text = _host_text(int(key[0]) >> 32, int(key[0]) & 0xFFFFFFFF)
-            return _constant_strings(text, n)
-        enc = pc.dictionary_encode(pa.array(key.astype(np.uint64)))  # hashing: no sort
-        texts = pa.array([_host_text(k >> 32, k & 0xFFFFFFFF) for k in enc.dictionary.to_pylist()], pa.string())
-        return texts.take(enc.indices)
-    out = np.empty(n, dtype=object)
-    if v4.any():
-        s = starts[v4]
-        key = _at(buf, ">u8")[s]
-        uniq, inv = np.unique(key, return_inverse=True)
-        text = np.array([_host_text(int(k) >> 32, int(k) & 0xFFFFFFFF) for k in uniq], dtype=object)
-        out[v4] = text[inv.reshape(-1)]
-    for i in np.flatnonzero(~v4):
+def _with_ipv6(buf: np.ndarray, hosts: pa.Array, starts: np.ndarray, v6: np.ndarray) -> pa.Array:
+    """The host column with its IPv6 slots (left empty by _host_texts) filled in: ``inet_ntop`` + signed int port."""
+    out = hosts.to_pylist()
+    for i in np.flatnonzero(v6):
         s = int(starts[i])
-        out[i] = f"{socket.inet_ntop(socket.AF_INET6, bytes(buf[s:s + 16]))}:{struct.unpack('>i', bytes(buf[s + 16:s + 20]))[0]}"
+        out[i] = (f"{socket.inet_ntop(socket.AF_INET6, bytes(buf[s:s + 16]))}:"
+                  f"{struct.unpack('>i', bytes(buf[s + 16:s + 20]))[0]}")
     return pa.array(out, pa.string())
 
 
-def _offset_msg_ids(buf: np.ndarray, store_host_pos: np.ndarray, sh_len: np.ndarray, phys: np.ndarray) -> pa.Array:
-    """``MessageDecoder.createMessageId``: hex of store IP + port + physical offset (32 or 56 characters)."""
-    n = len(phys)
-    v4 = sh_len == 8
-    if v4.all():
-        chars = np.empty((n, 16), dtype=np.uint16)  # two characters per byte: (n, 32) characters
-        host = _at(buf, ">u8")[store_host_pos]
-        if (host == host[0]).all():
-            chars[:, :8] = _HEX2[host[:1].view(np.uint8)]
-        else:
-            chars[:, :8] = _HEX2[host.view(np.uint8).reshape(n, 8)]
-        chars[:, 8:] = _HEX2[phys.astype(">i8").view(np.uint8).reshape(n, 8)]
-        return pa.StringArray.from_buffers(n, pa.py_buffer(np.arange(n + 1, dtype=np.int32) * 32),
-                                           pa.py_buffer(chars))
-    out = []
-    for i in range(n):
-        s, w = int(store_host_pos[i]), int(sh_len[i])
-        out.append(bytes(buf[s:s + w]).hex().upper() + f"{int(phys[i]) & 0xFFFFFFFFFFFFFFFF:016X}")
-    return pa.array(out, pa.string())
-
-
-def _bodies(buf: np.ndarray, topic: pa.Array, body_topics: frozenset[str], body_pos: np.ndarray, body_len: np.ndarray,
-            sys_flag: np.ndarray, pos: np.ndarray, segment: str, problems: list[Problem]) -> pa.Array:
+def _bodies(buf: np.ndarray, topic: tuple[np.ndarray, np.ndarray], body_topics: frozenset[str], body_pos: np.ndarray,
+            body_len: np.ndarray, sys_flag: np.ndarray, pos: np.ndarray, segment: str, problems: list[Problem]
+            ) -> pa.Array:
+    """The bodies of the records whose topic (bytes, offsets) is one of ``body_topics``, decompressed; else null."""
     n = len(body_pos)
     if not body_topics:
         return pa.nulls(n, pa.binary())
-    wanted = pc.is_in(topic, value_set=pa.array(sorted(body_topics), pa.string())).to_numpy(zero_copy_only=False)
+    names = [t.encode("utf-8") for t in sorted(body_topics)]
+    wanted = _topics_in(*topic, np.frombuffer(b"".join(names), np.uint8),
+                        np.cumsum([0] + [len(t) for t in names]).astype(np.int64))
     out: list[bytes | None] = [None] * n
     for i in np.flatnonzero(wanted):
         s, ln = int(body_pos[i]), int(body_len[i])
