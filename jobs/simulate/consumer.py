@@ -91,6 +91,11 @@ class MQ:
     queue_id: int
 
 
+def _mq_order(item: tuple[MQ, int]) -> tuple[str, str, int]:
+    mq = item[0]
+    return mq.topic, mq.broker, mq.queue_id
+
+
 class ProcessQueue:
     """``ProcessQueue``: in-flight messages by offset; ``remove`` returns the offset to commit."""
 
@@ -309,7 +314,8 @@ class PushConsumer(Client):
                                                                           k.as_dict()["topic"]))
             self.offsets_file_writes.append((self.loop.now, fastjson.dumps({"offsetTable": table})))
             return
-        for mq, off in sorted(self.local_offsets.items()):
+        # MQ order (topic, broker, queue_id) with tuple keys: the dataclass comparisons were a hot spot
+        for mq, off in sorted(self.local_offsets.items(), key=_mq_order):
             if mq in self.pqs:
                 self._commit(mq, off)
 

@@ -8,13 +8,16 @@ per-queue map 32).
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Iterable
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def string_hash(s: str) -> int:
     """``String.hashCode()`` as a signed 32-bit int."""
     h = 0
-    for unit in _utf16_units(s):
+    # ASCII: the UTF-16 code units are the bytes (the common case, and much faster to iterate)
+    for unit in (s.encode("ascii") if s.isascii() else _utf16_units(s)):
         h = (31 * h + unit) & 0xFFFFFFFF
     return h - (1 << 32) if h & 0x80000000 else h
 
