@@ -384,9 +384,18 @@ def _conform_messages(t: pa.Table, snap: Snapshot) -> pa.Table:
             df[c] = None
     for c in ("store_ts", "born_ts", "first_snapshot_ts"):
         df[c] = pd.to_datetime(df[c], utc=True)
-    if df["properties"].notna().any():
-        df["properties"] = [None if p is None else list(p.items()) if isinstance(p, dict) else p for p in df["properties"]]
-    return pa.Table.from_pandas(df[messages.TABLE.columns], preserve_index=False)
+    df["properties"] = [_property_pairs(p) for p in df["properties"]]
+    # The declared schema, not pandas' guess: an all-null or JSON-decoded column must still be a string map.
+    return pa.Table.from_pandas(df[messages.TABLE.columns], schema=_delta._arrow_schema(messages.TABLE),
+                                preserve_index=False)
+
+
+def _property_pairs(value: Any) -> list[tuple[str, str]] | None:
+    """A properties cell of an export (a dict from JSON, (key, value) pairs from a Parquet map) as pairs."""
+    if value is None or (isinstance(value, float) and value != value):
+        return None
+    items = value.items() if isinstance(value, dict) else value
+    return [(str(k), None if v is None else str(v)) for k, v in items]
 
 
 # ------------------------------------------------------------------------------------------------ load

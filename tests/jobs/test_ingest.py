@@ -193,3 +193,45 @@ def test_a_record_larger_than_the_read_window_is_quarantined_not_fatal(tmp_path:
     assert q[["source_path", "position", "reason"]].values.tolist() == [[
         "cluster=c/broker=b/snapshot_ts=20260105T000000Z/store/commitlog/00000000000000000000", 0,
         "a record at byte 0 is larger than the 2048-byte read window; decoding of this segment stops here"]]
+
+
+def test_tabular_exports_land_as_messages_and_a_broken_one_is_quarantined(tmp_path: pathlib.Path) -> None:
+    """Issue 3: Parquet or JSON-lines exports with the silver/messages columns are an alternative to segments."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    snap = tmp_path / "landing" / "cluster=c" / "broker=b" / "snapshot_ts=20260105T010000Z" / "export"
+    snap.mkdir(parents=True)
+    pq.write_table(pa.table({
+        "physical_offset": pa.array([0, 200], pa.int64()), "topic": ["T", "T"], "queue_id": pa.array([0, 0], pa.int32()),
+        "queue_offset": pa.array([0, 1], pa.int64()), "uniq_key": ["K0", "K1"],
+        "store_ts": pa.array([1767571200000, 1767571201000], pa.timestamp("ms", tz="UTC")),
+        "properties": pa.array([[("UNIQ_KEY", "K0")], [("UNIQ_KEY", "K1"), ("TAGS", "a")]],
+                               pa.map_(pa.string(), pa.string())),
+    }), snap / "messages.parquet")
+    (snap / "more.jsonl").write_text(json.dumps({"physical_offset": 400, "topic": "T", "queue_id": 1, "queue_offset": 0,
+                                                 "uniq_key": "K2", "store_ts": "2026-01-05T00:00:02Z"}) + "\n")
+    (snap / "broken.jsonl").write_text(json.dumps({"topic": "T"}) + "\n")
+    lake = str(tmp_path / "lake")
+    ingest.run(str(tmp_path / "landing"), lake, now=NOW)
+    versions = _versions(lake)
+    ingest.run(str(tmp_path / "landing"), lake, now=NOW)
+    assert _versions(lake) == versions  # the re-run merged nothing new: not even an empty commit
+
+    m = _delta.read_pandas(lake, messages.TABLE).sort_values("physical_offset")
+    got = [(r.broker, r.physical_offset, r.topic, r.queue_id, r.queue_offset, r.uniq_key, r.store_ts.isoformat(),
+            dict(r.properties) if r.properties is not None else None, r.first_snapshot_ts.isoformat())
+           for r in m.itertuples()]
+    snap_ts = "2026-01-05T01:00:00+00:00"
+    assert got == [
+        ("b", 0, "T", 0, 0, "K0", "2026-01-05T00:00:00+00:00", {"UNIQ_KEY": "K0"}, snap_ts),
+        ("b", 200, "T", 0, 1, "K1", "2026-01-05T00:00:01+00:00", {"UNIQ_KEY": "K1", "TAGS": "a"}, snap_ts),
+        ("b", 400, "T", 1, 0, "K2", "2026-01-05T00:00:02+00:00", None, snap_ts),
+    ]
+    q = _delta.read_pandas(lake, quarantine.TABLE)
+    assert q[["source_path", "position", "reason"]].values.tolist() == [[
+        "cluster=c/broker=b/snapshot_ts=20260105T010000Z/export/broken.jsonl", 0,
+        "tabular export unreadable (ValueError: missing required columns ['physical_offset', 'queue_id', "
+        "'queue_offset']; present: ['topic']); expected Parquet or JSON lines with the silver/messages columns"]]
