@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 UTC = dt.timezone.utc
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 CHUNK_BYTES = 64 << 20
+# Trace records go to the engine in batches: one Spark Connect message must stay under 128 MiB (about 400k
+# records fit), and the batch is held in memory until it is sent.
+TRACE_BATCH_ROWS = 100_000
 
 _CONFIG_TABLES = {
     "consumer_offsets": consumer_offsets.TABLE,
@@ -504,6 +507,12 @@ def save_segments_state(spark: Any, lake: str, state: dict[tuple[str, str, str],
     return _delta.merge(spark, _spark_frame(spark, rows, segments.TABLE), lake, segments.TABLE)
 
 
+def _load_trace(spark: Any, lake: str, rows: list[dict[str, Any]]) -> int:
+    """MERGE one batch of trace records (insert-only on their key, so batches and re-runs never duplicate)."""
+    frame = _spark_frame(spark, _dedupe(rows, trace_records.TABLE.key), trace_records.TABLE)
+    return _delta.merge(spark, frame, lake, trace_records.TABLE, insert_only=True)
+
+
 def build_deliveries(spark: Any, lake: str) -> int:
     """Re-derive silver/deliveries from all trace records (SubBefore/SubAfter may arrive in different runs)."""
     from jobs import deliveries as deliveries_job
@@ -566,6 +575,9 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
             for st, lo, hi, tbl in decode_commitlog(snap, state, ex, now, known, seen_paths):
                 trace_batch.extend(trace_rows(snap.cluster, snap.broker, tbl, ex, snap,
                                               f"{snap.folder}/store/commitlog/{st.segment}", st.start_offset))
+                if len(trace_batch) >= TRACE_BATCH_ROWS:
+                    n_trace += _load_trace(spark, lake, trace_batch)
+                    trace_batch = []
                 load_messages(spark, lake, snap, lo, hi, tbl.drop_columns(["body"])
                               if "body" in tbl.column_names else tbl)
                 n_messages += tbl.num_rows
@@ -575,9 +587,7 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
                 n_messages += t.num_rows
             extract_queue_bounds(snap, landing_uri, ex, now, known)
         if trace_batch:
-            n_trace = _delta.merge(spark, _spark_frame(spark, _dedupe(trace_batch, trace_records.TABLE.key),
-                                                       trace_records.TABLE), lake, trace_records.TABLE,
-                                   insert_only=True)
+            n_trace += _load_trace(spark, lake, trace_batch)
         counts = load_small(spark, lake, ex, now)
         counts[segments.TABLE.qualified] = save_segments_state(spark, lake, state, now)
         if n_trace:
