@@ -1,0 +1,793 @@
+"""Pipeline benchmark (issues 4 and 5): ``mixed`` at N messages -> ingest -> reconcile, and the replay on three engines.
+
+Usage::
+
+    .venv/bin/python tests/benchmarks/bench_pipeline.py --messages 10000000 [--seed 1] [--workdir /tmp/rmq-bench]
+        [--stages simulate,ingest,reconcile,replay] [--repeats 3] [--scale N] [--max-simulate-minutes 30]
+        [--max-rss-gib 8] [--no-fallback] [--cleanup]
+
+What it does:
+
+1. ``simulate``: finds the ``mixed`` scale that stores at least ``--messages`` messages (runs scale 1 and 2,
+   fits messages = a + b * scale, and extrapolates), then runs ``jobs.simulate.run("mixed", landing, seed, scale)``
+   and prints wall time, messages stored, messages/s, landing-zone bytes (logical and on disk) and files.
+   The calibration also predicts the simulator's time and memory at the full scale (they grow faster than
+   linearly: ``mixed`` puts every topic on every broker, so consumer x queue work grows with scale^2; the
+   exponents are at least 1.8 for time and 1.5 for memory, as measured); when the prediction exceeds
+   ``--max-simulate-minutes`` or ``--max-rss-gib`` the largest scale that fits both is run instead and the
+   figures say so (``--no-fallback`` runs the full scale).
+2. ``ingest`` and ``reconcile``: ``jobs.ingest.run(landing, lake)`` then ``jobs.reconcile.run(lake, reports)``, each
+   in a fresh process; wall time and peak RSS per stage (the child's ``ru_maxrss`` from ``os.wait4``, and the
+   sampled RSS of its whole process tree), and the total. Ingest as shipped sends all trace records of the run
+   to Sail as one Spark Connect message, which fails past ~400k stored messages (128 MiB gRPC limit); the
+   benchmark stages that frame through a Parquet file (same rows; ``--no-ingest-workaround`` runs it as shipped).
+3. ``replay``: exports silver/deliveries, silver/consumer_offsets and silver/queue_bounds from the lake with
+   delta-rs into Parquet once, computes ``jobs.snapshots.offset_series`` from them once (Sail, as the reconcile
+   job does, as of the newest snapshot) into Parquet, then times
+   ``replay.agreement(replay.commit_timeline(deliveries, as_of), series)`` (collected, so fully computed) on
+   (a) Sail, (b) classic local Spark (``jobs._spark.session("classic")``) and (c) the same replay written in
+   DuckDB SQL, all reading the same Parquet files, each engine in its own process: one warm-up, then
+   ``--repeats`` timed runs; medians and the ratios Sail/DuckDB and classic/Sail. The three must return the same
+   (cluster, consumer_group, compared, agreeing) rows, and the same as the reconcile stage's summary.json.
+4. Prints the figures table with PASS/MISS per target and writes it to ``<workdir>/figures.md`` (and
+   ``figures.json``). ``--stages`` runs a subset; figures of earlier stages are taken from ``figures.json``.
+
+DuckDB is a benchmark-only dependency: ``.venv/bin/pip install duckdb``. The machine (2 cores, 24 GiB) may be
+shared with other workloads: the load average is printed with the figures, and the ratios come from one run.
+This file is not collected by pytest (bench_*.py).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+GiB = 1 << 30
+MiB = 1 << 20
+STAGES = ["simulate", "ingest", "reconcile", "replay"]
+ENGINES = ["sail", "classic", "duckdb"]
+TARGET_MESSAGES = 10_000_000
+TARGET_SIMULATE_S = 600.0  # issue 4: 10 M messages generated in under 10 minutes
+TARGET_RUN_S = 600.0  # issue 5: the whole run (simulate + ingest + reconcile) in under 10 minutes
+TARGET_RSS = 8 * GiB  # issue 5: peak RSS under 8 GiB
+TARGET_SAIL_VS_DUCKDB = 1.0  # Sail at least as fast as DuckDB: sail / duckdb <= 1
+TARGET_CLASSIC_VS_SAIL = 5.0  # Sail at least 5x faster than classic local Spark: classic / sail >= 5
+MIN_TIME_EXPONENT = 1.8  # simulator wall time ~ scale^1.8 (see stage_simulate)
+MIN_RSS_EXPONENT = 1.5  # simulator peak RSS ~ scale^1.5
+T_START = time.time()
+
+
+def say(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')} +{time.time() - T_START:7.1f}s] {msg}", flush=True)
+
+
+def fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", 1024)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def fmt_s(s: float | None) -> str:
+    return "-" if s is None else f"{s:.1f} s"
+
+
+def dir_size(root: str | Path) -> tuple[int, int, int]:
+    """(files, logical bytes, bytes on disk counting hard links once) below ``root``."""
+    files = logical = disk = 0
+    seen: set[tuple[int, int]] = set()
+    for d, _, names in os.walk(root):
+        for n in names:
+            try:
+                st = os.stat(os.path.join(d, n))
+            except OSError:
+                continue
+            files += 1
+            logical += st.st_size
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                disk += st.st_size
+    return files, logical, disk
+
+
+# ------------------------------------------------------------------------------------------------ children
+#
+# Every stage runs in a fresh interpreter (``--child STAGE``) so that its peak RSS is its own. The child prints
+# its progress to the shared stdout and writes its result as JSON to ``--child-out``.
+
+
+def child_simulate(a: dict[str, Any]) -> dict[str, Any]:
+    from jobs import simulate
+
+    out = a["out"]
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    return simulate.run("mixed", out, seed=a["seed"], scale=a["scale"])
+
+
+def _throttled(prefix: str, keep: Callable[[str], bool], every_s: float = 10.0) -> Callable[[str], None]:
+    last = [0.0]
+
+    def progress(line: str) -> None:
+        now = time.time()
+        if keep(line) or now - last[0] >= every_s:
+            last[0] = now
+            print(f"    {prefix} {time.strftime('%H:%M:%S')} {line}", flush=True)
+
+    return progress
+
+
+STAGE_ROWS = 200_000
+
+
+def _stage_large_frames(staging: str) -> None:
+    """Benchmark workaround: ``ingest._spark_frame`` of many rows goes through a Parquet file.
+
+    ``jobs.ingest.run`` sends every trace record of the run to Sail as one Spark Connect local relation
+    (``_spark_frame(spark, trace_batch, ...)``); past ~400k stored messages that message exceeds gRPC's 128 MiB
+    limit (client and Sail server), and Sail has no artifact cache to chunk it. Writing the same rows to a Parquet
+    file and reading that gives the MERGE the same source rows.
+    """
+    import uuid
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from jobs import ingest
+
+    original = ingest._spark_frame
+
+    def spark_frame(spark: Any, rows: list[dict[str, Any]], table: Any) -> Any:
+        if len(rows) < STAGE_ROWS:
+            return original(spark, rows, table)
+        os.makedirs(staging, exist_ok=True)
+        path = os.path.join(staging, f"{table.name}-{uuid.uuid4().hex[:8]}.parquet")
+        schema = to_arrow_schema(table.schema, timezone="UTC")
+        pq.write_table(pa.Table.from_pylist([{c: r.get(c) for c in table.columns} for r in rows], schema=schema), path)
+        print(f"    ingest  {len(rows)} rows for {table.qualified} staged through {path} (benchmark workaround)",
+              flush=True)
+        return spark.read.schema(table.schema).parquet(path)
+
+    ingest._spark_frame = spark_frame  # type: ignore[assignment]
+
+
+def child_ingest(a: dict[str, Any]) -> dict[str, Any]:
+    from jobs import ingest
+
+    if os.path.exists(a["lake"]):
+        shutil.rmtree(a["lake"])
+    if a.get("staging"):
+        shutil.rmtree(a["staging"], ignore_errors=True)
+        _stage_large_frames(a["staging"])
+    keep = lambda line: "done" in line or " snapshot(s) under " in line or "ingest: [" in line  # noqa: E731
+    return ingest.run(a["landing"], a["lake"], progress=_throttled("ingest", keep))
+
+
+def child_reconcile(a: dict[str, Any]) -> dict[str, Any]:
+    from jobs import reconcile
+
+    if os.path.exists(a["reports"]):
+        shutil.rmtree(a["reports"])
+    summary = reconcile.run(a["lake"], a["reports"], progress=_throttled("reconcile", lambda line: True, 0))
+    return {"seconds": summary["seconds"], "report_dir": summary["report_dir"], "run_id": summary["run_id"],
+            "as_of": summary["as_of"], "tables": summary["tables"]}
+
+
+def child_export(a: dict[str, Any]) -> dict[str, Any]:
+    """silver tables -> Parquet (delta-rs), and the offset series (Sail, offset_series) -> Parquet."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+
+    from jobs import _delta, _spark, snapshots
+    from jobs.reconcile import parse_as_of
+    from schemas import consumer_offsets, deliveries, queue_bounds
+
+    out = Path(a["dir"])
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    rows: dict[str, int] = {}
+    t0 = time.perf_counter()
+    for table in (deliveries.TABLE, consumer_offsets.TABLE, queue_bounds.TABLE):
+        if not _delta.exists(a["lake"], table):
+            raise SystemExit(f"{table.path(a['lake'])} does not exist: run the ingest stage first")
+        src = DeltaTable(table.path(a["lake"]), storage_options=_delta.storage_options() or None).to_pyarrow_dataset()
+        ds.write_dataset(src.scanner(columns=list(table.columns)), out / table.name, format="parquet",
+                         max_rows_per_file=2_000_000, max_rows_per_group=262_144, min_rows_per_group=65_536,
+                         basename_template="part-{i}.parquet", existing_data_behavior="delete_matching")
+        rows[table.name] = ds.dataset(out / table.name, format="parquet").count_rows()
+        print(f"    export  {table.qualified}: {rows[table.name]} rows", flush=True)
+    export_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with _spark.session("sail") as spark:
+        co = spark.read.parquet(str(out / consumer_offsets.TABLE.name))
+        qb = spark.read.parquet(str(out / queue_bounds.TABLE.name))
+        latest = co.agg({"snapshot_ts": "max"}).collect()[0][0]
+        as_of = parse_as_of(latest)
+        assert as_of is not None
+        series = snapshots.offset_series(co, qb, as_of=as_of).select(*snapshots.SERIES_KEY, "snapshot_ts",
+                                                                      "committed_offset")
+        tbl = series.toArrow()
+    # Timestamps as UTC instants (isAdjustedToUTC) so every engine reads them as the same instants.
+    fields = []
+    for f in tbl.schema:
+        fields.append(pa.field(f.name, pa.timestamp("us", tz="UTC")) if pa.types.is_timestamp(f.type) else f)
+    tbl = tbl.cast(pa.schema(fields))
+    (out / "series").mkdir()
+    pq.write_table(tbl, out / "series" / "part-0.parquet")
+    rows["series"] = tbl.num_rows
+    files, logical, _ = dir_size(out)
+    return {"rows": rows, "as_of": as_of.isoformat(), "export_s": round(export_s, 2),
+            "series_s": round(time.perf_counter() - t0, 2), "parquet_bytes": logical, "parquet_files": files}
+
+
+def _agreement_rows(rows: list[Any]) -> list[list[Any]]:
+    return sorted([[r[0], r[1], int(r[2]), int(r[3])] for r in rows])
+
+
+def _time_runs(label: str, fn: Callable[[], list[list[Any]]], repeats: int) -> tuple[list[float], float, list[list[Any]]]:
+    t0 = time.perf_counter()
+    first = fn()
+    warm = time.perf_counter() - t0
+    print(f"    replay  {label}: warm-up {warm:.2f} s ({len(first)} groups)", flush=True)
+    times = []
+    for i in range(repeats):
+        t0 = time.perf_counter()
+        rows = fn()
+        times.append(time.perf_counter() - t0)
+        print(f"    replay  {label}: run {i + 1}/{repeats} {times[-1]:.2f} s", flush=True)
+        if rows != first:
+            raise SystemExit(f"{label}: run {i + 1} returned different rows than the warm-up")
+    return times, warm, first
+
+
+def child_replay_spark(a: dict[str, Any]) -> dict[str, Any]:
+    from jobs import _spark, replay
+    from jobs.reconcile import parse_as_of
+
+    d = Path(a["dir"])
+    as_of = parse_as_of(a["as_of"])
+    if a["engine"] == "classic":  # no console progress bars from the JVM in the benchmark's output
+        os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--conf spark.ui.showConsoleProgress=false pyspark-shell")
+    t0 = time.perf_counter()
+    with _spark.session(a["engine"]) as spark:
+        started = time.perf_counter() - t0
+
+        def run() -> list[list[Any]]:
+            dels = spark.read.parquet(str(d / "deliveries"))
+            series = spark.read.parquet(str(d / "series"))
+            agreement = replay.agreement(replay.commit_timeline(dels, as_of=as_of), series)
+            return _agreement_rows(agreement.select("cluster", "consumer_group", "compared", "agreeing").collect())
+
+        times, warm, rows = _time_runs(a["engine"], run, a["repeats"])
+    return {"engine": a["engine"], "session_start_s": round(started, 2), "warmup_s": warm, "times_s": times,
+            "median_s": statistics.median(times), "rows": rows}
+
+
+# The replay of jobs/replay.py (commit_timeline + replayed_commits + agreement) in DuckDB SQL. Times are compared
+# as epoch microseconds, which is what Spark's timestamps are.
+K = "cluster, consumer_group, client_id, client_host, topic, broker, queue_id"
+SK = ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id"]
+BY_TIME = "ORDER BY start_us ASC NULLS FIRST, queue_offset ASC NULLS FIRST, request_id ASC NULLS FIRST"
+REPLAY_SQL = """
+WITH d AS (
+    SELECT cluster, consumer_group, coalesce(client_id, '') AS client_id, coalesce(client_host, '') AS client_host,
+           topic, broker, queue_id, CAST(queue_offset AS BIGINT) AS queue_offset,
+           epoch_us(start_ts) AS start_us, epoch_us(end_ts) AS left_us, request_id
+    FROM read_parquet('{deliveries}')
+    WHERE retry_times = 0 AND queue_offset IS NOT NULL AND start_ts IS NOT NULL AND epoch_us(start_ts) <= {as_of_us}
+),
+-- a ProcessQueue lifetime ends when the host delivers an offset below one it already delivered
+restarts AS (
+    SELECT *, CASE WHEN queue_offset < max(queue_offset) OVER (PARTITION BY {K} {BY_TIME}
+                                                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+                   THEN 1 ELSE 0 END AS restart
+    FROM d
+),
+lifetimes AS (
+    SELECT *, sum(restart) OVER (PARTITION BY {K} {BY_TIME}
+                                 ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS lifetime
+    FROM restarts
+),
+-- one entry per offset and lifetime: its first delivery
+entries AS (
+    SELECT * FROM lifetimes
+    QUALIFY row_number() OVER (PARTITION BY {K}, lifetime, queue_offset
+                               ORDER BY start_us ASC NULLS FIRST, request_id ASC NULLS FIRST) = 1
+),
+-- the timeline: L(o) = left_us, D(o) = running max of L over offsets <= o (null while some offset <= o is in flight)
+timeline AS (
+    SELECT {K}, lifetime, queue_offset, start_us, left_us,
+           max(CASE WHEN left_us IS NULL THEN 1 ELSE 0 END) OVER upto = 1 AS in_flight_upto,
+           CASE WHEN max(CASE WHEN left_us IS NULL THEN 1 ELSE 0 END) OVER upto = 1 THEN NULL
+                ELSE max(left_us) OVER upto END AS d_us
+    FROM entries
+    WINDOW upto AS (PARTITION BY {K}, lifetime ORDER BY queue_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+),
+s AS (
+    SELECT {SK}, epoch_us(snapshot_ts) AS t_us, committed_offset FROM read_parquet('{series}')
+),
+-- the active ProcessQueue at t_s: the lifetime of the latest delivery started at or before it
+active AS (
+    SELECT {s_SK}, s.t_us, arg_max(struct_pack(h := e.client_host, l := e.lifetime), e.start_us) AS a
+    FROM s JOIN timeline e ON {s_e_on} AND e.start_us <= s.t_us
+    GROUP BY ALL
+),
+-- the replayed commit at t (spec §4 identity): the smallest pulled offset not left by t, else one past the last pulled
+commits AS (
+    SELECT {a_SK}, a.t_us,
+           coalesce(min(CASE WHEN e.start_us <= a.t_us AND (e.left_us IS NULL OR e.left_us > a.t_us)
+                             THEN e.queue_offset END),
+                    max(CASE WHEN e.start_us <= a.t_us THEN e.queue_offset END) + 1) AS upper,
+           coalesce(coalesce(min(CASE WHEN e.start_us <= a.t_us - {lag_us}
+                                       AND (e.left_us IS NULL OR e.left_us > a.t_us - {lag_us})
+                                      THEN e.queue_offset END),
+                             max(CASE WHEN e.start_us <= a.t_us - {lag_us} THEN e.queue_offset END) + 1),
+                    min(e.queue_offset)) AS lower
+    FROM active a JOIN timeline e ON {a_e_on} AND e.client_host = a.a.h AND e.lifetime = a.a.l
+    GROUP BY ALL
+)
+SELECT cluster, consumer_group, count(*) AS compared,
+       sum(CASE WHEN committed_offset >= lower AND committed_offset <= upper THEN 1 ELSE 0 END) AS agreeing,
+       sum(CASE WHEN committed_offset >= lower AND committed_offset <= upper THEN 1 ELSE 0 END) / count(*) AS ratio
+FROM commits JOIN s USING ({SK}, t_us)
+GROUP BY cluster, consumer_group
+"""
+
+
+def replay_sql(deliveries_glob: str, series_glob: str, as_of_us: int, lag_s: int) -> str:
+    return REPLAY_SQL.format(
+        deliveries=deliveries_glob, series=series_glob, as_of_us=as_of_us, lag_us=lag_s * 1_000_000, K=K,
+        BY_TIME=BY_TIME, SK=", ".join(SK), s_SK=", ".join(f"s.{k}" for k in SK), a_SK=", ".join(f"a.{k}" for k in SK),
+        s_e_on=" AND ".join(f"s.{k} = e.{k}" for k in SK), a_e_on=" AND ".join(f"a.{k} = e.{k}" for k in SK))
+
+
+def child_replay_duckdb(a: dict[str, Any]) -> dict[str, Any]:
+    try:
+        import duckdb
+    except ImportError:
+        raise SystemExit("duckdb is a benchmark-only dependency: .venv/bin/pip install duckdb")
+    from jobs.replay import BROKER_LAG_S
+    from jobs.reconcile import parse_as_of
+
+    d = Path(a["dir"])
+    as_of = parse_as_of(a["as_of"])
+    assert as_of is not None
+    as_of_us = int(as_of.timestamp()) * 1_000_000 + as_of.microsecond
+    sql = replay_sql(str(d / "deliveries" / "*.parquet"), str(d / "series" / "*.parquet"), as_of_us, BROKER_LAG_S)
+    t0 = time.perf_counter()
+    con = duckdb.connect()
+    con.execute(f"SET threads = {os.cpu_count() or 2}")
+    started = time.perf_counter() - t0
+
+    def run() -> list[list[Any]]:
+        return _agreement_rows(con.execute(sql).fetchall())
+
+    times, warm, rows = _time_runs("duckdb", run, a["repeats"])
+    con.close()
+    return {"engine": "duckdb", "duckdb_version": duckdb.__version__, "session_start_s": round(started, 2),
+            "warmup_s": warm, "times_s": times, "median_s": statistics.median(times), "rows": rows}
+
+
+CHILDREN: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "simulate": child_simulate, "ingest": child_ingest, "reconcile": child_reconcile, "export": child_export,
+    "replay_spark": child_replay_spark, "replay_duckdb": child_replay_duckdb,
+}
+
+
+def child_main(stage: str, args_json: str, out: str) -> None:
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    result = CHILDREN[stage](json.loads(args_json))
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(result, f, default=str)
+
+
+# ------------------------------------------------------------------------------------------------- parent
+
+
+def _tree_rss(pid: int) -> int:
+    import psutil
+
+    try:
+        p = psutil.Process(pid)
+        procs = [p] + p.children(recursive=True)
+    except psutil.Error:
+        return 0
+    total = 0
+    for q in procs:
+        try:
+            total += q.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def run_child(label: str, stage: str, args: dict[str, Any], workdir: Path) -> dict[str, Any]:
+    """Run one stage in a fresh interpreter; returns its result plus wall_s, maxrss (wait4) and tree_peak_rss."""
+    out = workdir / f".child-{label}.json"
+    if out.exists():
+        out.unlink()
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", stage, "--child-args", json.dumps(args),
+           "--child-out", str(out)]
+    say(f"{label}: start ({stage} {json.dumps(args)})")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=str(ROOT))
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        last_note = time.perf_counter()
+        while not done.wait(0.5):
+            rss = _tree_rss(proc.pid)
+            peak[0] = max(peak[0], rss)
+            if time.perf_counter() - last_note >= 30:
+                last_note = time.perf_counter()
+                say(f"{label}: running {time.perf_counter() - t0:.0f} s, RSS {fmt_bytes(rss)} "
+                    f"(peak {fmt_bytes(peak[0])}), load {os.getloadavg()[0]:.1f}")
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - t0
+    done.set()
+    sampler.join()
+    if proc.returncode != 0 or not out.exists():
+        raise SystemExit(f"{label}: child failed with exit code {proc.returncode}")
+    result = json.loads(out.read_text())
+    out.unlink()
+    result.update({"wall_s": round(wall, 2), "maxrss": usage.ru_maxrss * 1024, "tree_peak_rss": peak[0],
+                   "cpu_s": round(usage.ru_utime + usage.ru_stime, 1)})
+    say(f"{label}: done in {wall:.1f} s, peak RSS {fmt_bytes(result['maxrss'])} (ru_maxrss), "
+        f"{fmt_bytes(peak[0])} (process tree, sampled), CPU {result['cpu_s']} s")
+    return result
+
+
+def peak_rss(r: dict[str, Any]) -> int:
+    return max(int(r.get("maxrss") or 0), int(r.get("tree_peak_rss") or 0))
+
+
+def _fit_power(x1: float, y1: float, x2: float, y2: float) -> float:
+    """Exponent k of y = c * x**k through two points, kept within [1, 3]."""
+    if y1 <= 0 or y2 <= 0 or x1 == x2:
+        return 1.0
+    return min(3.0, max(1.0, math.log(y2 / y1) / math.log(x2 / x1)))
+
+
+def stage_simulate(args: argparse.Namespace, workdir: Path, fig: dict[str, Any]) -> None:
+    landing = workdir / "landing"
+    calib: list[dict[str, Any]] = []
+    scale = args.scale
+    plan: dict[str, Any] = {"requested_messages": args.messages}
+    reuse: Path | None = None
+    if scale is None:
+        for s in (1, 2):
+            d = workdir / "calib" / f"scale-{s}"
+            r = run_child(f"calibrate scale {s}", "simulate", {"out": str(d), "seed": args.seed, "scale": s}, workdir)
+            calib.append({"scale": s, "messages": r["messages_stored"], "wall_s": r["wall_s"], "rss": peak_rss(r),
+                          "dir": str(d), "result": r})
+            say(f"calibration: scale {s} -> {r['messages_stored']} messages in {r['wall_s']:.1f} s, "
+                f"peak RSS {fmt_bytes(peak_rss(r))}")
+            if r["messages_stored"] >= args.messages:
+                break
+        c1 = calib[0]
+        if c1["messages"] >= args.messages:
+            scale = 1
+        else:
+            c2 = calib[1]
+            per_unit = max(1, c2["messages"] - c1["messages"])
+            base = c1["messages"] - per_unit
+            scale = max(2, math.ceil((args.messages - base) / per_unit))
+            # Scale 1 -> 2 understates how the simulator grows: each topic of ``mixed`` lives on every broker, so
+            # the (consumer, queue) pairs, hence persist ticks, long-poll wake-ups and OffsetTable.history, grow
+            # with scale^2 while messages grow with scale. Measured on this machine (scales 1-4 and 18): time
+            # ~ scale^1.8, memory ~ scale^1.5. Those exponents are the floor of the prediction.
+            k_t = max(MIN_TIME_EXPONENT, _fit_power(1, c1["wall_s"], 2, c2["wall_s"]))
+            k_m = max(MIN_RSS_EXPONENT, _fit_power(1, c1["rss"], 2, c2["rss"]))
+
+            def predict(s: int) -> tuple[float, float, float]:
+                return base + per_unit * s, c2["wall_s"] * (s / 2) ** k_t, c2["rss"] * (s / 2) ** k_m
+
+            msgs, t_pred, m_pred = predict(scale)
+            plan.update({"messages_per_scale_unit": per_unit, "messages_at_scale_0": base, "time_exponent": k_t,
+                         "rss_exponent": k_m, "full_scale": scale, "full_scale_predicted_messages": round(msgs),
+                         "full_scale_predicted_s": round(t_pred), "full_scale_predicted_rss": round(m_pred)})
+            say(f"calibration: messages ~ {base} + {per_unit} x scale -> scale {scale} for {args.messages} messages; "
+                f"simulator time ~ scale^{k_t:.2f}, memory ~ scale^{k_m:.2f}: predicted {t_pred / 60:.1f} min and "
+                f"{fmt_bytes(m_pred)} at scale {scale}")
+            budget_s, budget_rss = args.max_simulate_minutes * 60, args.max_rss_gib * GiB
+            if (t_pred > budget_s or m_pred > budget_rss) and not args.no_fallback:
+                fit = 2
+                while predict(fit + 1)[1] <= budget_s and predict(fit + 1)[2] <= budget_rss and fit + 1 < scale:
+                    fit += 1
+                plan.update({"fallback": True, "fallback_reason":
+                             f"scale {scale} predicted {t_pred / 60:.0f} min / {fmt_bytes(m_pred)} > budget "
+                             f"{args.max_simulate_minutes} min / {args.max_rss_gib} GiB"})
+                say(f"FALLBACK: {plan['fallback_reason']}; running the largest scale within budget: {fit} "
+                    f"(~{predict(fit)[0]:.0f} messages, ~{predict(fit)[1] / 60:.1f} min); --no-fallback runs scale {scale}")
+                scale = fit
+        for c in calib:
+            if c["scale"] == scale:
+                reuse = Path(c["dir"])
+    plan["scale"] = scale
+    if reuse is not None:
+        say(f"simulate: scale {scale} is a calibration run: reusing it")
+        if landing.exists():
+            shutil.rmtree(landing)
+        os.rename(reuse, landing)
+        r = next(c["result"] for c in calib if c["scale"] == scale)
+        r["out"] = str(landing)
+    else:
+        r = run_child("simulate", "simulate", {"out": str(landing), "seed": args.seed, "scale": scale}, workdir)
+    files, logical, disk = dir_size(landing)
+    truth = dir_size(landing / "_truth")
+    fig["simulate"] = {
+        "scale": scale, "seed": args.seed, "messages_stored": r["messages_stored"], "snapshots": r["snapshots"],
+        "wall_s": r["wall_s"], "generation_s": r["generation_s"], "simulate_s": r["simulate_s"],
+        "messages_per_s": r["messages_stored"] / r["wall_s"], "landing_files": files, "landing_bytes": logical,
+        "landing_bytes_on_disk": disk, "truth_bytes": truth[1], "maxrss": r["maxrss"],
+        "tree_peak_rss": r["tree_peak_rss"], "cpu_s": r["cpu_s"], "plan": plan,
+        "calibration": [{k: v for k, v in c.items() if k not in ("result", "dir")} for c in calib],
+    }
+    say(f"simulate: scale {scale}: {r['messages_stored']} messages stored in {r['wall_s']:.1f} s "
+        f"({r['messages_stored'] / r['wall_s']:.0f} messages/s); landing zone {files} files, {logical} bytes "
+        f"({fmt_bytes(logical)}; {fmt_bytes(disk)} on disk, hard links counted once)")
+    shutil.rmtree(workdir / "calib", ignore_errors=True)
+
+
+def stage_ingest(args: argparse.Namespace, workdir: Path, fig: dict[str, Any]) -> None:
+    landing, lake = workdir / "landing", workdir / "lake"
+    if not landing.exists():
+        raise SystemExit(f"{landing} does not exist: run the simulate stage first")
+    staging = str(workdir / "staging") if args.ingest_workaround else None
+    r = run_child("ingest", "ingest", {"landing": str(landing), "lake": str(lake), "staging": staging}, workdir)
+    shutil.rmtree(workdir / "staging", ignore_errors=True)
+    files, logical, _ = dir_size(lake)
+    fig["ingest"] = {"workaround": bool(staging), "wall_s": r["wall_s"], "job_s": r["seconds"], "maxrss": r["maxrss"],
+                     "tree_peak_rss": r["tree_peak_rss"], "cpu_s": r["cpu_s"], "changed_rows": r["changed_rows"],
+                     "quarantined": r["quarantined"], "lake_files": files, "lake_bytes": logical}
+    say(f"ingest: {r['wall_s']:.1f} s, peak RSS {fmt_bytes(peak_rss(r))}; lake {files} files, {fmt_bytes(logical)}; "
+        f"rows {r['changed_rows']}")
+
+
+def stage_reconcile(workdir: Path, fig: dict[str, Any]) -> None:
+    lake, reports = workdir / "lake", workdir / "reports"
+    r = run_child("reconcile", "reconcile", {"lake": str(lake), "reports": str(reports)}, workdir)
+    fig["reconcile"] = {"wall_s": r["wall_s"], "job_s": r["seconds"], "maxrss": r["maxrss"],
+                        "tree_peak_rss": r["tree_peak_rss"], "cpu_s": r["cpu_s"], "run_id": r["run_id"],
+                        "as_of": r["as_of"], "report_dir": r["report_dir"],
+                        "rows": {k: v["rows"] for k, v in r["tables"].items()}}
+    say(f"reconcile: {r['wall_s']:.1f} s, peak RSS {fmt_bytes(peak_rss(r))}; rows {fig['reconcile']['rows']}")
+
+
+def stage_replay(args: argparse.Namespace, workdir: Path, fig: dict[str, Any]) -> None:
+    lake, rdir = workdir / "lake", workdir / "replay"
+    ex = run_child("export", "export", {"lake": str(lake), "dir": str(rdir)}, workdir)
+    say(f"replay: exported {ex['rows']} rows ({fmt_bytes(ex['parquet_bytes'])} Parquet) in {ex['export_s']} s, "
+        f"series in {ex['series_s']} s; as of {ex['as_of']}")
+    results: dict[str, dict[str, Any]] = {}
+    for engine in args.engines:
+        stage = "replay_duckdb" if engine == "duckdb" else "replay_spark"
+        results[engine] = run_child(f"replay {engine}", stage,
+                                    {"engine": engine, "dir": str(rdir), "as_of": ex["as_of"],
+                                     "repeats": args.repeats}, workdir)
+        say(f"replay {engine}: median {results[engine]['median_s']:.2f} s of {len(results[engine]['times_s'])} "
+            f"runs {[round(t, 2) for t in results[engine]['times_s']]}")
+    # Same answer everywhere, or the timing is worthless.
+    ref_engine = args.engines[0]
+    ref = results[ref_engine]["rows"]
+    mismatches = []
+    for engine, r in results.items():
+        if r["rows"] != ref:
+            a, b = {tuple(x[:2]): x[2:] for x in ref}, {tuple(x[:2]): x[2:] for x in r["rows"]}
+            diff = [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+            mismatches.append(f"{engine} vs {ref_engine}: {len(diff)} group(s) differ, e.g. {diff[:5]}")
+    recon_check = None
+    summary_path = Path(fig.get("reconcile", {}).get("report_dir", "")) / "summary.json"
+    if fig.get("reconcile") and summary_path.exists() and fig["reconcile"].get("as_of"):
+        summary = json.loads(summary_path.read_text())
+        recon = sorted([[g, v["replay_agreement"]["compared"], v["replay_agreement"]["agreeing"]]
+                        for g, v in summary["groups"].items() if "replay_agreement" in v])
+        mine = sorted([[x[1], x[2], x[3]] for x in ref])
+        recon_check = recon == mine
+        if not recon_check:
+            mismatches.append(f"{ref_engine} vs the reconcile stage's summary.json: {len(recon)} vs {len(mine)} groups")
+    for m in mismatches:
+        say(f"REPLAY MISMATCH: {m}")
+    med = {e: r["median_s"] for e, r in results.items()}
+    fig["replay"] = {
+        "export": {k: ex[k] for k in ("rows", "as_of", "export_s", "series_s", "parquet_bytes", "parquet_files")},
+        "engines": {e: {k: r[k] for k in ("median_s", "times_s", "warmup_s", "session_start_s", "maxrss",
+                                          "tree_peak_rss", "cpu_s") if k in r}
+                    for e, r in results.items()},
+        "groups": len(ref), "compared": sum(x[2] for x in ref), "agreeing": sum(x[3] for x in ref),
+        "identical": not mismatches, "matches_reconcile": recon_check, "mismatches": mismatches,
+        "sail_over_duckdb": med["sail"] / med["duckdb"] if "sail" in med and "duckdb" in med else None,
+        "classic_over_sail": med["classic"] / med["sail"] if "sail" in med and "classic" in med else None,
+        "repeats": args.repeats,
+    }
+
+
+# ---------------------------------------------------------------------------------------------- figures
+
+
+def _status(ok: bool | None) -> str:
+    return "-" if ok is None else ("PASS" if ok else "MISS")
+
+
+def figures_table(fig: dict[str, Any]) -> str:
+    sim, ing, rec, rep = (fig.get(k) or {} for k in ("simulate", "ingest", "reconcile", "replay"))
+    lines = ["| figure | value | target | status |", "|---|---|---|---|"]
+
+    def row(name: str, value: str, target: str = "", ok: bool | None = None) -> None:
+        lines.append(f"| {name} | {value} | {target} | {_status(ok) if target else ''} |")
+
+    plan = sim.get("plan", {})
+    msgs = sim.get("messages_stored")
+    if sim:
+        row("`mixed` scale (seed)", f"{sim['scale']} (seed {sim['seed']})")
+        if plan.get("fallback"):
+            row("full scale for the requested messages",
+                f"{plan['full_scale']} (~{plan['full_scale_predicted_messages']:,} msgs): predicted "
+                f"{plan['full_scale_predicted_s'] / 60:.0f} min, {fmt_bytes(plan['full_scale_predicted_rss'])}; "
+                f"not run ({plan['fallback_reason']})")
+        row("messages stored", f"{msgs:,}", f">= {TARGET_MESSAGES:,}", msgs >= TARGET_MESSAGES)
+        row("simulate wall time", fmt_s(sim["wall_s"]), "< 600 s for 10 M (issue 4)",
+            sim["wall_s"] < TARGET_SIMULATE_S and msgs >= TARGET_MESSAGES)
+        row("simulate speed", f"{sim['messages_per_s']:,.0f} messages/s",
+            f">= {TARGET_MESSAGES / TARGET_SIMULATE_S:,.0f} messages/s (10 M in 10 min)",
+            sim["messages_per_s"] >= TARGET_MESSAGES / TARGET_SIMULATE_S)
+        row("landing zone", f"{sim['landing_bytes']:,} bytes ({fmt_bytes(sim['landing_bytes'])}), "
+            f"{fmt_bytes(sim['landing_bytes_on_disk'])} on disk (hard links once), {sim['landing_files']:,} files")
+        row("simulate peak RSS", fmt_bytes(peak_rss(sim)), "< 8 GiB", peak_rss(sim) < TARGET_RSS)
+    if ing:
+        row("ingest wall time", fmt_s(ing["wall_s"]) + (" (trace records staged through Parquet: benchmark "
+                                                         "workaround for the 128 MiB Spark Connect limit)"
+                                                         if ing.get("workaround") else ""))
+        row("ingest peak RSS", fmt_bytes(peak_rss(ing)), "< 8 GiB", peak_rss(ing) < TARGET_RSS)
+        row("lake size", f"{fmt_bytes(ing['lake_bytes'])}, {ing['lake_files']:,} files")
+    if rec:
+        row("reconcile wall time", fmt_s(rec["wall_s"]))
+        row("reconcile peak RSS", fmt_bytes(peak_rss(rec)), "< 8 GiB", peak_rss(rec) < TARGET_RSS)
+    if sim and ing and rec:
+        total = sim["wall_s"] + ing["wall_s"] + rec["wall_s"]
+        ok = total < TARGET_RUN_S and msgs >= TARGET_MESSAGES
+        row("whole run (simulate + ingest + reconcile)", fmt_s(total), "< 600 s at 10 M messages", ok)
+        worst = max(peak_rss(sim), peak_rss(ing), peak_rss(rec))
+        row("peak RSS of the run (worst stage)", fmt_bytes(worst), "< 8 GiB", worst < TARGET_RSS)
+    if rep:
+        ex = rep["export"]
+        row("replay input (Parquet)", f"{ex['rows'].get('deliveries', 0):,} deliveries, {ex['rows'].get('series', 0):,} "
+            f"series rows, {fmt_bytes(ex['parquet_bytes'])}; export {ex['export_s']} s, series {ex['series_s']} s")
+        for e, r in rep["engines"].items():
+            row(f"replay on {e} (median of {len(r['times_s'])})",
+                f"{r['median_s']:.2f} s (runs {', '.join(f'{t:.2f}' for t in r['times_s'])}; warm-up "
+                f"{r['warmup_s']:.2f} s; peak RSS {fmt_bytes(peak_rss(r))})")
+        row("replay results identical (Sail, classic, DuckDB)",
+            f"{rep['groups']} groups, {rep['compared']:,} snapshots compared, {rep['agreeing']:,} agreeing"
+            + ("" if rep["matches_reconcile"] is None else
+               f"; same as reconcile's summary.json: {rep['matches_reconcile']}"),
+            "identical", rep["identical"])
+        if rep.get("sail_over_duckdb") is not None:
+            row("Sail / DuckDB (replay)", f"{rep['sail_over_duckdb']:.2f}", "<= 1.00", rep["sail_over_duckdb"] <= 1.0)
+        if rep.get("classic_over_sail") is not None:
+            row("classic / Sail (replay)", f"{rep['classic_over_sail']:.2f}", ">= 5.00",
+                rep["classic_over_sail"] >= TARGET_CLASSIC_VS_SAIL)
+    m = fig.get("machine", {})
+    if m:
+        row("machine", f"{m['cores']} cores, {fmt_bytes(m['memory'])}; load average at start {m['load_start']}, "
+            f"at end {m.get('load_end', '-')} (shared with other workloads)")
+    return "\n".join(lines)
+
+
+def machine_info() -> dict[str, Any]:
+    import psutil
+
+    return {"cores": os.cpu_count(), "memory": psutil.virtual_memory().total,
+            "load_start": " ".join(f"{x:.1f}" for x in os.getloadavg()),
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+
+
+def cleanup(workdir: Path) -> None:
+    for name in ("calib", "landing", "lake", "reports", "replay", "staging"):
+        p = workdir / name
+        if p.exists():
+            files, logical, disk = dir_size(p)
+            say(f"cleanup: {p}: {files} files, {logical:,} bytes ({fmt_bytes(disk)} on disk): deleting")
+            shutil.rmtree(p)
+    say(f"cleanup: kept {workdir / 'figures.md'} and {workdir / 'figures.json'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--messages", type=int, default=TARGET_MESSAGES, help="messages to store (default 10,000,000)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--workdir", default="/tmp/rmq-bench")
+    p.add_argument("--stages", default=",".join(STAGES), help="comma-separated subset of " + ",".join(STAGES))
+    p.add_argument("--engines", default=",".join(ENGINES), help="replay engines (default sail,classic,duckdb)")
+    p.add_argument("--repeats", type=int, default=3, help="timed replay runs per engine after one warm-up")
+    p.add_argument("--scale", type=int, default=None, help="run this `mixed` scale (skips the calibration)")
+    p.add_argument("--max-simulate-minutes", type=float, default=30.0,
+                   help="fall back to a smaller scale when the simulator is predicted to take longer (default 30)")
+    p.add_argument("--max-rss-gib", type=float, default=8.0,
+                   help="fall back to a smaller scale when the simulator is predicted to need more (default 8)")
+    p.add_argument("--no-fallback", action="store_true", help="run the full scale whatever the prediction")
+    p.add_argument("--no-ingest-workaround", dest="ingest_workaround", action="store_false",
+                   help="run ingest exactly as shipped: without staging its large trace-record frame through Parquet "
+                        "(it then fails past ~400k messages: Spark Connect's 128 MiB message limit)")
+    p.add_argument("--cleanup", action="store_true", help="delete landing zone, lake, reports and Parquet at the end")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--child-args", help=argparse.SUPPRESS)
+    p.add_argument("--child-out", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        child_main(args.child, args.child_args, args.child_out)
+        return 0
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    bad = set(stages) - set(STAGES)
+    if bad:
+        p.error(f"unknown stage(s) {sorted(bad)}; expected {STAGES}")
+    args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    if "replay" in stages and "duckdb" in args.engines:
+        try:
+            import duckdb  # noqa: F401
+        except ImportError:
+            print("duckdb is missing: it is a benchmark-only dependency, install it with\n"
+                  "    .venv/bin/pip install duckdb", file=sys.stderr)
+            return 2
+    workdir = Path(args.workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    fig_path = workdir / "figures.json"
+    fig: dict[str, Any] = json.loads(fig_path.read_text()) if fig_path.exists() else {}
+    if "simulate" in stages:  # a new data set: figures of the old one no longer apply
+        fig = {}
+    fig["machine"] = machine_info()
+    fig["args"] = {"messages": args.messages, "seed": args.seed, "stages": stages, "engines": args.engines,
+                   "repeats": args.repeats}
+    say(f"pipeline benchmark: {args.messages:,} messages, seed {args.seed}, stages {stages}, workdir {workdir}; "
+        f"{fig['machine']['cores']} cores, {fmt_bytes(fig['machine']['memory'])}, load {fig['machine']['load_start']}")
+
+    def save() -> None:
+        fig_path.write_text(json.dumps(fig, indent=2, default=str) + "\n")
+
+    steps = {"simulate": lambda: stage_simulate(args, workdir, fig), "ingest": lambda: stage_ingest(args, workdir, fig),
+             "reconcile": lambda: stage_reconcile(workdir, fig), "replay": lambda: stage_replay(args, workdir, fig)}
+    for s in STAGES:
+        if s in stages:
+            steps[s]()
+            save()
+    fig["machine"]["load_end"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    save()
+    table = figures_table(fig)
+    (workdir / "figures.md").write_text(table + "\n")
+    print("\nFigures (also in " + str(workdir / "figures.md") + "):\n")
+    print(table, flush=True)
+    if args.cleanup:
+        cleanup(workdir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
