@@ -18,9 +18,9 @@ What it does:
    figures say so (``--no-fallback`` runs the full scale).
 2. ``ingest`` and ``reconcile``: ``jobs.ingest.run(landing, lake)`` then ``jobs.reconcile.run(lake, reports)``, each
    in a fresh process; wall time and peak RSS per stage (the child's ``ru_maxrss`` from ``os.wait4``, and the
-   sampled RSS of its whole process tree), and the total. Ingest as shipped sends all trace records of the run
-   to Sail as one Spark Connect message, which fails past ~400k stored messages (128 MiB gRPC limit); the
-   benchmark stages that frame through a Parquet file (same rows; ``--no-ingest-workaround`` runs it as shipped).
+   sampled RSS of its whole process tree), and the total. Ingest runs as shipped (it sends trace records in
+   batches of ``jobs.ingest.TRACE_BATCH_ROWS``); ``--ingest-workaround`` stages large frames through Parquet, as
+   this benchmark had to before that batching existed.
 3. ``replay``: exports silver/deliveries, silver/consumer_offsets and silver/queue_bounds from the lake with
    delta-rs into Parquet once, computes ``jobs.snapshots.offset_series`` from them once (Sail, as the reconcile
    job does, as of the newest snapshot) into Parquet, then times
@@ -734,9 +734,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-rss-gib", type=float, default=8.0,
                    help="fall back to a smaller scale when the simulator is predicted to need more (default 8)")
     p.add_argument("--no-fallback", action="store_true", help="run the full scale whatever the prediction")
-    p.add_argument("--no-ingest-workaround", dest="ingest_workaround", action="store_false",
-                   help="run ingest exactly as shipped: without staging its large trace-record frame through Parquet "
-                        "(it then fails past ~400k messages: Spark Connect's 128 MiB message limit)")
+    p.add_argument("--ingest-workaround", dest="ingest_workaround", action="store_true",
+                   help="stage ingest's large frames through Parquet (not needed since ingest batches trace records)")
     p.add_argument("--cleanup", action="store_true", help="delete landing zone, lake, reports and Parquet at the end")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--child-args", help=argparse.SUPPRESS)
