@@ -65,6 +65,16 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def stop_process(proc: "subprocess.Popen[bytes]") -> None:
+    """Terminate a child server and reap it (killed after 20 s)."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def _s3_env(endpoint: str, key_id: str, secret: str) -> dict[str, str]:
     return {
         "AWS_ENDPOINT_URL": endpoint,
@@ -184,12 +194,7 @@ def moto_s3(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     finally:
         if environ is not None:
             environ.restore()
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 @pytest.fixture(scope="session")

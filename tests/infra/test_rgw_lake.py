@@ -17,6 +17,7 @@ from typing import Iterator
 
 import pytest
 
+from infra_fixtures import _free_port, stop_process
 from jobs import _delta, storage
 from schemas import consumer_offsets
 
@@ -64,23 +65,12 @@ def sail(store: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ob
         with session("connect", remote=f"sc://127.0.0.1:{port}") as spark:
             yield spark
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 @pytest.fixture()
 def lake(store: object) -> str:
     return storage.join(store.bucket_uri, f"lake-{uuid.uuid4().hex[:10]}")  # type: ignore[attr-defined]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _offsets(*rows: tuple[str, int, int]) -> list[tuple]:
