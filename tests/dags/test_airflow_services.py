@@ -116,8 +116,17 @@ def test_backfill_reconciles_each_hour_as_of_its_logical_date(services: Services
     # Backfill runs of a paused DAG stay queued. Unpaused, the DAG may also start its own run for the latest
     # hour (on the snapshot test's lake): only the two backfill runs are checked.
     services.airflow("dags", "unpause", "rocketmq_reconcile")
-    services.airflow("backfill", "create", "--dag-id", "rocketmq_reconcile", "--from-date", "2026-01-05T02:00:00+00:00",
-                     "--to-date", "2026-01-05T03:00:00+00:00", "--dag-run-conf", json.dumps(conf))
+    args = ["backfill", "create", "--dag-id", "rocketmq_reconcile", "--from-date", "2026-01-05T02:00:00+00:00",
+            "--to-date", "2026-01-05T03:00:00+00:00", "--dag-run-conf", json.dumps(conf)]
+    for attempt in range(3):
+        # SQLite in WAL mode answers "database is locked" at once (no busy wait) when a read transaction must
+        # become a write while the scheduler writes; a try cut off that way may already have made the backfill.
+        proc = subprocess.run([AIRFLOW, *args], env=services.env, capture_output=True, text=True)
+        out = proc.stdout + proc.stderr
+        if proc.returncode == 0 or "AlreadyRunningBackfill" in out:
+            break
+        assert "database is locked" in out and attempt < 2, f"airflow backfill create failed:\n{out}"
+        time.sleep(2)
     runs = services.wait("rocketmq_reconcile", {"backfill__2026-01-05T02:00:00+00:00",
                                                 "backfill__2026-01-05T03:00:00+00:00"})
     services.airflow("dags", "pause", "rocketmq_reconcile")
