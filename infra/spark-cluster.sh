@@ -22,6 +22,15 @@ PROCS=(connect worker master)   # stop order
 
 log() { echo "spark-cluster: $*" >&2; }
 die() { log "$*"; [ -d "$DIR/log" ] && log "logs in $DIR/log"; exit 1; }
+# The last lines of each log, so a failed start in CI shows its cause without the state folder.
+show_logs() {
+    local f
+    for f in "$DIR"/log/*.out; do
+        [ -s "$f" ] || continue
+        echo "----- last lines of $f" >&2
+        grep -v ' INFO ' "$f" | tail -n 40 >&2 || true
+    done
+}
 freeport() { "$PY" -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 now() { date +%s.%N; }
 elapsed() { "$PY" -c "import sys;print(round($(now)-float(sys.argv[1]),1))" "$1"; }
@@ -40,7 +49,7 @@ remote() { sed -n 's/^export SPARK_REMOTE=//p' "$DIR/env" 2>/dev/null; }
 
 # Whether sc://... answers a query (a fresh Connect session that runs one tiny job on the cluster).
 answers() {
-    "$PY" - "$1" <<'PY' >>"$DIR/log/probe.out" 2>&1
+    timeout 120 "$PY" - "$1" <<'PY' >>"$DIR/log/probe.out" 2>&1
 import sys
 from pyspark.sql import SparkSession
 s = SparkSession.builder.remote(sys.argv[1]).create()
@@ -100,12 +109,26 @@ cmd_start() {
         return 0
     fi
     cmd_stop
+    local attempt why
+    for attempt in 1 2; do
+        # A port picked free can be taken before its server binds it (the driver binds ephemeral ports too):
+        # a second attempt uses fresh ports. Logs of a failed attempt are shown before they are cleared.
+        if why=$(start_once); then cat "$DIR/env"; return 0; fi
+        log "attempt $attempt failed: $why"
+        show_logs
+        cmd_stop
+    done
+    die "could not start the cluster (see the log lines above)"
+}
+
+# One start with fresh ports; prints the reason and returns 1 on failure (the caller stops what started).
+start_once() {
     local t0 mport mui wport wui cport url
     t0=$(now)
     SPARK_HOME=$("$PY" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')
     export SPARK_HOME
     ls "$SPARK_HOME/jars" | grep -q '^spark-connect_' \
-        || die "no spark-connect jar in $SPARK_HOME/jars: install pyspark (not only pyspark-client)"
+        || { echo "no spark-connect jar in $SPARK_HOME/jars: install pyspark (not only pyspark-client)"; return 1; }
     rm -rf "$DIR"; mkdir -p "$DIR"/{log,conf,work,tmp}
     mport=$(freeport); mui=$(freeport); wport=$(freeport); wui=$(freeport); cport=$(freeport)
     cat > "$DIR/conf/spark-defaults.conf" <<CONF
@@ -134,7 +157,7 @@ CONF
         alive_pid master >/dev/null || break
         sleep 0.25
     done
-    [ -n "$ok" ] || { cmd_stop; die "the master did not come up on 127.0.0.1:$mport"; }
+    [ -n "$ok" ] || { echo "the master did not come up on 127.0.0.1:$mport"; return 1; }
 
     launch worker "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.worker.Worker \
         --host 127.0.0.1 --port "$wport" --webui-port "$wui" --cores "$CORES" --memory "$MEM" \
@@ -145,7 +168,7 @@ CONF
         alive_pid worker >/dev/null || break
         sleep 0.25
     done
-    [ -n "$ok" ] || { cmd_stop; die "the worker did not register with the master"; }
+    [ -n "$ok" ] || { echo "the worker did not register with the master"; return 1; }
 
     launch connect "$SPARK_HOME/bin/spark-submit" --master "spark://127.0.0.1:$mport" \
         --properties-file "$DIR/conf/spark-defaults.conf" \
@@ -155,16 +178,17 @@ CONF
     url="sc://127.0.0.1:$cport"
     ok=""
     for _ in $(seq 180); do
-        alive_pid connect >/dev/null || break
+        alive_pid connect >/dev/null || { echo "the Spark Connect server exited (log/connect.out)"; return 1; }
+        grep -q 'BindException\|Address already in use' "$DIR/log/connect.out" \
+            && { echo "the Spark Connect server could not bind 127.0.0.1:$cport (taken)"; return 1; }
         if (exec 3<>"/dev/tcp/127.0.0.1/$cport") 2>/dev/null && answers "$url"; then ok=1; break; fi
         sleep 1
     done
-    [ -n "$ok" ] || { cmd_stop; die "the Spark Connect server did not answer a query at $url"; }
+    [ -n "$ok" ] || { echo "the Spark Connect server did not answer a query at $url"; return 1; }
     echo "export SPARK_REMOTE=$url" > "$DIR/env.tmp"
     mv "$DIR/env.tmp" "$DIR/env"
     log "started in $(elapsed "$t0") s: master spark://127.0.0.1:$mport (ui :$mui), worker $CORES cores $MEM," \
         "connect $url (pids master=$(cat "$DIR/master.pid") worker=$(cat "$DIR/worker.pid") connect=$(cat "$DIR/connect.pid"))"
-    cat "$DIR/env"
 }
 
 case "${1:-}" in
