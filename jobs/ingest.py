@@ -50,6 +50,9 @@ CHUNK_BYTES = 64 << 20
 # Trace records go to the engine in batches: one Spark Connect message must stay under 128 MiB (about 400k
 # records fit), and the batch is held in memory until it is sent.
 TRACE_BATCH_ROWS = 100_000
+# Decoded byte ranges of one broker snapshot are written in one MERGE per this many records: one MERGE per
+# 256 KiB read window was 77% of ingest time (1,354 commits for 827k records).
+MESSAGE_BATCH_ROWS = 100_000
 
 _CONFIG_TABLES = {
     "consumer_offsets": consumer_offsets.TABLE,
@@ -452,6 +455,15 @@ def load_messages(spark: Any, lake: str, snap: Snapshot, lo: int, hi: int, tbl: 
     _delta.insert_new(spark, df, lake, messages.TABLE, target_filter=target)
 
 
+def _load_ranges(spark: Any, lake: str, snap: Snapshot, pending: list[tuple[int, int, pa.Table]]) -> None:
+    """One ``load_messages`` for several decoded ranges of one broker snapshot (the span covers them all)."""
+    if not pending:
+        return
+    lo = min(r[0] for r in pending)
+    hi = max(r[1] for r in pending)
+    load_messages(spark, lake, snap, lo, hi, pa.concat_tables([r[2] for r in pending], promote_options="default"))
+
+
 def load_small(spark: Any, lake: str, ex: Extracted, now: dt.datetime) -> dict[str, int]:
     """MERGE the config-derived rows and quarantine rows; returns rows new or changed per table."""
     counts: dict[str, int] = {}
@@ -572,16 +584,20 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
             extract_configs(snap, landing_uri, ex, now)
             if snap.is_clients:
                 continue
+            pending: list[tuple[int, int, pa.Table]] = []
             for st, lo, hi, tbl in decode_commitlog(snap, state, ex, now, known, seen_paths):
                 trace_batch.extend(trace_rows(snap.cluster, snap.broker, tbl, ex, snap,
                                               f"{snap.folder}/store/commitlog/{st.segment}", st.start_offset))
                 if len(trace_batch) >= TRACE_BATCH_ROWS:
                     n_trace += _load_trace(spark, lake, trace_batch)
                     trace_batch = []
-                load_messages(spark, lake, snap, lo, hi, tbl.drop_columns(["body"])
-                              if "body" in tbl.column_names else tbl)
+                pending.append((lo, hi, tbl.drop_columns(["body"]) if "body" in tbl.column_names else tbl))
                 n_messages += tbl.num_rows
                 say(f"ingest:   {st.segment}: {tbl.num_rows} records, bytes {lo}..{hi}")
+                if sum(t.num_rows for _, _, t in pending) >= MESSAGE_BATCH_ROWS:
+                    _load_ranges(spark, lake, snap, pending)
+                    pending = []
+            _load_ranges(spark, lake, snap, pending)
             for t in extract_exports(snap, ex):
                 _delta.merge(spark, messages_frame(spark, t), lake, messages.TABLE, insert_only=True)
                 n_messages += t.num_rows
