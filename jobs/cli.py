@@ -20,7 +20,7 @@ def _progress(line: str) -> None:
 def cmd_simulate(a: argparse.Namespace) -> int:
     from jobs import simulate
 
-    _print_json(simulate.run(a.scenario, a.out, seed=a.seed, scale=a.scale))
+    _print_json(simulate.run(a.scenario, a.out, seed=a.seed, scale=a.scale, bulk_messages=a.bulk_messages))
     return 0
 
 
@@ -57,7 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--scenario", required=True)
     s.add_argument("--out", required=True, help="landing zone to write (local dir)")
     s.add_argument("--seed", type=int, default=7)
-    s.add_argument("--scale", type=int, default=1)
+    s.add_argument("--scale", type=int, default=1,
+                   help="mixed: size multiplier, ~98k messages per unit (past 3: vectorised healthy bulk traffic)")
+    s.add_argument("--bulk-messages", type=int, default=None,
+                   help="mixed: this many bulk messages instead of the scale's")
     s.set_defaults(func=cmd_simulate)
 
     s = sub.add_parser("ingest", help="landing zone -> bronze/silver Delta tables (incremental, idempotent)")

@@ -34,14 +34,17 @@ def _tree_size(root: str) -> tuple[int, int, int]:
     return files, logical, disk
 
 
-def run(scenario: str, out: str, *, seed: int = 7, scale: int = 1) -> dict[str, Any]:
+def run(scenario: str, out: str, *, seed: int = 7, scale: int = 1, bulk_messages: int | None = None
+        ) -> dict[str, Any]:
     """Simulate ``scenario`` and write its landing zone and ``_truth/`` to the local folder ``out``.
 
     Args:
         scenario: a spec §7 name (``blocked-head`` ... ``rebalance``) or ``mixed``.
         out: the landing-zone folder (created; it should be empty).
         seed: every random choice derives from it: same seed, byte-identical output.
-        scale: ``mixed`` only: size multiplier (1 = a few brokers and ~10-50k messages).
+        scale: ``mixed`` only: size multiplier (1 = a few brokers and ~100k messages; past 3 the extra volume is
+            the vectorised healthy traffic of ``jobs.simulate.bulk``, ~98k messages per unit).
+        bulk_messages: ``mixed`` only: that many bulk messages instead of the scale's.
 
     Returns:
         a summary: scenario, seed, scale, messages stored, snapshots, files and bytes written, truth row
@@ -55,7 +58,7 @@ def run(scenario: str, out: str, *, seed: int = 7, scale: int = 1) -> dict[str, 
     if scenario == "mixed":
         from jobs.simulate.mixed import mixed
 
-        world = mixed(out, seed, scale)
+        world = mixed(out, seed, scale, bulk_messages)
     elif scenario in SCENARIOS:
         world = SCENARIOS[scenario](out, seed, scale)
     else:
@@ -66,12 +69,13 @@ def run(scenario: str, out: str, *, seed: int = 7, scale: int = 1) -> dict[str, 
     messages = world.message_count()
     meta = {
         "scenario": scenario, "seed": seed, "scale": scale, "cluster": world.cluster,
-        "brokers": [b.name for b in world.brokers],
+        "brokers": [b.name for b in world.brokers + world.bulk_brokers],
         "snapshot_times": [iso_ms(t) for t in sorted(world.snapshot_times)],
         "snapshot_folders": [f"snapshot_ts={snapshot_name(t)}" for t in sorted(world.snapshot_times)],
         "groups": [world.group_info[g] for g in sorted(world.group_info)],
         "injected": world.injected,
         "messages_stored": messages,
+        "bulk_messages": world.bulk_messages,
         "truth_rows": counts,
     }
     with open(os.path.join(truth_dir, "scenario.json"), "w", encoding="utf-8") as f:

@@ -110,6 +110,19 @@ class CommitLog:
             self.next_offset = start + self.segment_size
         return self.next_offset
 
+    def reserve_block(self, size: int, n: int, now: int) -> np.ndarray:
+        """Offsets for ``n`` records of ``size`` bytes written back to back, rolling over as ``reserve`` does."""
+        out = np.empty(n, dtype=np.int64)
+        i = 0
+        while i < n:
+            phys = self.reserve(size, now)
+            remaining = self.segment_size - phys % self.segment_size
+            k = min((remaining - END_FILE_MIN_BLANK_LENGTH) // size, n - i)
+            out[i:i + k] = phys + size * np.arange(k, dtype=np.int64)
+            self.next_offset = phys + size * k
+            i += k
+        return out
+
     def write(self, phys: int, record: bytes, now: int) -> None:
         start = phys - phys % self.segment_size
         pos = phys - start
@@ -174,19 +187,27 @@ class ConsumeQueue:
             i += 1
         self.min_offset = i
 
+    @property
+    def file_bytes(self) -> int:
+        return self.per_file * CQ_UNIT
+
+    def file_numbers(self) -> list[int]:
+        """The retained files (file f starts at byte f * file_bytes)."""
+        n = len(self.phys)
+        return list(range(self.first_file, (n - 1) // self.per_file + 1)) if n else []
+
+    def file(self, f: int) -> bytes:
+        """File ``f``'s bytes, preallocated to full size (zeros after the last entry)."""
+        lo, hi = f * self.per_file, min((f + 1) * self.per_file, len(self.phys))
+        arr = np.zeros(self.per_file, dtype=[("o", ">i8"), ("s", ">i4"), ("t", ">i8")])
+        arr["o"][: hi - lo] = self.phys[lo:hi]
+        arr["s"][: hi - lo] = self.size[lo:hi]
+        arr["t"][: hi - lo] = self.tags[lo:hi]
+        return arr.tobytes()
+
     def files(self) -> list[tuple[int, bytes]]:
         """(start byte, file bytes) of the retained files, preallocated to full size."""
-        out = []
-        n = len(self.phys)
-        last_file = (n - 1) // self.per_file if n else -1
-        for f in range(self.first_file, last_file + 1):
-            lo, hi = f * self.per_file, min((f + 1) * self.per_file, n)
-            arr = np.zeros(self.per_file, dtype=[("o", ">i8"), ("s", ">i4"), ("t", ">i8")])
-            arr["o"][: hi - lo] = self.phys[lo:hi]
-            arr["s"][: hi - lo] = self.size[lo:hi]
-            arr["t"][: hi - lo] = self.tags[lo:hi]
-            out.append((lo * CQ_UNIT, arr.tobytes()))
-        return out
+        return [(f * self.file_bytes, self.file(f)) for f in self.file_numbers()]
 
 
 class OffsetTable:

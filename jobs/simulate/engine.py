@@ -7,12 +7,15 @@ broker (``trace_log``), every injected anomaly (``injected``), and what each sna
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from jobs.simulate.broker import Broker, BrokerConfig, Stored
 from jobs.simulate.clock import SECOND, EventLoop, iso_ms
 from jobs.simulate.consumer import Behaviour, Delivery, GroupRegistry, Producer, PushConsumer, default_behaviour
 from jobs.simulate.snapshot import SnapshotWriter
+
+if TYPE_CHECKING:  # pragma: no cover
+    from jobs.simulate.bulk import BulkFleet
 
 
 class World:
@@ -38,6 +41,9 @@ class World:
         self.snapshot_times: list[int] = []
         self.writer = SnapshotWriter(out)
         self._ip = 0
+        self.bulk_brokers: list[Broker] = []
+        self.bulk: Optional["BulkFleet"] = None
+        self.bulk_messages = 0
 
     # ---------------------------------------------------------------- actors
 
@@ -45,6 +51,19 @@ class World:
         b = Broker(self.loop, self.cluster, name, f"10.0.0.{len(self.brokers) + 11}", self.cfg, self.stored.append)
         self.brokers.append(b)
         return b
+
+    def add_bulk(self, brokers: int, topics: int, messages: int, *, cfg: BrokerConfig, start: int, end: int,
+                 group_start: int) -> "BulkFleet":
+        """Brokers with the vectorised healthy traffic of ``bulk`` (not in ``brokers``: no event-loop client
+        sees them, so adding them changes nothing else)."""
+        from jobs.simulate.bulk import BulkFleet
+
+        new = [Broker(self.loop, self.cluster, f"broker-bulk-{i:02d}", f"10.0.1.{i + 11}", cfg, self.stored.append)
+               for i in range(brokers)]
+        self.bulk_brokers += new
+        self.bulk = BulkFleet(self, new, topics, messages, start=start, end=end, group_start=group_start,
+                              seed=self.seed * 1_000_003 + 17)
+        return self.bulk
 
     def next_ip(self) -> str:
         self._ip += 1
@@ -105,7 +124,7 @@ class World:
             self.loop.at(t, lambda t=t: self._snapshot(t))
 
     def _snapshot(self, t: int) -> None:
-        for b in self.brokers:
+        for b in self.brokers + self.bulk_brokers:
             self.writer.broker(b, t)
         for c in self.consumers:
             if c.broadcast:
@@ -123,4 +142,4 @@ class World:
 
     def message_count(self) -> int:
         """Records stored on every broker (originals, retry/DLQ/schedule copies, trace messages, bulk)."""
-        return len(self.stored) + getattr(self, "bulk_messages", 0)
+        return len(self.stored) + self.bulk_messages

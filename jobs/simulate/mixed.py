@@ -19,17 +19,33 @@ from jobs.simulate.engine import World
 KINDS = ["healthy", "healthy-offsets-only", "blocked-head", "hang", "out-of-order", "retry-to-dlq", "retrying",
          "expired", "expired-return", "skip", "rewind", "reset-later", "broadcast", "rebalance"]
 END = T0_MS + 6 * HOUR
+ANOMALY_SCALE_MAX = 3
+BULK_UNIT_MESSAGES = 98_000  # about what one event-loop scale unit stores (98,203 measured)
+BULK_MESSAGES_PER_BROKER = 1_000_000
 
 
 def _ok(c: PushConsumer) -> int:
     return 3 + c.loop.rng.randrange(30)
 
 
-def mixed(out: str, seed: int, scale: int = 1) -> World:
-    """Build and run the mixed fleet; ``scale`` multiplies brokers, topics and traffic."""
+def bulk_messages_for(scale: int) -> int:
+    """Messages of the bulk part at ``scale``: what the event-loop part would store at the scales it skips."""
+    return max(0, scale - ANOMALY_SCALE_MAX) * BULK_UNIT_MESSAGES
+
+
+def mixed(out: str, seed: int, scale: int = 1, bulk_messages: int | None = None) -> World:
+    """Build and run the mixed fleet; ``scale`` multiplies brokers, topics and traffic.
+
+    Up to scale 3 every message goes through the event loop (topics on every broker, consumer x queue work
+    grows with scale^2). Beyond it the anomaly part stays at scale 3 and the rest of the volume is bulk
+    traffic (``jobs.simulate.bulk``): ``BULK_UNIT_MESSAGES`` per extra scale unit, 5 topics per unit on brokers
+    of ~1 M messages each. ``bulk_messages`` overrides that volume (tests use a small one).
+    """
     w = World(out, seed, broker_cfg=BrokerConfig(segment_size=256 * 1024, cq_entries_per_file=1000,
                                                  file_reserved_ms=1 * HOUR))
     rng = w.rng
+    bulk = bulk_messages_for(scale) if bulk_messages is None else bulk_messages
+    scale = min(scale, ANOMALY_SCALE_MAX)
     brokers = [w.add_broker(f"broker-{chr(ord('a') + i)}") for i in range(1 + scale)]
     n_topics = 5 * scale
     kinds = list(KINDS)
@@ -46,6 +62,11 @@ def mixed(out: str, seed: int, scale: int = 1) -> World:
             kind = kinds[gi % len(kinds)] if gi < len(kinds) else rng.choice(kinds)
             _group(w, f"GID_{gi:03d}_{kind.replace('-', '_')}", topic, kind)
             gi += 1
+    if bulk:
+        w.add_bulk(-(-bulk // BULK_MESSAGES_PER_BROKER), max(1, round(5 * bulk / BULK_UNIT_MESSAGES)), bulk,
+                   cfg=BrokerConfig(segment_size=4 * 1024 * 1024, cq_entries_per_file=6000,
+                                    file_reserved_ms=1 * HOUR),
+                   start=T0_MS + 10 * SECOND, end=END - 20 * MINUTE, group_start=T0_MS + 5 * SECOND)
     w.snapshots([T0_MS + m * 30 * MINUTE for m in range(1, 13)])
     w.run()
     return w

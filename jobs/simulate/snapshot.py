@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from jobs import fastjson
 from jobs.simulate.clock import snapshot_name
@@ -54,16 +54,21 @@ class SnapshotWriter:
         self.bytes_written = 0
         self.files_written = 0
 
-    def _put(self, path: str, data: bytes, cache_key: Optional[tuple[Any, ...]] = None) -> None:
+    def _put(self, path: str, data: bytes | Callable[[], bytes], cache_key: Optional[tuple[Any, ...]] = None,
+             size: Optional[int] = None) -> None:
+        """Write ``data`` (or what the callable returns; built only when the file is not linked) to ``path``."""
         os.makedirs(os.path.dirname(path), exist_ok=True)
         self.files_written += 1
-        self.bytes_written += len(data)
         if cache_key is not None and self.link and cache_key in self._written:
             try:
                 os.link(self._written[cache_key], path)
+                self.bytes_written += size if size is not None else os.path.getsize(path)
                 return
             except OSError:
                 pass
+        if callable(data):
+            data = data()
+        self.bytes_written += len(data)
         with open(path, "wb") as f:
             f.write(data)
         if cache_key is not None:
@@ -88,14 +93,15 @@ class SnapshotWriter:
         active = cl.active_start()
         for start in sorted(cl.segments):
             key = None if start == active else ("cl", b.cluster, b.name, start, cl.last_write.get(start))
-            self._put(os.path.join(root, "commitlog", f"{start:020d}"), bytes(cl.segments[start]), key)
+            self._put(os.path.join(root, "commitlog", f"{start:020d}"), lambda seg=cl.segments[start]: bytes(seg), key,
+                      size=cl.segment_size)
         bounds = {}
         for (topic, qid), cq in sorted(b.cqs.items()):
-            files = cq.files()
-            for i, (start_byte, data) in enumerate(files):
-                full = i < len(files) - 1
-                key = ("cq", b.cluster, b.name, topic, qid, start_byte) if full else None
-                self._put(os.path.join(root, "consumequeue", topic, str(qid), f"{start_byte:020d}"), data, key)
+            files = cq.file_numbers()
+            for f in files:
+                key = ("cq", b.cluster, b.name, topic, qid, f) if f < files[-1] else None
+                self._put(os.path.join(root, "consumequeue", topic, str(qid), f"{f * cq.file_bytes:020d}"),
+                          lambda cq=cq, f=f: cq.file(f), key, size=cq.file_bytes)
             bounds[(topic, qid)] = (cq.min_offset, cq.max_offset)
         offsets = {}
         if off_cur is not None:

@@ -213,6 +213,10 @@ class Truth:
             ts, c, lo, hi = s.points[-1]
             msg = self.at.get((s.broker, s.topic, s.qid, c))
             time_lag = (ts - msg.store_ts) // 1000 if (c < hi and msg is not None) else 0
+            if msg is None and c < hi and self.w.bulk is not None:
+                rec = self.w.bulk.stored_at(s.broker, s.topic, s.qid, c)  # bulk records have no Stored
+                if rec is not None and self.is_known(s.broker, rec[0], rec[1]):
+                    time_lag = (ts - rec[1]) // 1000
             out.append(self._row(s, snapshot_ts=iso_ms(ts), committed_offset=c, min_offset=lo, max_offset=hi,
                                  lag=hi - c, consumable_lag=hi - max(c, lo), time_lag_s=time_lag,
                                  status=status(s.points[-WINDOW:])))
