@@ -84,6 +84,7 @@ def run(scenario: str, out: str, *, seed: int = 7, scale: int = 1, bulk_messages
     elapsed = time.perf_counter() - started
     files, logical, disk = _tree_size(out)
     return {"scenario": scenario, "seed": seed, "scale": scale, "out": out, "messages_stored": messages,
+            "bulk_messages": world.bulk_messages,
             "snapshots": len(world.snapshot_times), "files": files, "bytes": logical, "bytes_on_disk": disk,
             "truth_rows": counts, "simulate_s": round(simulated, 3), "generation_s": round(elapsed, 3),
             "messages_per_s": round(messages / elapsed, 1) if elapsed else None}

@@ -3,19 +3,14 @@
 Usage::
 
     .venv/bin/python tests/benchmarks/bench_pipeline.py --messages 10000000 [--seed 1] [--workdir /tmp/rmq-bench]
-        [--stages simulate,ingest,reconcile,replay] [--repeats 3] [--scale N] [--max-simulate-minutes 30]
-        [--max-rss-gib 8] [--no-fallback] [--cleanup]
+        [--stages simulate,ingest,reconcile,replay] [--repeats 3] [--scale N] [--cleanup]
 
 What it does:
 
-1. ``simulate``: finds the ``mixed`` scale that stores at least ``--messages`` messages (runs scale 1 and 2,
-   fits messages = a + b * scale, and extrapolates), then runs ``jobs.simulate.run("mixed", landing, seed, scale)``
-   and prints wall time, messages stored, messages/s, landing-zone bytes (logical and on disk) and files.
-   The calibration also predicts the simulator's time and memory at the full scale (they grow faster than
-   linearly: ``mixed`` puts every topic on every broker, so consumer x queue work grows with scale^2; the
-   exponents are at least 1.8 for time and 1.5 for memory, as measured); when the prediction exceeds
-   ``--max-simulate-minutes`` or ``--max-rss-gib`` the largest scale that fits both is run instead and the
-   figures say so (``--no-fallback`` runs the full scale).
+1. ``simulate``: runs ``jobs.simulate.run("mixed", landing, seed, scale)`` at the scale that stores at least
+   ``--messages`` (``plan_scale``: the event-loop part up to scale 3, then ``BULK_UNIT_MESSAGES`` of vectorised
+   bulk traffic per unit, ``jobs.simulate.bulk``) and prints wall time, messages stored (and how many are bulk),
+   messages/s, landing-zone bytes (logical and on disk) and files.
 2. ``ingest`` and ``reconcile``: ``jobs.ingest.run(landing, lake)`` then ``jobs.reconcile.run(lake, reports)``, each
    in a fresh process; wall time and peak RSS per stage (the child's ``ru_maxrss`` from ``os.wait4``, and the
    sampled RSS of its whole process tree), and the total. Ingest runs as shipped (it sends trace records in
@@ -66,8 +61,6 @@ TARGET_RUN_S = 600.0  # issue 5: the whole run (simulate + ingest + reconcile) i
 TARGET_RSS = 8 * GiB  # issue 5: peak RSS under 8 GiB
 TARGET_SAIL_VS_DUCKDB = 1.0  # Sail at least as fast as DuckDB: sail / duckdb <= 1
 TARGET_CLASSIC_VS_SAIL = 5.0  # Sail at least 5x faster than classic local Spark: classic / sail >= 5
-MIN_TIME_EXPONENT = 1.8  # simulator wall time ~ scale^1.8 (see stage_simulate)
-MIN_RSS_EXPONENT = 1.5  # simulator peak RSS ~ scale^1.5
 T_START = time.time()
 
 
@@ -468,78 +461,25 @@ def peak_rss(r: dict[str, Any]) -> int:
     return max(int(r.get("maxrss") or 0), int(r.get("tree_peak_rss") or 0))
 
 
-def _fit_power(x1: float, y1: float, x2: float, y2: float) -> float:
-    """Exponent k of y = c * x**k through two points, kept within [1, 3]."""
-    if y1 <= 0 or y2 <= 0 or x1 == x2:
-        return 1.0
-    return min(3.0, max(1.0, math.log(y2 / y1) / math.log(x2 / x1)))
+def plan_scale(messages: int) -> int:
+    """The ``mixed`` scale that stores at least ``messages``: the event-loop part stores ~90k per unit up to scale 3
+    (269,928 at scale 3, seed 1), each unit past 3 adds ``BULK_UNIT_MESSAGES`` of bulk traffic (Poisson counts
+    around that mean), and the plan keeps a 0.5% margin."""
+    from jobs.simulate.mixed import ANOMALY_SCALE_MAX, BULK_UNIT_MESSAGES
+
+    anomaly = ANOMALY_SCALE_MAX * 86_000
+    if messages * 1.005 <= anomaly:
+        return max(1, math.ceil(messages * 1.005 / 86_000))
+    return ANOMALY_SCALE_MAX + math.ceil((messages * 1.005 - anomaly) / BULK_UNIT_MESSAGES)
 
 
 def stage_simulate(args: argparse.Namespace, workdir: Path, fig: dict[str, Any]) -> None:
     landing = workdir / "landing"
-    calib: list[dict[str, Any]] = []
-    scale = args.scale
+    scale = args.scale if args.scale is not None else plan_scale(args.messages)
     plan: dict[str, Any] = {"requested_messages": args.messages}
-    reuse: Path | None = None
-    if scale is None:
-        for s in (1, 2):
-            d = workdir / "calib" / f"scale-{s}"
-            r = run_child(f"calibrate scale {s}", "simulate", {"out": str(d), "seed": args.seed, "scale": s}, workdir)
-            calib.append({"scale": s, "messages": r["messages_stored"], "wall_s": r["wall_s"], "rss": peak_rss(r),
-                          "dir": str(d), "result": r})
-            say(f"calibration: scale {s} -> {r['messages_stored']} messages in {r['wall_s']:.1f} s, "
-                f"peak RSS {fmt_bytes(peak_rss(r))}")
-            if r["messages_stored"] >= args.messages:
-                break
-        c1 = calib[0]
-        if c1["messages"] >= args.messages:
-            scale = 1
-        else:
-            c2 = calib[1]
-            per_unit = max(1, c2["messages"] - c1["messages"])
-            base = c1["messages"] - per_unit
-            scale = max(2, math.ceil((args.messages - base) / per_unit))
-            # Scale 1 -> 2 understates how the simulator grows: each topic of ``mixed`` lives on every broker, so
-            # the (consumer, queue) pairs, hence persist ticks, long-poll wake-ups and OffsetTable.history, grow
-            # with scale^2 while messages grow with scale. Measured on this machine (scales 1-4 and 18): time
-            # ~ scale^1.8, memory ~ scale^1.5. Those exponents are the floor of the prediction.
-            k_t = max(MIN_TIME_EXPONENT, _fit_power(1, c1["wall_s"], 2, c2["wall_s"]))
-            k_m = max(MIN_RSS_EXPONENT, _fit_power(1, c1["rss"], 2, c2["rss"]))
-
-            def predict(s: int) -> tuple[float, float, float]:
-                return base + per_unit * s, c2["wall_s"] * (s / 2) ** k_t, c2["rss"] * (s / 2) ** k_m
-
-            msgs, t_pred, m_pred = predict(scale)
-            plan.update({"messages_per_scale_unit": per_unit, "messages_at_scale_0": base, "time_exponent": k_t,
-                         "rss_exponent": k_m, "full_scale": scale, "full_scale_predicted_messages": round(msgs),
-                         "full_scale_predicted_s": round(t_pred), "full_scale_predicted_rss": round(m_pred)})
-            say(f"calibration: messages ~ {base} + {per_unit} x scale -> scale {scale} for {args.messages} messages; "
-                f"simulator time ~ scale^{k_t:.2f}, memory ~ scale^{k_m:.2f}: predicted {t_pred / 60:.1f} min and "
-                f"{fmt_bytes(m_pred)} at scale {scale}")
-            budget_s, budget_rss = args.max_simulate_minutes * 60, args.max_rss_gib * GiB
-            if (t_pred > budget_s or m_pred > budget_rss) and not args.no_fallback:
-                fit = 2
-                while predict(fit + 1)[1] <= budget_s and predict(fit + 1)[2] <= budget_rss and fit + 1 < scale:
-                    fit += 1
-                plan.update({"fallback": True, "fallback_reason":
-                             f"scale {scale} predicted {t_pred / 60:.0f} min / {fmt_bytes(m_pred)} > budget "
-                             f"{args.max_simulate_minutes} min / {args.max_rss_gib} GiB"})
-                say(f"FALLBACK: {plan['fallback_reason']}; running the largest scale within budget: {fit} "
-                    f"(~{predict(fit)[0]:.0f} messages, ~{predict(fit)[1] / 60:.1f} min); --no-fallback runs scale {scale}")
-                scale = fit
-        for c in calib:
-            if c["scale"] == scale:
-                reuse = Path(c["dir"])
     plan["scale"] = scale
-    if reuse is not None:
-        say(f"simulate: scale {scale} is a calibration run: reusing it")
-        if landing.exists():
-            shutil.rmtree(landing)
-        os.rename(reuse, landing)
-        r = next(c["result"] for c in calib if c["scale"] == scale)
-        r["out"] = str(landing)
-    else:
-        r = run_child("simulate", "simulate", {"out": str(landing), "seed": args.seed, "scale": scale}, workdir)
+    say(f"simulate: scale {scale} for {args.messages:,} messages")
+    r = run_child("simulate", "simulate", {"out": str(landing), "seed": args.seed, "scale": scale}, workdir)
     files, logical, disk = dir_size(landing)
     truth = dir_size(landing / "_truth")
     fig["simulate"] = {
@@ -548,12 +488,11 @@ def stage_simulate(args: argparse.Namespace, workdir: Path, fig: dict[str, Any])
         "messages_per_s": r["messages_stored"] / r["wall_s"], "landing_files": files, "landing_bytes": logical,
         "landing_bytes_on_disk": disk, "truth_bytes": truth[1], "maxrss": r["maxrss"],
         "tree_peak_rss": r["tree_peak_rss"], "cpu_s": r["cpu_s"], "plan": plan,
-        "calibration": [{k: v for k, v in c.items() if k not in ("result", "dir")} for c in calib],
+        "bulk_messages": r.get("bulk_messages"),
     }
     say(f"simulate: scale {scale}: {r['messages_stored']} messages stored in {r['wall_s']:.1f} s "
         f"({r['messages_stored'] / r['wall_s']:.0f} messages/s); landing zone {files} files, {logical} bytes "
         f"({fmt_bytes(logical)}; {fmt_bytes(disk)} on disk, hard links counted once)")
-    shutil.rmtree(workdir / "calib", ignore_errors=True)
 
 
 def stage_ingest(args: argparse.Namespace, workdir: Path, fig: dict[str, Any]) -> None:
@@ -647,11 +586,8 @@ def figures_table(fig: dict[str, Any]) -> str:
     msgs = sim.get("messages_stored")
     if sim:
         row("`mixed` scale (seed)", f"{sim['scale']} (seed {sim['seed']})")
-        if plan.get("fallback"):
-            row("full scale for the requested messages",
-                f"{plan['full_scale']} (~{plan['full_scale_predicted_messages']:,} msgs): predicted "
-                f"{plan['full_scale_predicted_s'] / 60:.0f} min, {fmt_bytes(plan['full_scale_predicted_rss'])}; "
-                f"not run ({plan['fallback_reason']})")
+        if sim.get("bulk_messages") is not None:
+            row("of which bulk (vectorised) messages", f"{sim['bulk_messages']:,}")
         row("messages stored", f"{msgs:,}", f">= {TARGET_MESSAGES:,}", msgs >= TARGET_MESSAGES)
         row("simulate wall time", fmt_s(sim["wall_s"]), "< 600 s for 10 M (issue 4)",
             sim["wall_s"] < TARGET_SIMULATE_S and msgs >= TARGET_MESSAGES)
@@ -710,7 +646,7 @@ def machine_info() -> dict[str, Any]:
 
 
 def cleanup(workdir: Path) -> None:
-    for name in ("calib", "landing", "lake", "reports", "replay", "staging"):
+    for name in ("landing", "lake", "reports", "replay", "staging"):
         p = workdir / name
         if p.exists():
             files, logical, disk = dir_size(p)
@@ -728,12 +664,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stages", default=",".join(STAGES), help="comma-separated subset of " + ",".join(STAGES))
     p.add_argument("--engines", default=",".join(ENGINES), help="replay engines (default sail,classic,duckdb)")
     p.add_argument("--repeats", type=int, default=3, help="timed replay runs per engine after one warm-up")
-    p.add_argument("--scale", type=int, default=None, help="run this `mixed` scale (skips the calibration)")
-    p.add_argument("--max-simulate-minutes", type=float, default=30.0,
-                   help="fall back to a smaller scale when the simulator is predicted to take longer (default 30)")
-    p.add_argument("--max-rss-gib", type=float, default=8.0,
-                   help="fall back to a smaller scale when the simulator is predicted to need more (default 8)")
-    p.add_argument("--no-fallback", action="store_true", help="run the full scale whatever the prediction")
+    p.add_argument("--scale", type=int, default=None, help="run this `mixed` scale (default: planned from --messages)")
     p.add_argument("--ingest-workaround", dest="ingest_workaround", action="store_true",
                    help="stage ingest's large frames through Parquet (not needed since ingest batches trace records)")
     p.add_argument("--cleanup", action="store_true", help="delete landing zone, lake, reports and Parquet at the end")
