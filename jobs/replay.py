@@ -98,26 +98,68 @@ def replayed_commits(timeline: DataFrame, series: DataFrame) -> DataFrame:
 
     The active ProcessQueue at ``t_s`` is the lifetime of the latest delivery started at or before it; when
     that lifetime had pulled nothing 10 s earlier, the lower bound is its first offset.
+
+    As-of form of the spec §4 identity, with no snapshot x timeline join: within a lifetime, offsets rise with
+    their start time and D(o) rises with the offset, so with P(x) the last offset pulled by x and o*(x) the
+    first offset whose D exceeds x, the commit at x is min(o*(x), P(x) + 1). Each of "active lifetime", P and
+    o* is one running window over the timeline with the probe times interleaved as marker rows.
     """
     s = series.select(*SERIES_KEY, "snapshot_ts", "committed_offset")
-    tl = timeline.alias("e")
-    cand = s.alias("s").join(
-        tl, on=[F.col(f"s.{k}") == F.col(f"e.{k}") for k in SERIES_KEY] + [F.col("e.start_ts") <= F.col("s.snapshot_ts")],
-        how="inner",
+    life_key = SERIES_KEY + ["client_host", "lifetime"]
+    marker = F.lit(1)
+    entry = F.lit(0)
+
+    # 1. the active lifetime at t_s: the (host, lifetime) of the last entry started at or before t_s
+    ents = timeline.select(*SERIES_KEY, F.col("start_ts").alias("_k"), entry.alias("_m"), "client_host",
+                           F.col("lifetime").cast("long").alias("lifetime"))
+    marks = s.select(*SERIES_KEY, F.col("snapshot_ts").alias("_k"), marker.alias("_m"),
+                     F.lit(None).cast("string").alias("client_host"), F.lit(None).cast("long").alias("lifetime"))
+    upto = Window.partitionBy(*SERIES_KEY).orderBy("_k", "_m", "client_host", "lifetime").rowsBetween(
+        Window.unboundedPreceding, 0)
+    active = (
+        ents.unionByName(marks)
+        .select(*SERIES_KEY, "_k", "_m", F.last("client_host", ignorenulls=True).over(upto).alias("client_host"),
+                F.last("lifetime", ignorenulls=True).over(upto).alias("lifetime"))
+        .where((F.col("_m") == 1) & F.col("lifetime").isNotNull())
+        .select(*SERIES_KEY, F.col("_k").alias("snapshot_ts"), "client_host", "lifetime")
     )
-    active = cand.groupBy(*[F.col(f"s.{k}").alias(k) for k in SERIES_KEY], F.col("s.snapshot_ts").alias("snapshot_ts")).agg(
-        F.max_by(F.struct(F.col("e.client_host").alias("h"), F.col("e.lifetime").alias("l")), F.col("e.start_ts"))
-        .alias("_active")
-    ).select(*SERIES_KEY, "snapshot_ts", F.col("_active.h").alias("client_host"), F.col("_active.l").alias("lifetime"))
-    e = timeline.alias("e")
-    j = active.alias("a").join(
-        e, on=[F.col(f"a.{k}") == F.col(f"e.{k}") for k in SERIES_KEY + ["client_host", "lifetime"]], how="inner")
-    t = F.col("a.snapshot_ts")
-    lower_t = t - F.expr(f"INTERVAL {BROKER_LAG_S} SECONDS")
+
+    # 2. probes at t_s (upper) and t_s - 10 s (lower) in that lifetime
+    lag = F.expr(f"INTERVAL {BROKER_LAG_S} SECONDS")
+    probes = (active.select(*life_key, "snapshot_ts", F.col("snapshot_ts").alias("_x"), F.lit(False).alias("_lower"))
+              .unionByName(active.select(*life_key, "snapshot_ts", (F.col("snapshot_ts") - lag).alias("_x"),
+                                         F.lit(True).alias("_lower"))))
+    e = timeline.select(*SERIES_KEY, "client_host", F.col("lifetime").cast("long").alias("lifetime"),
+                        F.col("queue_offset").cast("long").alias("queue_offset"), "start_ts", "d_ts")
+    none_ts = F.lit(None).cast("timestamp")
+
+    def interleave(key: Column) -> DataFrame:
+        return (e.select(*life_key, key.alias("_k"), entry.alias("_m"), "queue_offset",
+                         none_ts.alias("snapshot_ts"), F.lit(None).cast("boolean").alias("_lower"))
+                .unionByName(probes.select(*life_key, F.col("_x").alias("_k"), marker.alias("_m"),
+                                           F.lit(None).cast("long").alias("queue_offset"), "snapshot_ts", "_lower")))
+
+    probe_key = life_key + ["snapshot_ts", "_lower"]
+    # P(x) (entries started at x count as pulled: they sort before the marker) and the lifetime's first offset
+    by_start = Window.partitionBy(*life_key).orderBy("_k", "_m").rowsBetween(Window.unboundedPreceding, 0)
+    pulled = (interleave(F.col("start_ts"))
+              .select(*probe_key, "_m", F.max("queue_offset").over(by_start).alias("_p"),
+                      F.min("queue_offset").over(Window.partitionBy(*life_key)).alias("_first"))
+              .where(F.col("_m") == 1).drop("_m"))
+    # o*(x): the first entry after the marker in D order (D = x does not exceed x; null D = never left)
+    forever = F.lit(dt.datetime(9999, 12, 31, tzinfo=dt.timezone.utc)).cast("timestamp")
+    after = Window.partitionBy(*life_key).orderBy("_k", "_m").rowsBetween(1, Window.unboundedFollowing)
+    first_after = (interleave(F.coalesce(F.col("d_ts"), forever))
+                   .select(*probe_key, "_m", F.min("queue_offset").over(after).alias("_o"))
+                   .where(F.col("_m") == 1).drop("_m"))
+    p_next = F.col("_p") + 1
+    commits = pulled.join(first_after, on=probe_key, how="inner").select(
+        *SERIES_KEY, "snapshot_ts", "_lower", "_first",
+        F.when(F.col("_p").isNotNull(), F.least(F.coalesce(F.col("_o"), p_next), p_next)).alias("_c"))
     return (
-        j.groupBy(*[F.col(f"a.{k}").alias(k) for k in SERIES_KEY], t.alias("snapshot_ts"))
-        .agg(_commit_at("e", t).alias("upper"),
-             F.coalesce(_commit_at("e", lower_t), F.min(F.col("e.queue_offset"))).alias("lower"))
+        commits.groupBy(*SERIES_KEY, "snapshot_ts")
+        .agg(F.max(F.when(~F.col("_lower"), F.col("_c"))).alias("upper"),
+             F.coalesce(F.max(F.when(F.col("_lower"), F.col("_c"))), F.min("_first")).alias("lower"))
         .join(s, on=SERIES_KEY + ["snapshot_ts"], how="inner")
     )
 
