@@ -16,11 +16,12 @@ import datetime as dt
 import logging
 import re
 import time
+import uuid
 from typing import Any, Callable
 
 import pandas as pd
 
-from jobs import _delta, reports, storage
+from jobs import _delta, reports, snapshots, storage
 from schemas import (
     consumer_offsets,
     consumer_status,
@@ -234,43 +235,66 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
     t0 = time.time()
     with _spark.session() as spark:
         frames = extract(spark, lake, groups)
-        as_of_ts = parse_as_of(as_of)
-        if as_of_ts is None:
-            latest = frames["consumer_offsets"].agg({"snapshot_ts": "max"}).collect()[0][0]
-            if latest is None:
-                raise ValueError(f"no consumer offsets in {lake}/silver/consumer_offsets: run `rmq-recon ingest` first")
-            as_of_ts = parse_as_of(latest)
-        assert as_of_ts is not None
-        rid = sanitize_run_id(run_id or default_run_id(as_of_ts))
-        say(f"reconcile: run {rid} as of {reports.format_ts(as_of_ts)}")
-        out = transform(frames, as_of=as_of_ts, window=window, dlq_warn_retries=dlq_warn_retries,
-                        blocking_min_age_s=blocking_min_age_s)
-        pdfs: dict[str, pd.DataFrame] = {}
-        for name, mod in REPORT_MODULES.items():
-            df = out[name].select(*mod.REPORT_COLUMNS)
-            pdf = df.toPandas()
-            pdfs[name] = pdf
-            gold = spark.createDataFrame(pdf if len(pdf) else [], _report_schema(mod))
-            _delta.replace_run(spark, _with_run_id(gold, rid), lake, mod.TABLE, rid)
-            say(f"reconcile:   gold/{name}: {len(pdf)} rows")
-        agreement = out["_agreement"].toPandas()
-        latest_offsets = (
-            frames["consumer_offsets"]
-            .where("client_id = ''")
-            .where(f"snapshot_ts <= timestamp'{as_of_ts.strftime('%Y-%m-%d %H:%M:%S')}'")
-            .groupBy("cluster", "broker")
-            .agg({"snapshot_ts": "max"})
-            .withColumnRenamed("max(snapshot_ts)", "snapshot_ts")
-            .join(frames["consumer_offsets"].select("cluster", "broker", "snapshot_ts", "source_file").distinct(),
-                  ["cluster", "broker", "snapshot_ts"])
-            .toPandas()
-        )
-    folder = storage.join(reports_root, rid)
-    summary = write_report_folder(folder, rid, as_of_ts, lake, pdfs, agreement, latest_offsets)
+        # The records the reports read one by one, written once (at 10 M records most are untraced traffic).
+        tmp = storage.join(lake, "_tmp", f"reconcile-{uuid.uuid4().hex[:12]}")
+        try:
+            frames["messages"] = _materialize(spark, snapshots.relevant_messages(
+                frames["messages"], frames["deliveries"], frames["consumer_offsets"]), tmp, messages.TABLE)
+            r = _reconcile(spark, lake, frames, as_of, run_id, window, dlq_warn_retries, blocking_min_age_s, say)
+        finally:
+            storage.delete_tree(tmp)
+    folder = storage.join(reports_root, r["run_id"])
+    summary = write_report_folder(folder, r["run_id"], r["as_of"], lake, r["pdfs"], r["agreement"],
+                                  r["latest_offsets"])
     summary["report_dir"] = folder
     summary["seconds"] = round(time.time() - t0, 2)
     say(f"reconcile: wrote {folder} in {summary['seconds']} s")
     return summary
+
+
+def _materialize(spark: Any, df: Any, path: str, table: Any) -> Any:
+    """Write ``df`` once to Parquet at ``path`` and read it back, so the reports that share it do not recompute it."""
+    df.select(*table.columns).write.mode("overwrite").parquet(path)
+    if not any(k.endswith(".parquet") for k in storage.list_keys(path)):
+        return spark.createDataFrame([], table.schema)
+    return spark.read.schema(table.schema).parquet(path)
+
+
+def _reconcile(spark: Any, lake: str, frames: dict[str, Any], as_of: Any, run_id: str | None, window: int,
+               dlq_warn_retries: int, blocking_min_age_s: int, say: Callable[[str], None]) -> dict[str, Any]:
+    """Transform, load the gold tables and collect what the report folder needs (inside the Spark session)."""
+    as_of_ts = parse_as_of(as_of)
+    if as_of_ts is None:
+        latest = frames["consumer_offsets"].agg({"snapshot_ts": "max"}).collect()[0][0]
+        if latest is None:
+            raise ValueError(f"no consumer offsets in {lake}/silver/consumer_offsets: run `rmq-recon ingest` first")
+        as_of_ts = parse_as_of(latest)
+    assert as_of_ts is not None
+    rid = sanitize_run_id(run_id or default_run_id(as_of_ts))
+    say(f"reconcile: run {rid} as of {reports.format_ts(as_of_ts)}")
+    out = transform(frames, as_of=as_of_ts, window=window, dlq_warn_retries=dlq_warn_retries,
+                    blocking_min_age_s=blocking_min_age_s)
+    pdfs: dict[str, pd.DataFrame] = {}
+    for name, mod in REPORT_MODULES.items():
+        df = out[name].select(*mod.REPORT_COLUMNS)
+        pdf = df.toPandas()
+        pdfs[name] = pdf
+        gold = spark.createDataFrame(pdf if len(pdf) else [], _report_schema(mod))
+        _delta.replace_run(spark, _with_run_id(gold, rid), lake, mod.TABLE, rid)
+        say(f"reconcile:   gold/{name}: {len(pdf)} rows")
+    agreement = out["_agreement"].toPandas()
+    latest_offsets = (
+        frames["consumer_offsets"]
+        .where("client_id = ''")
+        .where(f"snapshot_ts <= timestamp'{as_of_ts.strftime('%Y-%m-%d %H:%M:%S')}'")
+        .groupBy("cluster", "broker")
+        .agg({"snapshot_ts": "max"})
+        .withColumnRenamed("max(snapshot_ts)", "snapshot_ts")
+        .join(frames["consumer_offsets"].select("cluster", "broker", "snapshot_ts", "source_file").distinct(),
+              ["cluster", "broker", "snapshot_ts"])
+        .toPandas()
+    )
+    return {"run_id": rid, "as_of": as_of_ts, "pdfs": pdfs, "agreement": agreement, "latest_offsets": latest_offsets}
 
 
 def _report_schema(mod: Any) -> Any:

@@ -145,6 +145,34 @@ def messages_as_of(messages: DataFrame, *, as_of: dt.datetime) -> DataFrame:
     return messages.where(F.col("first_snapshot_ts").isNull() | (F.col("first_snapshot_ts") <= _ts(as_of)))
 
 
+def relevant_messages(messages: DataFrame, deliveries: DataFrame, consumer_offsets: DataFrame) -> DataFrame:
+    """The records some report reads one by one; every other record can be left out without changing a report.
+
+    Kept: every retry/DLQ/schedule/trace record, every copy of a UNIQ_KEY that was delivered or has such a
+    copy (``original_copies`` and the DLQ rows look those up), every record of a queue holding one of them
+    (the SKIPPED scan reads those queues) and every record at a committed offset of any snapshot (time lag,
+    BLOCKING_COMMIT). Untraced healthy traffic, most of a large fleet, is only ever counted through the offsets;
+    dropping it before the per-position and per-key windows keeps those windows to the traced part.
+    """
+    system = is_system_topic_col(F.col("topic"))
+    keys = (
+        deliveries.select("cluster", "uniq_key")
+        .unionByName(messages.where(system).select("cluster", "uniq_key"))
+        .where(F.col("uniq_key").isNotNull()).distinct()
+    )
+    queues = messages.join(keys, on=["cluster", "uniq_key"], how="left_semi").select(*QUEUE).distinct()
+    positions = consumer_offsets.select(*QUEUE, F.col("committed_offset").cast("long").alias("queue_offset")).distinct()
+    flag = lambda df, name: df.withColumn(name, F.lit(True))  # noqa: E731
+    m = messages.withColumn("_qo", F.col("queue_offset").cast("long"))
+    return (
+        m.join(flag(keys, "_k"), on=["cluster", "uniq_key"], how="left")
+        .join(flag(queues, "_q"), on=QUEUE, how="left")
+        .join(flag(positions.withColumnRenamed("queue_offset", "_qo"), "_p"), on=[*QUEUE, "_qo"], how="left")
+        .where(system | F.col("_k").isNotNull() | F.col("_q").isNotNull() | F.col("_p").isNotNull())
+        .select(*messages.columns)
+    )
+
+
 def original_copies(messages: DataFrame) -> DataFrame:
     """Every original stored copy of a UNIQ_KEY (rule 7), ``copy_rank`` 1 = the lowest (broker, physical_offset).
 

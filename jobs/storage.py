@@ -23,6 +23,7 @@ import functools
 import logging
 import os
 import pathlib
+import shutil
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,7 @@ __all__ = [
     "read_bytes",
     "write_bytes",
     "exists",
+    "delete_tree",
     "upload_tree",
     "download_tree",
     "ensure_bucket",
@@ -275,6 +277,25 @@ def exists(uri: str) -> bool:
             return False
         raise _error("list", uri, exc) from exc
     return bool(page.get("KeyCount") or page.get("Contents"))
+
+
+def delete_tree(uri: str) -> int:
+    """Delete ``uri`` and everything below it (a local folder or an s3:// prefix); returns files deleted."""
+    if not is_s3(uri):
+        if not os.path.exists(uri):
+            return 0
+        n = sum(len(files) for _, _, files in os.walk(uri))
+        shutil.rmtree(uri)
+        return n
+    bucket, _ = split(uri)
+    keys = [split(u)[1] for u in list_keys(uri.rstrip("/") + "/")]
+    for i in range(0, len(keys), 1000):
+        try:
+            client().delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys[i:i + 1000]],
+                                                           "Quiet": True})
+        except Exception as exc:  # noqa: BLE001
+            raise _error("delete", uri, exc) from exc
+    return len(keys)
 
 
 # ---------------------------------------------------------------------------------------------------- bytes

@@ -104,3 +104,22 @@ def test_copies_in_flight_are_retry_dlq_and_scheduled_retry_copies_of_the_group(
     ], M.SCHEMA)
     assertDataFrameEqual(snapshots.copies_in_flight(msgs), spark.createDataFrame(
         [("c", "G", "K1"), ("c", "G", "K2"), ("c", "G", "K3")], "cluster string, consumer_group string, uniq_key string"))
+
+
+def test_relevant_messages_keep_every_record_a_report_reads(spark) -> None:  # noqa: ANN001
+    """Kept: copies of delivered or retried keys (1, 9; 5, 6), their queues (2; 7), a record at a committed offset
+    (4), system topics (5). Dropped: untraced records elsewhere (3, 8, 10)."""
+    from schemas import deliveries as D
+
+    msgs = spark.createDataFrame([
+        _msg(1, "T", 0, "K1"), _msg(2, "T", 1, "U2"), _msg(3, "U", 5, "U3"), _msg(4, "U", 7, "U4"),
+        _msg(5, "%RETRY%G", 0, "K9"), _msg(6, "V", 3, "K9"), _msg(7, "V", 4, "U7"), _msg(8, "W", 0, None),
+        _msg(9, "T", 2, "K1", broker="a"), _msg(10, "X", 0, "U10", broker="a"),
+    ], M.SCHEMA)
+    d = {c: None for c in D.TABLE.columns}
+    d.update(cluster="c", consumer_group="G", request_id="r", uniq_key="K1", retry_times=0)
+    dels = spark.createDataFrame([tuple(d[c] for c in D.TABLE.columns)], D.SCHEMA)
+    offsets = spark.createDataFrame([off(1, 7, topic="U"), off(1, 99, topic="W")], CO.SCHEMA)
+    got = snapshots.relevant_messages(msgs, dels, offsets)
+    assert got.columns == M.TABLE.columns
+    assert sorted(r[0] for r in got.select("physical_offset").collect()) == [1, 2, 4, 5, 6, 7, 9]
