@@ -16,9 +16,12 @@ import logging
 import os
 import sys
 from contextlib import contextmanager
-from typing import Iterator, Literal
+from typing import TYPE_CHECKING, Iterator, Literal
 
 from pyspark.sql import SparkSession
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import DataFrame
 
 Engine = Literal["sail", "connect", "classic", "submit"]
 log = logging.getLogger(__name__)
@@ -124,3 +127,18 @@ def table_format() -> str:
     if fmt not in ("delta", "parquet"):
         raise ValueError(f"RMQ_RECON_FORMAT={fmt!r}: expected delta or parquet")
     return fmt
+
+
+def materialize(spark: SparkSession, df: "DataFrame", path: str) -> "DataFrame":
+    """Compute ``df`` once into Parquet at ``path`` and read it back.
+
+    Sail (DataFusion) recomputes a frame at every place a plan uses it and ``cache()`` does not change that;
+    a frame several reports (or several branches of one plan) read is written once instead. The caller owns
+    ``path`` (and deletes it: ``jobs.storage.delete_tree``).
+    """
+    from jobs import storage
+
+    df.write.mode("overwrite").parquet(path)
+    if not any(k.endswith(".parquet") for k in storage.list_keys(path)):
+        return spark.createDataFrame([], df.schema)
+    return spark.read.schema(df.schema).parquet(path)

@@ -96,11 +96,15 @@ def extract(spark: Any, lake: str, groups: list[str] | None) -> dict[str, Any]:
 
 def transform(frames: dict[str, Any], *, as_of: dt.datetime, window: int, dlq_warn_retries: int,
               blocking_min_age_s: int) -> dict[str, Any]:
-    """All reports from the silver frames: pure DataFrame -> DataFrame steps, no I/O."""
+    """All reports from the silver frames: pure DataFrame -> DataFrame steps, no I/O.
+
+    ``frames["timeline"]``, when given, is ``replay.commit_timeline(deliveries, as_of=as_of)`` computed already.
+    """
     from jobs import corrections, dlq, duplicates, replay, snapshots, status, unconsumed
 
-    series = snapshots.offset_series(frames["consumer_offsets"], frames["queue_bounds"], as_of=as_of)
     dels = frames["deliveries"]
+    timeline = frames["timeline"] if "timeline" in frames else replay.commit_timeline(dels, as_of=as_of)
+    series = snapshots.offset_series(frames["consumer_offsets"], frames["queue_bounds"], as_of=as_of)
     msgs = snapshots.messages_as_of(frames["messages"], as_of=as_of)
     out = {
         "duplicated_ranges": duplicates.duplicated_ranges(series, dels, msgs, as_of=as_of),
@@ -110,7 +114,7 @@ def transform(frames: dict[str, Any], *, as_of: dt.datetime, window: int, dlq_wa
                                              dlq_warn_retries=dlq_warn_retries,
                                              blocking_min_age_s=blocking_min_age_s),
         "consumer_status": status.consumer_status(series, msgs, window=window),
-        "_agreement": replay.agreement(replay.commit_timeline(dels, as_of=as_of), series),
+        "_agreement": replay.agreement(timeline, series),
     }
     return out
 
@@ -238,9 +242,11 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
         # The records the reports read one by one, written once (at 10 M records most are untraced traffic).
         tmp = storage.join(lake, "_tmp", f"reconcile-{uuid.uuid4().hex[:12]}")
         try:
-            frames["messages"] = _materialize(spark, snapshots.relevant_messages(
-                frames["messages"], frames["deliveries"], frames["consumer_offsets"]), tmp, messages.TABLE)
-            r = _reconcile(spark, lake, frames, as_of, run_id, window, dlq_warn_retries, blocking_min_age_s, say)
+            frames["messages"] = _spark.materialize(spark, snapshots.relevant_messages(
+                frames["messages"], frames["deliveries"], frames["consumer_offsets"]).select(*messages.TABLE.columns),
+                storage.join(tmp, "messages"))
+            r = _reconcile(spark, lake, frames, as_of, run_id, window, dlq_warn_retries, blocking_min_age_s, say,
+                           tmp)
         finally:
             storage.delete_tree(tmp)
     folder = storage.join(reports_root, r["run_id"])
@@ -252,16 +258,8 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
     return summary
 
 
-def _materialize(spark: Any, df: Any, path: str, table: Any) -> Any:
-    """Write ``df`` once to Parquet at ``path`` and read it back, so the reports that share it do not recompute it."""
-    df.select(*table.columns).write.mode("overwrite").parquet(path)
-    if not any(k.endswith(".parquet") for k in storage.list_keys(path)):
-        return spark.createDataFrame([], table.schema)
-    return spark.read.schema(table.schema).parquet(path)
-
-
 def _reconcile(spark: Any, lake: str, frames: dict[str, Any], as_of: Any, run_id: str | None, window: int,
-               dlq_warn_retries: int, blocking_min_age_s: int, say: Callable[[str], None]) -> dict[str, Any]:
+               dlq_warn_retries: int, blocking_min_age_s: int, say: Callable[[str], None], tmp: str) -> dict[str, Any]:
     """Transform, load the gold tables and collect what the report folder needs (inside the Spark session)."""
     as_of_ts = parse_as_of(as_of)
     if as_of_ts is None:
@@ -272,6 +270,11 @@ def _reconcile(spark: Any, lake: str, frames: dict[str, Any], as_of: Any, run_id
     assert as_of_ts is not None
     rid = sanitize_run_id(run_id or default_run_id(as_of_ts))
     say(f"reconcile: run {rid} as of {reports.format_ts(as_of_ts)}")
+    from jobs import _spark, replay
+
+    # the replay's timeline feeds three windows of one plan: computed once
+    frames["timeline"] = _spark.materialize(spark, replay.commit_timeline(frames["deliveries"], as_of=as_of_ts),
+                                            storage.join(tmp, "timeline"))
     out = transform(frames, as_of=as_of_ts, window=window, dlq_warn_retries=dlq_warn_retries,
                     blocking_min_age_s=blocking_min_age_s)
     pdfs: dict[str, pd.DataFrame] = {}

@@ -19,7 +19,8 @@ What it does:
 3. ``replay``: exports silver/deliveries, silver/consumer_offsets and silver/queue_bounds from the lake with
    delta-rs into Parquet once, computes ``jobs.snapshots.offset_series`` from them once (Sail, as the reconcile
    job does, as of the newest snapshot) into Parquet, then times
-   ``replay.agreement(replay.commit_timeline(deliveries, as_of), series)`` (collected, so fully computed) on
+   ``replay.agreement(timeline, series)`` with the timeline of ``replay.commit_timeline(deliveries, as_of)`` written
+   once to Parquet, as the reconcile job does (collected, so fully computed) on
    (a) Sail, (b) classic local Spark (``jobs._spark.session("classic")``) and (c) the same replay written in
    DuckDB SQL, all reading the same Parquet files, each engine in its own process: one warm-up, then
    ``--repeats`` timed runs; medians and the ratios Sail/DuckDB and classic/Sail. The three must return the same
@@ -268,7 +269,10 @@ def child_replay_spark(a: dict[str, Any]) -> dict[str, Any]:
         def run() -> list[list[Any]]:
             dels = spark.read.parquet(str(d / "deliveries"))
             series = spark.read.parquet(str(d / "series"))
-            agreement = replay.agreement(replay.commit_timeline(dels, as_of=as_of), series)
+            # as the reconcile job runs it: the timeline computed once (three windows of the plan read it)
+            timeline = _spark.materialize(spark, replay.commit_timeline(dels, as_of=as_of),
+                                          str(d / f"timeline-{a['engine']}"))
+            agreement = replay.agreement(timeline, series)
             return _agreement_rows(agreement.select("cluster", "consumer_group", "compared", "agreeing").collect())
 
         times, warm, rows = _time_runs(a["engine"], run, a["repeats"])
@@ -276,7 +280,7 @@ def child_replay_spark(a: dict[str, Any]) -> dict[str, Any]:
             "median_s": statistics.median(times), "rows": rows}
 
 
-# The replay of jobs/replay.py (commit_timeline + replayed_commits + agreement) in DuckDB SQL. Times are compared
+# The replay of jobs/replay.py (commit_timeline + replayed_commits + agreement) in DuckDB SQL, in the same as-of form. Times are compared
 # as epoch microseconds, which is what Spark's timestamps are.
 K = "cluster, consumer_group, client_id, client_host, topic, broker, queue_id"
 SK = ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id"]
@@ -319,24 +323,53 @@ timeline AS (
 s AS (
     SELECT {SK}, epoch_us(snapshot_ts) AS t_us, committed_offset FROM read_parquet('{series}')
 ),
--- the active ProcessQueue at t_s: the lifetime of the latest delivery started at or before it
+-- the active ProcessQueue at t_s: the lifetime of the latest delivery started at or before it (snapshot times
+-- interleaved with the entries as marker rows, m = 1; the last (host, lifetime) seen up to each marker)
 active AS (
-    SELECT {s_SK}, s.t_us, arg_max(struct_pack(h := e.client_host, l := e.lifetime), e.start_us) AS a
-    FROM s JOIN timeline e ON {s_e_on} AND e.start_us <= s.t_us
-    GROUP BY ALL
+    SELECT {SK}, k AS t_us, client_host, lifetime FROM (
+        SELECT {SK}, k, m, last_value(client_host IGNORE NULLS) OVER w AS client_host,
+               last_value(lifetime IGNORE NULLS) OVER w AS lifetime
+        FROM (SELECT {SK}, start_us AS k, 0 AS m, client_host, lifetime FROM timeline
+              UNION ALL SELECT {SK}, t_us, 1, NULL, NULL FROM s)
+        WINDOW w AS (PARTITION BY {SK} ORDER BY k, m, client_host, lifetime
+                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW))
+    WHERE m = 1 AND lifetime IS NOT NULL
 ),
--- the replayed commit at t (spec §4 identity): the smallest pulled offset not left by t, else one past the last pulled
+-- probes at t_s (upper) and t_s - 10 s (lower) in that lifetime
+probes AS (
+    SELECT {LK}, t_us, t_us AS x, false AS is_lower FROM active
+    UNION ALL SELECT {LK}, t_us, t_us - {lag_us}, true FROM active
+),
+-- P(x): the last offset pulled by x (offsets rise with start time in a lifetime), and the lifetime's first offset
+pulled AS (
+    SELECT * FROM (
+        SELECT {LK}, t_us, is_lower, m,
+               max(queue_offset) OVER (PARTITION BY {LK} ORDER BY k, m ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS p,
+               min(queue_offset) OVER (PARTITION BY {LK}) AS first_offset
+        FROM (SELECT {LK}, start_us AS k, 0 AS m, queue_offset, NULL::BIGINT AS t_us, NULL::BOOLEAN AS is_lower
+              FROM timeline
+              UNION ALL SELECT {LK}, x, 1, NULL, t_us, is_lower FROM probes))
+    WHERE m = 1
+),
+-- o*(x): the first offset whose D exceeds x (D rises with the offset; NULL D = never)
+after AS (
+    SELECT * FROM (
+        SELECT {LK}, t_us, is_lower, m,
+               min(queue_offset) OVER (PARTITION BY {LK} ORDER BY k, m
+                                       ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS o
+        FROM (SELECT {LK}, coalesce(d_us, 9223372036854775807) AS k, 0 AS m, queue_offset, NULL::BIGINT AS t_us,
+                     NULL::BOOLEAN AS is_lower FROM timeline
+              UNION ALL SELECT {LK}, x, 1, NULL, t_us, is_lower FROM probes))
+    WHERE m = 1
+),
+-- the replayed commit at x (spec §4 identity): min(o*(x), P(x) + 1)
 commits AS (
-    SELECT {a_SK}, a.t_us,
-           coalesce(min(CASE WHEN e.start_us <= a.t_us AND (e.left_us IS NULL OR e.left_us > a.t_us)
-                             THEN e.queue_offset END),
-                    max(CASE WHEN e.start_us <= a.t_us THEN e.queue_offset END) + 1) AS upper,
-           coalesce(coalesce(min(CASE WHEN e.start_us <= a.t_us - {lag_us}
-                                       AND (e.left_us IS NULL OR e.left_us > a.t_us - {lag_us})
-                                      THEN e.queue_offset END),
-                             max(CASE WHEN e.start_us <= a.t_us - {lag_us} THEN e.queue_offset END) + 1),
-                    min(e.queue_offset)) AS lower
-    FROM active a JOIN timeline e ON {a_e_on} AND e.client_host = a.a.h AND e.lifetime = a.a.l
+    SELECT {SK}, t_us,
+           max(CASE WHEN NOT is_lower THEN c END) AS upper,
+           coalesce(max(CASE WHEN is_lower THEN c END), min(first_offset)) AS lower
+    FROM (SELECT {SK}, t_us, is_lower, first_offset,
+                 CASE WHEN p IS NOT NULL THEN least(coalesce(o, p + 1), p + 1) END AS c
+          FROM pulled JOIN after USING ({LK}, t_us, is_lower))
     GROUP BY ALL
 )
 SELECT cluster, consumer_group, count(*) AS compared,
@@ -350,8 +383,7 @@ GROUP BY cluster, consumer_group
 def replay_sql(deliveries_glob: str, series_glob: str, as_of_us: int, lag_s: int) -> str:
     return REPLAY_SQL.format(
         deliveries=deliveries_glob, series=series_glob, as_of_us=as_of_us, lag_us=lag_s * 1_000_000, K=K,
-        BY_TIME=BY_TIME, SK=", ".join(SK), s_SK=", ".join(f"s.{k}" for k in SK), a_SK=", ".join(f"a.{k}" for k in SK),
-        s_e_on=" AND ".join(f"s.{k} = e.{k}" for k in SK), a_e_on=" AND ".join(f"a.{k} = e.{k}" for k in SK))
+        BY_TIME=BY_TIME, SK=", ".join(SK), LK=", ".join(SK + ["client_host", "lifetime"]))
 
 
 def child_replay_duckdb(a: dict[str, Any]) -> dict[str, Any]:
