@@ -12,20 +12,22 @@ import os
 import time
 from typing import Any
 
-__all__ = ["run", "SCENARIO_NAMES"]
+__all__ = ["run", "tree_size", "SCENARIO_NAMES"]
 
 SCENARIO_NAMES = ["blocked-head", "queue2-offset32", "out-of-order-acks", "retry-to-dlq", "expired-offset",
                   "skip-accumulated", "rewind", "broadcast", "rebalance", "mixed"]
 
 
-def _tree_size(root: str) -> tuple[int, int, int]:
-    """(files, logical bytes, bytes on disk counting hard links once) below ``root``."""
-    files = logical = 0
+def tree_size(root: str | os.PathLike[str]) -> tuple[int, int, int]:
+    """(files, logical bytes, bytes on disk counting hard links once) below ``root``; files deleted mid-walk skipped."""
+    files = logical = disk = 0
     seen: set[tuple[int, int]] = set()
-    disk = 0
     for d, _, names in os.walk(root):
         for n in names:
-            st = os.stat(os.path.join(d, n))
+            try:
+                st = os.stat(os.path.join(d, n))
+            except OSError:
+                continue
             files += 1
             logical += st.st_size
             if (st.st_dev, st.st_ino) not in seen:
@@ -82,7 +84,7 @@ def run(scenario: str, out: str, *, seed: int = 7, scale: int = 1, bulk_messages
         json.dump(meta, f, indent=2, sort_keys=True)
         f.write("\n")
     elapsed = time.perf_counter() - started
-    files, logical, disk = _tree_size(out)
+    files, logical, disk = tree_size(out)
     return {"scenario": scenario, "seed": seed, "scale": scale, "out": out, "messages_stored": messages,
             "bulk_messages": world.bulk_messages,
             "snapshots": len(world.snapshot_times), "files": files, "bytes": logical, "bytes_on_disk": disk,

@@ -84,20 +84,9 @@ def fmt_s(s: float | None) -> str:
 
 def dir_size(root: str | Path) -> tuple[int, int, int]:
     """(files, logical bytes, bytes on disk counting hard links once) below ``root``."""
-    files = logical = disk = 0
-    seen: set[tuple[int, int]] = set()
-    for d, _, names in os.walk(root):
-        for n in names:
-            try:
-                st = os.stat(os.path.join(d, n))
-            except OSError:
-                continue
-            files += 1
-            logical += st.st_size
-            if (st.st_dev, st.st_ino) not in seen:
-                seen.add((st.st_dev, st.st_ino))
-                disk += st.st_size
-    return files, logical, disk
+    from jobs.simulate import tree_size
+
+    return tree_size(root)
 
 
 # ------------------------------------------------------------------------------------------------ children
