@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 
 from jobs.commitlog import encode_message, tags_hash
+from jobs.msgid import make_uniq_key
 from jobs.simulate import java
 from jobs.simulate.clock import SECOND, to_datetime
 
@@ -75,8 +76,9 @@ class BulkTopic:
     BODY_AT = 88  # 4+4+4+4+4+8+8+4 header, born ts 8, born host 8, store ts 8, store host 8, reconsume 4, prepared 8, body len 4
 
     def build_template(self) -> None:
+        # the UNIQ_KEY's first 20 hex digits (ip, pid, classloader hash) are fixed per producer; the rest is patched
         props = java.ordered({"TAGS": TAGS, "KEYS": f"b{self.index:04d}-{0:010d}", "WAIT": "true",
-                              "UNIQ_KEY": "0" * 32})
+                              "UNIQ_KEY": make_uniq_key(self.ip, self.pid, self.classloader_hash, 0, 0)})
         rec = encode_message(topic=self.name, queue_id=0, queue_offset=0, physical_offset=0,
                              body=b"payload-%010d" % 0, properties=props, born_ts_ms=0, store_ts_ms=0,
                              born_host=(self.ip, self.port), store_host=self.broker.addr)
