@@ -143,27 +143,20 @@ def replace_run(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table
 
 
 def insert_new(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table", *, target_filter: str) -> None:
-    """Insert the rows of ``df`` whose key is not in the table yet; ``target_filter`` (SQL on ``t``) prunes the scan.
+    """Append the rows of ``df`` whose key is not in the table yet; ``target_filter`` (SQL on ``t``) prunes the scan.
 
-    For bulk appends that must stay idempotent (a decoded commitlog byte range written twice lands once).
-    One MERGE, no pre-count: the caller knows the rows are probably new.
+    For bulk appends that must stay idempotent (a decoded commitlog byte range written twice lands once). An
+    anti-join on the keys then an append, not ``MERGE``: Sail's MERGE grew the process by ~16 MB per 100k-row
+    batch that was never returned (8 GiB ingesting 10 M records); the append stays flat. One writer per lake
+    (ingest) makes the two equivalent; an append with no rows makes no commit.
     """
     df = df.select(*table.columns)
     if not exists(lake, table):
         _create(df, lake, table)
         return
-    if table_format() == "parquet":
-        # No MERGE on Parquet: append the rows whose key is not there yet (an insert-only table stays correct).
-        target = read(spark, lake, table).alias("t").where(target_filter).select(*table.key)
-        new = df.join(target, on=[df[k].eqNullSafe(target[k]) for k in table.key], how="left_anti")
-        new.write.format("parquet").mode("append").save(table.path(lake))
-        return
-    view = f"rmq_src_{uuid.uuid4().hex[:12]}"
-    df.createOrReplaceTempView(view)
-    on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in table.key)
-    spark.sql(f"MERGE INTO delta.`{table.path(lake)}` AS t USING {view} AS s ON {on} AND ({target_filter}) "
-              "WHEN NOT MATCHED THEN INSERT *")
-    spark.catalog.dropTempView(view)
+    target = read(spark, lake, table).alias("t").where(target_filter).select(*table.key)
+    new = df.join(target, on=[df[k].eqNullSafe(target[k]) for k in table.key], how="left_anti")
+    new.write.format(table_format()).mode("append").save(table.path(lake))
 
 
 def replace_where(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table", predicate: str) -> None:
