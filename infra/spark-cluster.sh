@@ -9,7 +9,8 @@
 #
 # Settings (environment): SPARK_CLUSTER_DIR (state, logs, pids, work dirs; default <project>/var/spark-cluster),
 # PYTHON (default <project>/.venv/bin/python; its pyspark package is SPARK_HOME), SPARK_WORKER_CORES (2),
-# SPARK_WORKER_MEMORY (2g). Needs Java 17 (infra/install-debian-deps.sh). No Delta jars: Maven is not reachable
+# SPARK_WORKER_MEMORY (2g), SPARK_CONNECT_WAIT_S (300: how long the Connect server may take to answer; a failed
+# start is retried once on fresh ports). Needs Java 17 (infra/install-debian-deps.sh). No Delta jars: Maven is not reachable
 # here, so jobs on this cluster use RMQ_RECON_FORMAT=parquet (or pass --packages io.delta:... where it is).
 set -euo pipefail
 
@@ -177,14 +178,15 @@ CONF
         spark-internal
     url="sc://127.0.0.1:$cport"
     ok=""
-    for _ in $(seq 180); do
+    local deadline=$((SECONDS + ${SPARK_CONNECT_WAIT_S:-300}))
+    while [ "$SECONDS" -lt "$deadline" ]; do
         alive_pid connect >/dev/null || { echo "the Spark Connect server exited (log/connect.out)"; return 1; }
         grep -q 'BindException\|Address already in use' "$DIR/log/connect.out" \
             && { echo "the Spark Connect server could not bind 127.0.0.1:$cport (taken)"; return 1; }
         if (exec 3<>"/dev/tcp/127.0.0.1/$cport") 2>/dev/null && answers "$url"; then ok=1; break; fi
         sleep 1
     done
-    [ -n "$ok" ] || { echo "the Spark Connect server did not answer a query at $url"; return 1; }
+    [ -n "$ok" ] || { echo "the Spark Connect server did not answer a query at $url within ${SPARK_CONNECT_WAIT_S:-300} s"; return 1; }
     echo "export SPARK_REMOTE=$url" > "$DIR/env.tmp"
     mv "$DIR/env.tmp" "$DIR/env"
     log "started in $(elapsed "$t0") s: master spark://127.0.0.1:$mport (ui :$mui), worker $CORES cores $MEM," \

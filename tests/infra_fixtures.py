@@ -228,7 +228,7 @@ def spark_cluster(request: pytest.FixtureRequest) -> Iterator[str]:
     """
     state = ROOT / "var" / "pytest-spark-cluster"
     try:
-        exports, elapsed = _start("spark-cluster.sh", "SPARK_CLUSTER_DIR", state, timeout=420)
+        exports, elapsed = _start("spark-cluster.sh", "SPARK_CLUSTER_DIR", state, timeout=900)
         START_TIMES["spark_cluster"] = elapsed
         _report(request.config, f"Spark cluster at {exports['SPARK_REMOTE']} started in {elapsed:.1f} s")
         yield exports["SPARK_REMOTE"]
