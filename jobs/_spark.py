@@ -95,6 +95,9 @@ def session(engine: Engine | None = None, *, remote: str | None = None) -> Itera
         # Python workers (applyInPandas) must run this interpreter, which has pandas and pyarrow; pyspark's
         # default is whatever `python3` is on PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        # py4j logs "Closing down clientserver connection" from __del__ at interpreter exit, after the streams
+        # closed ("--- Logging error ---" in every run's output)
+        logging.getLogger("py4j").setLevel(logging.WARNING)
         builder = (
             SparkSession.builder.master("local[2]")
             .appName("rmq-recon")
