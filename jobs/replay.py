@@ -132,30 +132,32 @@ def replayed_commits(timeline: DataFrame, series: DataFrame) -> DataFrame:
     e = timeline.select(*SERIES_KEY, "client_host", F.col("lifetime").cast("long").alias("lifetime"),
                         F.col("queue_offset").cast("long").alias("queue_offset"), "start_ts", "d_ts")
     none_ts = F.lit(None).cast("timestamp")
-
-    def interleave(key: Column) -> DataFrame:
-        return (e.select(*life_key, key.alias("_k"), entry.alias("_m"), "queue_offset",
-                         none_ts.alias("snapshot_ts"), F.lit(None).cast("boolean").alias("_lower"))
-                .unionByName(probes.select(*life_key, F.col("_x").alias("_k"), marker.alias("_m"),
-                                           F.lit(None).cast("long").alias("queue_offset"), "snapshot_ts", "_lower")))
-
-    probe_key = life_key + ["snapshot_ts", "_lower"]
-    # P(x) (entries started at x count as pulled: they sort before the marker) and the lifetime's first offset
-    by_start = Window.partitionBy(*life_key).orderBy("_k", "_m").rowsBetween(Window.unboundedPreceding, 0)
-    pulled = (interleave(F.col("start_ts"))
-              .select(*probe_key, "_m", F.max("queue_offset").over(by_start).alias("_p"),
-                      F.min("queue_offset").over(Window.partitionBy(*life_key)).alias("_first"))
-              .where(F.col("_m") == 1).drop("_m"))
-    # o*(x): the first entry after the marker in D order (D = x does not exceed x; null D = never left)
+    none_long = F.lit(None).cast("long")
     forever = F.lit(dt.datetime(9999, 12, 31, tzinfo=dt.timezone.utc)).cast("timestamp")
-    after = Window.partitionBy(*life_key).orderBy("_k", "_m").rowsBetween(1, Window.unboundedFollowing)
-    first_after = (interleave(F.coalesce(F.col("d_ts"), forever))
-                   .select(*probe_key, "_m", F.min("queue_offset").over(after).alias("_o"))
-                   .where(F.col("_m") == 1).drop("_m"))
+    # One sorted pass per lifetime over three kinds of rows: each entry at its start time (a pull), each entry at
+    # D(o) (null: never), and each probe at x. Entries sort before a probe at the same time: pulled at x counts,
+    # D(o) = x does not exceed x. P(x) = the largest pulled offset so far; o*(x) = the smallest offset among the
+    # D rows after the probe (D rises with the offset, so that is the first offset whose D exceeds x).
+    rows = (
+        e.select(*life_key, F.col("start_ts").alias("_k"), entry.alias("_m"), F.col("queue_offset").alias("_pull"),
+                 none_long.alias("_left"), none_ts.alias("snapshot_ts"), F.lit(None).cast("boolean").alias("_lower"))
+        .unionByName(e.select(*life_key, F.coalesce(F.col("d_ts"), forever).alias("_k"), entry.alias("_m"),
+                              none_long.alias("_pull"), F.col("queue_offset").alias("_left"), none_ts.alias("snapshot_ts"),
+                              F.lit(None).cast("boolean").alias("_lower")))
+        .unionByName(probes.select(*life_key, F.col("_x").alias("_k"), marker.alias("_m"), none_long.alias("_pull"),
+                                   none_long.alias("_left"), "snapshot_ts", "_lower"))
+    )
+    ordered = Window.partitionBy(*life_key).orderBy("_k", "_m")
     p_next = F.col("_p") + 1
-    commits = pulled.join(first_after, on=probe_key, how="inner").select(
-        *SERIES_KEY, "snapshot_ts", "_lower", "_first",
-        F.when(F.col("_p").isNotNull(), F.least(F.coalesce(F.col("_o"), p_next), p_next)).alias("_c"))
+    commits = (
+        rows.select(*SERIES_KEY, "snapshot_ts", "_lower", "_m",
+                    F.max("_pull").over(ordered.rowsBetween(Window.unboundedPreceding, 0)).alias("_p"),
+                    F.min("_left").over(ordered.rowsBetween(1, Window.unboundedFollowing)).alias("_o"),
+                    F.min("_pull").over(Window.partitionBy(*life_key)).alias("_first"))
+        .where(F.col("_m") == 1)
+        .select(*SERIES_KEY, "snapshot_ts", "_lower", "_first",
+                F.when(F.col("_p").isNotNull(), F.least(F.coalesce(F.col("_o"), p_next), p_next)).alias("_c"))
+    )
     return (
         commits.groupBy(*SERIES_KEY, "snapshot_ts")
         .agg(F.max(F.when(~F.col("_lower"), F.col("_c"))).alias("upper"),
