@@ -62,35 +62,32 @@ def commit_timeline(deliveries: DataFrame, *, as_of: Optional[dt.datetime] = Non
     d = d.select(*[F.coalesce(F.col(c), F.lit("")).alias(c) if c in ("client_id", "client_host") else F.col(c)
                    for c in TIMELINE_KEY],
                  F.col("queue_offset").cast("long"), "start_ts", F.col("end_ts").alias("left_ts"), "request_id")
+    # Everything in one ordering (per queue and host, by start): within a lifetime the offsets rise with the start
+    # time, so the lifetime's "per offset" windows are running windows of this one, and a value that must restart
+    # with each lifetime is a running max of (lifetime, value) (lifetimes only grow). One sort instead of three.
     by_time = Window.partitionBy(*TIMELINE_KEY).orderBy("start_ts", "queue_offset", "request_id")
+    upto = by_time.rowsBetween(Window.unboundedPreceding, 0)
     restarts = d.withColumn(
         "_restart",
         F.when(F.col("queue_offset") < F.max("queue_offset").over(by_time.rowsBetween(Window.unboundedPreceding, -1)),
                1).otherwise(0),
-    ).withColumn("lifetime", F.sum("_restart").over(by_time.rowsBetween(Window.unboundedPreceding, 0)))
-    # One entry per offset and lifetime: the first delivery of it (the one that was pulled into this queue).
-    first = Window.partitionBy(*TIMELINE_KEY, "lifetime", "queue_offset").orderBy("start_ts", "request_id")
-    entries = restarts.withColumn("_rn", F.row_number().over(first)).where("_rn = 1")
-    upto = Window.partitionBy(*TIMELINE_KEY, "lifetime").orderBy("queue_offset").rowsBetween(
-        Window.unboundedPreceding, 0)
-    in_flight = F.max(F.col("left_ts").isNull().cast("int")).over(upto) == 1
+    ).withColumn("lifetime", F.sum("_restart").over(upto))
+    # One entry per offset and lifetime: the first delivery of it (the one that was pulled into this queue); the
+    # deliveries of one offset in one lifetime are consecutive in this order.
+    new_entry = (F.lag("lifetime").over(by_time).isNull() | (F.lag("lifetime").over(by_time) != F.col("lifetime"))
+                 | (F.lag("queue_offset").over(by_time) != F.col("queue_offset")))
+    never = F.lit(dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)).cast("timestamp")
+    entries = (restarts.withColumn("_new", new_entry).where("_new")
+               .withColumn("_open", F.col("left_ts").isNull().cast("int"))
+               .withColumn("_left", F.coalesce(F.col("left_ts"), never)))
+    flight = F.max(F.struct(F.col("lifetime").alias("fl"), F.col("_open").alias("fv"))).over(upto)
+    latest = F.max(F.struct(F.col("lifetime").alias("ll"), F.col("_left").alias("lv"))).over(upto)
+    in_flight = flight.getField("fv") == 1
     return entries.select(
         *TIMELINE_KEY, "lifetime", "queue_offset", "start_ts", "left_ts",
         in_flight.alias("in_flight_upto"),
-        F.when(~in_flight, F.max("left_ts").over(upto)).alias("d_ts"),
+        F.when(~in_flight, latest.getField("lv")).alias("d_ts"),
     )
-
-
-def _commit_at(alias: str, t: Column) -> Column:
-    """Aggregate: the replayed commit at time ``t`` over one lifetime's entries (spec §4 identity).
-
-    Columns are named through the join alias, not ``df[...]``: the timeline is joined with a frame derived from
-    itself, and classic Spark rejects such DataFrame-bound references as ambiguous (Sail and Connect accept them).
-    """
-    start, left, offset = (F.col(f"{alias}.{c}") for c in ("start_ts", "left_ts", "queue_offset"))
-    pulled = start <= t
-    pinned = pulled & (left.isNull() | (left > t))
-    return F.coalesce(F.min(F.when(pinned, offset)), F.max(F.when(pulled, offset)) + 1)
 
 
 def replayed_commits(timeline: DataFrame, series: DataFrame) -> DataFrame:
