@@ -294,20 +294,24 @@ lifetimes AS (
                                  ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS lifetime
     FROM restarts
 ),
--- one entry per offset and lifetime: its first delivery
+-- one entry per offset and lifetime: its first delivery (consecutive in start order within a lifetime); D and
+-- in-flight as running maxima of (lifetime, value) in the same order, as jobs/replay.py does
 entries AS (
-    SELECT * FROM lifetimes
-    QUALIFY row_number() OVER (PARTITION BY {K}, lifetime, queue_offset
-                               ORDER BY start_us ASC NULLS FIRST, request_id ASC NULLS FIRST) = 1
+    SELECT * FROM (
+        SELECT *, lag(lifetime) OVER (PARTITION BY {K} {BY_TIME}) AS prev_life,
+                  lag(queue_offset) OVER (PARTITION BY {K} {BY_TIME}) AS prev_offset
+        FROM lifetimes)
+    WHERE prev_life IS NULL OR prev_life <> lifetime OR prev_offset <> queue_offset
 ),
 -- the timeline: L(o) = left_us, D(o) = running max of L over offsets <= o (null while some offset <= o is in flight)
 timeline AS (
     SELECT {K}, lifetime, queue_offset, start_us, left_us,
-           max(CASE WHEN left_us IS NULL THEN 1 ELSE 0 END) OVER upto = 1 AS in_flight_upto,
-           CASE WHEN max(CASE WHEN left_us IS NULL THEN 1 ELSE 0 END) OVER upto = 1 THEN NULL
-                ELSE max(left_us) OVER upto END AS d_us
+           (max(struct_pack(l := lifetime, v := CASE WHEN left_us IS NULL THEN 1 ELSE 0 END)) OVER upto).v = 1
+               AS in_flight_upto,
+           CASE WHEN (max(struct_pack(l := lifetime, v := CASE WHEN left_us IS NULL THEN 1 ELSE 0 END)) OVER upto).v = 1
+                THEN NULL ELSE (max(struct_pack(l := lifetime, v := coalesce(left_us, 0))) OVER upto).v END AS d_us
     FROM entries
-    WINDOW upto AS (PARTITION BY {K}, lifetime ORDER BY queue_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+    WINDOW upto AS (PARTITION BY {K} {BY_TIME} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 ),
 s AS (
     SELECT {SK}, epoch_us(snapshot_ts) AS t_us, committed_offset FROM read_parquet('{series}')
@@ -329,36 +333,26 @@ probes AS (
     SELECT {LK}, t_us, t_us AS x, false AS is_lower FROM active
     UNION ALL SELECT {LK}, t_us, t_us - {lag_us}, true FROM active
 ),
--- P(x): the last offset pulled by x (offsets rise with start time in a lifetime), and the lifetime's first offset
-pulled AS (
-    SELECT * FROM (
-        SELECT {LK}, t_us, is_lower, m,
-               max(queue_offset) OVER (PARTITION BY {LK} ORDER BY k, m ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS p,
-               min(queue_offset) OVER (PARTITION BY {LK}) AS first_offset
-        FROM (SELECT {LK}, start_us AS k, 0 AS m, queue_offset, NULL::BIGINT AS t_us, NULL::BOOLEAN AS is_lower
-              FROM timeline
-              UNION ALL SELECT {LK}, x, 1, NULL, t_us, is_lower FROM probes))
-    WHERE m = 1
-),
--- o*(x): the first offset whose D exceeds x (D rises with the offset; NULL D = never)
-after AS (
-    SELECT * FROM (
-        SELECT {LK}, t_us, is_lower, m,
-               min(queue_offset) OVER (PARTITION BY {LK} ORDER BY k, m
-                                       ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS o
-        FROM (SELECT {LK}, coalesce(d_us, 9223372036854775807) AS k, 0 AS m, queue_offset, NULL::BIGINT AS t_us,
-                     NULL::BOOLEAN AS is_lower FROM timeline
-              UNION ALL SELECT {LK}, x, 1, NULL, t_us, is_lower FROM probes))
-    WHERE m = 1
-),
--- the replayed commit at x (spec §4 identity): min(o*(x), P(x) + 1)
+-- P(x) and o*(x) in one sorted pass per lifetime: pull rows at start, D rows at D (NULL: never), probe rows at x;
+-- entries sort before a probe at the same time. P = largest pulled offset so far; o* = smallest D-row offset after.
 commits AS (
     SELECT {SK}, t_us,
            max(CASE WHEN NOT is_lower THEN c END) AS upper,
            coalesce(max(CASE WHEN is_lower THEN c END), min(first_offset)) AS lower
-    FROM (SELECT {SK}, t_us, is_lower, first_offset,
-                 CASE WHEN p IS NOT NULL THEN least(coalesce(o, p + 1), p + 1) END AS c
-          FROM pulled JOIN after USING ({LK}, t_us, is_lower))
+    FROM (
+        SELECT {SK}, t_us, is_lower, first_offset,
+               CASE WHEN p IS NOT NULL THEN least(coalesce(o, p + 1), p + 1) END AS c
+        FROM (
+            SELECT {LK}, t_us, is_lower, m,
+                   max(pull) OVER (PARTITION BY {LK} ORDER BY k, m ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS p,
+                   min(lft) OVER (PARTITION BY {LK} ORDER BY k, m ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS o,
+                   min(pull) OVER (PARTITION BY {LK}) AS first_offset
+            FROM (SELECT {LK}, start_us AS k, 0 AS m, queue_offset AS pull, NULL::BIGINT AS lft, NULL::BIGINT AS t_us,
+                         NULL::BOOLEAN AS is_lower FROM timeline
+                  UNION ALL SELECT {LK}, coalesce(d_us, 9223372036854775807), 0, NULL, queue_offset, NULL, NULL
+                  FROM timeline
+                  UNION ALL SELECT {LK}, x, 1, NULL, NULL, t_us, is_lower FROM probes))
+        WHERE m = 1)
     GROUP BY ALL
 )
 SELECT cluster, consumer_group, count(*) AS compared,
