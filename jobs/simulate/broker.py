@@ -205,10 +205,6 @@ class ConsumeQueue:
         arr["t"][: hi - lo] = self.tags[lo:hi]
         return arr.tobytes()
 
-    def files(self) -> list[tuple[int, bytes]]:
-        """(start byte, file bytes) of the retained files, preallocated to full size."""
-        return [(f * self.file_bytes, self.file(f)) for f in self.file_numbers()]
-
 
 class OffsetTable:
     """``ConsumerOffsetManager.offsetTable`` with the history needed to rebuild any flush (every 5 s).

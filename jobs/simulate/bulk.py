@@ -14,7 +14,6 @@ burst (one store timestamp per block keeps the commitlog's store times monotone)
 from __future__ import annotations
 
 import bisect
-import datetime as dt
 import random
 import zlib
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ import numpy as np
 from jobs.commitlog import encode_message, tags_hash
 from jobs.msgid import make_uniq_key
 from jobs.simulate import java
-from jobs.simulate.clock import SECOND, to_datetime
+from jobs.simulate.clock import SECOND, month_start_ms
 
 if TYPE_CHECKING:  # pragma: no cover
     from jobs.simulate.broker import Broker
@@ -100,10 +99,7 @@ class BulkTopic:
         rows[:, self.BODY_AT + 8:self.BODY_AT + 18] = _digits(seq, 10)
         rows[:, self.keys_at:self.keys_at + 10] = _digits(seq, 10)
         # MessageClientIDSetter: ip, pid, classloader hash, then ms since month start (4 bytes) + counter (2)
-        d = to_datetime(now)
-        month = int(d.replace(day=1, hour=0, minute=0, second=0, microsecond=0, tzinfo=dt.timezone.utc)
-                    .timestamp() * 1000)
-        tail = ((born - month) << 16) | ((seq + 1) & 0x7FFF)
+        tail = ((born - month_start_ms(now)) << 16) | ((seq + 1) & 0x7FFF)
         rows[:, self.uniq_at + 20:self.uniq_at + 32] = _hex(tail, 12)
         crc = np.fromiter((zlib.crc32(r) & 0x7FFFFFFF for r in rows[:, self.BODY_AT:self.BODY_AT + 18]),
                           dtype=np.int64, count=k)
@@ -119,7 +115,6 @@ class BulkFleet:
         self.w = w
         self.rng = np.random.default_rng(seed)
         ids = random.Random(seed)
-        self.group_start = group_start
         self.first_persist = group_start + 10 * SECOND
         n_ticks = (end - start) // TICK_MS + 1
         self.lam = messages / (n_topics * QUEUES * n_ticks)
@@ -141,14 +136,13 @@ class BulkFleet:
             b.offsets.lazy.append(lambda when, b=b: self.offsets_at(b, when))
             w.loop.every(start, TICK_MS, lambda b=b: self._tick(b), until_ms=end)
         w.at(group_start, self._groups_start)
-        self.messages = 0
+        self.messages = 0  # records written so far
 
     def _groups_start(self) -> None:
         """The consumers' first heartbeat: subscription group and ``%RETRY%G`` on the topic's broker."""
-        for ts in self.by_broker.values():
-            for t in ts:
-                t.broker.ensure_group(t.group)
-                t.broker.ensure_retry_topic(t.group)
+        for t in self.topics.values():
+            t.broker.ensure_group(t.group)
+            t.broker.ensure_retry_topic(t.group)
 
     def _tick(self, b: "Broker") -> None:
         now = self.w.loop.now
@@ -176,7 +170,6 @@ class BulkFleet:
             t.times[q].append(now)
             t.counts[q].append(cq.max_offset)
         self.messages += len(rows)
-        self.w.bulk_messages = self.messages
 
     def offsets_at(self, b: "Broker", when: int) -> dict[tuple[str, str, int], int]:
         """The bulk groups' offsets in ``b``'s table after every commit at or before ``when``."""

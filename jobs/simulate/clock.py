@@ -21,6 +21,11 @@ def to_datetime(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc)
 
 
+def month_start_ms(ms: int) -> int:
+    """The first millisecond of the UTC month of ``ms`` (``MessageClientIDSetter`` counts time from it)."""
+    return int(to_datetime(ms).replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp() * 1000)
+
+
 def snapshot_name(ms: int) -> str:
     """``YYYYMMDDTHHMMSSZ`` of a virtual time (spec §3)."""
     return to_datetime(ms).strftime("%Y%m%dT%H%M%SZ")

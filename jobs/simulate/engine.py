@@ -43,7 +43,6 @@ class World:
         self._ip = 0
         self.bulk_brokers: list[Broker] = []
         self.bulk: Optional["BulkFleet"] = None
-        self.bulk_messages = 0
 
     # ---------------------------------------------------------------- actors
 
@@ -139,6 +138,11 @@ class World:
     def run(self) -> None:
         self.loop.run_until(max(self.snapshot_times) + SECOND)
         os.makedirs(self.out, exist_ok=True)
+
+    @property
+    def bulk_messages(self) -> int:
+        """Records the bulk path wrote (they have no ``Stored``)."""
+        return self.bulk.messages if self.bulk is not None else 0
 
     def message_count(self) -> int:
         """Records stored on every broker (originals, retry/DLQ/schedule copies, trace messages, bulk)."""

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobs.msgid import make_uniq_key
 from jobs.simulate import java
-from jobs.simulate.clock import EventLoop
+from jobs.simulate.clock import EventLoop, month_start_ms
 
 if TYPE_CHECKING:  # pragma: no cover
     from jobs.simulate.broker import Broker
@@ -33,12 +33,8 @@ class UniqIdGenerator:
         self.counter = 0
 
     def next(self, now_ms: int) -> str:
-        from jobs.simulate.clock import to_datetime
-
-        d = to_datetime(now_ms)
-        month_start = int(d.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp() * 1000)
         self.counter += 1
-        return make_uniq_key(self.ip, self.pid, self.classloader_hash, now_ms - month_start, self.counter)
+        return make_uniq_key(self.ip, self.pid, self.classloader_hash, now_ms - month_start_ms(now_ms), self.counter)
 
 
 def ip_bytes(ip: str) -> bytes:
