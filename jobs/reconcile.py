@@ -233,34 +233,37 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
     Returns:
         The summary (counts per table and group) plus ``report_dir`` and ``seconds``.
     """
-    from jobs import _spark
+    from jobs import _spark, replay
 
     say = progress or log.info
     t0 = time.time()
     with _spark.session() as spark:
         frames = extract(spark, lake, groups)
-        # The records the reports read one by one, written once (at 10 M records most are untraced traffic).
+        as_of_ts = _as_of(frames, as_of, lake)
+        rid = sanitize_run_id(run_id or default_run_id(as_of_ts))
+        say(f"reconcile: run {rid} as of {reports.format_ts(as_of_ts)}")
+        # What several reports (or several branches of one plan) read is computed once: the records the reports
+        # read one by one (at 10 M records most are untraced traffic) and the replay's timeline.
         tmp = storage.join(lake, "_tmp", f"reconcile-{uuid.uuid4().hex[:12]}")
         try:
             frames["messages"] = _spark.materialize(spark, snapshots.relevant_messages(
                 frames["messages"], frames["deliveries"], frames["consumer_offsets"]).select(*messages.TABLE.columns),
                 storage.join(tmp, "messages"))
-            r = _reconcile(spark, lake, frames, as_of, run_id, window, dlq_warn_retries, blocking_min_age_s, say,
-                           tmp)
+            frames["timeline"] = _spark.materialize(
+                spark, replay.commit_timeline(frames["deliveries"], as_of=as_of_ts), storage.join(tmp, "timeline"))
+            r = _reconcile(spark, lake, frames, as_of_ts, rid, window, dlq_warn_retries, blocking_min_age_s, say)
         finally:
             storage.delete_tree(tmp)
-    folder = storage.join(reports_root, r["run_id"])
-    summary = write_report_folder(folder, r["run_id"], r["as_of"], lake, r["pdfs"], r["agreement"],
-                                  r["latest_offsets"])
+    folder = storage.join(reports_root, rid)
+    summary = write_report_folder(folder, rid, as_of_ts, lake, r["pdfs"], r["agreement"], r["latest_offsets"])
     summary["report_dir"] = folder
     summary["seconds"] = round(time.time() - t0, 2)
     say(f"reconcile: wrote {folder} in {summary['seconds']} s")
     return summary
 
 
-def _reconcile(spark: Any, lake: str, frames: dict[str, Any], as_of: Any, run_id: str | None, window: int,
-               dlq_warn_retries: int, blocking_min_age_s: int, say: Callable[[str], None], tmp: str) -> dict[str, Any]:
-    """Transform, load the gold tables and collect what the report folder needs (inside the Spark session)."""
+def _as_of(frames: dict[str, Any], as_of: str | dt.datetime | None, lake: str) -> dt.datetime:
+    """The run's as-of time: the one given, else the newest snapshot with consumer offsets."""
     as_of_ts = parse_as_of(as_of)
     if as_of_ts is None:
         latest = frames["consumer_offsets"].agg({"snapshot_ts": "max"}).collect()[0][0]
@@ -268,13 +271,12 @@ def _reconcile(spark: Any, lake: str, frames: dict[str, Any], as_of: Any, run_id
             raise ValueError(f"no consumer offsets in {lake}/silver/consumer_offsets: run `rmq-recon ingest` first")
         as_of_ts = parse_as_of(latest)
     assert as_of_ts is not None
-    rid = sanitize_run_id(run_id or default_run_id(as_of_ts))
-    say(f"reconcile: run {rid} as of {reports.format_ts(as_of_ts)}")
-    from jobs import _spark, replay
+    return as_of_ts
 
-    # the replay's timeline feeds three windows of one plan: computed once
-    frames["timeline"] = _spark.materialize(spark, replay.commit_timeline(frames["deliveries"], as_of=as_of_ts),
-                                            storage.join(tmp, "timeline"))
+
+def _reconcile(spark: Any, lake: str, frames: dict[str, Any], as_of_ts: dt.datetime, rid: str, window: int,
+               dlq_warn_retries: int, blocking_min_age_s: int, say: Callable[[str], None]) -> dict[str, Any]:
+    """Transform, load the gold tables and collect what the report folder needs (inside the Spark session)."""
     out = transform(frames, as_of=as_of_ts, window=window, dlq_warn_retries=dlq_warn_retries,
                     blocking_min_age_s=blocking_min_age_s)
     pdfs: dict[str, pd.DataFrame] = {}
@@ -297,7 +299,7 @@ def _reconcile(spark: Any, lake: str, frames: dict[str, Any], as_of: Any, run_id
               ["cluster", "broker", "snapshot_ts"])
         .toPandas()
     )
-    return {"run_id": rid, "as_of": as_of_ts, "pdfs": pdfs, "agreement": agreement, "latest_offsets": latest_offsets}
+    return {"pdfs": pdfs, "agreement": agreement, "latest_offsets": latest_offsets}
 
 
 def _report_schema(mod: Any) -> Any:

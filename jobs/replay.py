@@ -74,7 +74,8 @@ def commit_timeline(deliveries: DataFrame, *, as_of: Optional[dt.datetime] = Non
     ).withColumn("lifetime", F.sum("_restart").over(upto))
     # One entry per offset and lifetime: the first delivery of it (the one that was pulled into this queue); the
     # deliveries of one offset in one lifetime are consecutive in this order.
-    new_entry = (F.lag("lifetime").over(by_time).isNull() | (F.lag("lifetime").over(by_time) != F.col("lifetime"))
+    prev_life = F.lag("lifetime").over(by_time)
+    new_entry = (prev_life.isNull() | (prev_life != F.col("lifetime"))
                  | (F.lag("queue_offset").over(by_time) != F.col("queue_offset")))
     never = F.lit(dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)).cast("timestamp")
     entries = (restarts.withColumn("_new", new_entry).where("_new")
@@ -98,8 +99,9 @@ def replayed_commits(timeline: DataFrame, series: DataFrame) -> DataFrame:
 
     As-of form of the spec §4 identity, with no snapshot x timeline join: within a lifetime, offsets rise with
     their start time and D(o) rises with the offset, so with P(x) the last offset pulled by x and o*(x) the
-    first offset whose D exceeds x, the commit at x is min(o*(x), P(x) + 1). Each of "active lifetime", P and
-    o* is one running window over the timeline with the probe times interleaved as marker rows.
+    first offset whose D exceeds x, the commit at x is min(o*(x), P(x) + 1). Two sorted passes, each with the
+    probe times interleaved as marker rows: one per (G, client, q) for the active lifetime, one per lifetime
+    for P and o*.
     """
     s = series.select(*SERIES_KEY, "snapshot_ts", "committed_offset")
     life_key = SERIES_KEY + ["client_host", "lifetime"]
