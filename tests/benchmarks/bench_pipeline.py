@@ -13,9 +13,7 @@ What it does:
    messages/s, landing-zone bytes (logical and on disk) and files.
 2. ``ingest`` and ``reconcile``: ``jobs.ingest.run(landing, lake)`` then ``jobs.reconcile.run(lake, reports)``, each
    in a fresh process; wall time and peak RSS per stage (the child's ``ru_maxrss`` from ``os.wait4``, and the
-   sampled RSS of its whole process tree), and the total. Ingest runs as shipped (it sends trace records in
-   batches of ``jobs.ingest.TRACE_BATCH_ROWS``); ``--ingest-workaround`` stages large frames through Parquet, as
-   this benchmark had to before that batching existed.
+   sampled RSS of its whole process tree), and the total.
 3. ``replay``: exports silver/deliveries, silver/consumer_offsets and silver/queue_bounds from the lake with
    delta-rs into Parquet once, computes ``jobs.snapshots.offset_series`` from them once (Sail, as the reconcile
    job does, as of the newest snapshot) into Parquet, then times
@@ -52,6 +50,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from jobs.simulate import tree_size  # noqa: E402 - after the project root is on sys.path
+
 GiB = 1 << 30
 MiB = 1 << 20
 STAGES = ["simulate", "ingest", "reconcile", "replay"]
@@ -82,13 +82,6 @@ def fmt_s(s: float | None) -> str:
     return "-" if s is None else f"{s:.1f} s"
 
 
-def dir_size(root: str | Path) -> tuple[int, int, int]:
-    """(files, logical bytes, bytes on disk counting hard links once) below ``root``."""
-    from jobs.simulate import tree_size
-
-    return tree_size(root)
-
-
 # ------------------------------------------------------------------------------------------------ children
 #
 # Every stage runs in a fresh interpreter (``--child STAGE``) so that its peak RSS is its own. The child prints
@@ -116,49 +109,11 @@ def _throttled(prefix: str, keep: Callable[[str], bool], every_s: float = 10.0) 
     return progress
 
 
-STAGE_ROWS = 200_000
-
-
-def _stage_large_frames(staging: str) -> None:
-    """Benchmark workaround: ``ingest._spark_frame`` of many rows goes through a Parquet file.
-
-    ``jobs.ingest.run`` sends every trace record of the run to Sail as one Spark Connect local relation
-    (``_spark_frame(spark, trace_batch, ...)``); past ~400k stored messages that message exceeds gRPC's 128 MiB
-    limit (client and Sail server), and Sail has no artifact cache to chunk it. Writing the same rows to a Parquet
-    file and reading that gives the MERGE the same source rows.
-    """
-    import uuid
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    from jobs import ingest
-
-    original = ingest._spark_frame
-
-    def spark_frame(spark: Any, rows: list[dict[str, Any]], table: Any) -> Any:
-        if len(rows) < STAGE_ROWS:
-            return original(spark, rows, table)
-        os.makedirs(staging, exist_ok=True)
-        path = os.path.join(staging, f"{table.name}-{uuid.uuid4().hex[:8]}.parquet")
-        schema = to_arrow_schema(table.schema, timezone="UTC")
-        pq.write_table(pa.Table.from_pylist([{c: r.get(c) for c in table.columns} for r in rows], schema=schema), path)
-        print(f"    ingest  {len(rows)} rows for {table.qualified} staged through {path} (benchmark workaround)",
-              flush=True)
-        return spark.read.schema(table.schema).parquet(path)
-
-    ingest._spark_frame = spark_frame  # type: ignore[assignment]
-
-
 def child_ingest(a: dict[str, Any]) -> dict[str, Any]:
     from jobs import ingest
 
     if os.path.exists(a["lake"]):
         shutil.rmtree(a["lake"])
-    if a.get("staging"):
-        shutil.rmtree(a["staging"], ignore_errors=True)
-        _stage_large_frames(a["staging"])
     keep = lambda line: "done" in line or " snapshot(s) under " in line or "ingest: [" in line  # noqa: E731
     return ingest.run(a["landing"], a["lake"], progress=_throttled("ingest", keep))
 
@@ -218,7 +173,7 @@ def child_export(a: dict[str, Any]) -> dict[str, Any]:
     (out / "series").mkdir()
     pq.write_table(tbl, out / "series" / "part-0.parquet")
     rows["series"] = tbl.num_rows
-    files, logical, _ = dir_size(out)
+    files, logical, _ = tree_size(out)
     return {"rows": rows, "as_of": as_of.isoformat(), "export_s": round(export_s, 2),
             "series_s": round(time.perf_counter() - t0, 2), "parquet_bytes": logical, "parquet_files": files}
 
@@ -495,8 +450,8 @@ def stage_simulate(args: argparse.Namespace, workdir: Path, fig: dict[str, Any])
     plan["scale"] = scale
     say(f"simulate: scale {scale} for {args.messages:,} messages")
     r = run_child("simulate", "simulate", {"out": str(landing), "seed": args.seed, "scale": scale}, workdir)
-    files, logical, disk = dir_size(landing)
-    truth = dir_size(landing / "_truth")
+    files, logical, disk = tree_size(landing)
+    truth = tree_size(landing / "_truth")
     fig["simulate"] = {
         "scale": scale, "seed": args.seed, "messages_stored": r["messages_stored"], "snapshots": r["snapshots"],
         "wall_s": r["wall_s"], "generation_s": r["generation_s"], "simulate_s": r["simulate_s"],
@@ -514,11 +469,9 @@ def stage_ingest(args: argparse.Namespace, workdir: Path, fig: dict[str, Any]) -
     landing, lake = workdir / "landing", workdir / "lake"
     if not landing.exists():
         raise SystemExit(f"{landing} does not exist: run the simulate stage first")
-    staging = str(workdir / "staging") if args.ingest_workaround else None
-    r = run_child("ingest", "ingest", {"landing": str(landing), "lake": str(lake), "staging": staging}, workdir)
-    shutil.rmtree(workdir / "staging", ignore_errors=True)
-    files, logical, _ = dir_size(lake)
-    fig["ingest"] = {"workaround": bool(staging), "wall_s": r["wall_s"], "job_s": r["seconds"], "maxrss": r["maxrss"],
+    r = run_child("ingest", "ingest", {"landing": str(landing), "lake": str(lake)}, workdir)
+    files, logical, _ = tree_size(lake)
+    fig["ingest"] = {"wall_s": r["wall_s"], "job_s": r["seconds"], "maxrss": r["maxrss"],
                      "tree_peak_rss": r["tree_peak_rss"], "cpu_s": r["cpu_s"], "changed_rows": r["changed_rows"],
                      "quarantined": r["quarantined"], "lake_files": files, "lake_bytes": logical}
     say(f"ingest: {r['wall_s']:.1f} s, peak RSS {fmt_bytes(peak_rss(r))}; lake {files} files, {fmt_bytes(logical)}; "
@@ -613,9 +566,7 @@ def figures_table(fig: dict[str, Any]) -> str:
             f"{fmt_bytes(sim['landing_bytes_on_disk'])} on disk (hard links once), {sim['landing_files']:,} files")
         row("simulate peak RSS", fmt_bytes(peak_rss(sim)), "< 8 GiB", peak_rss(sim) < TARGET_RSS)
     if ing:
-        row("ingest wall time", fmt_s(ing["wall_s"]) + (" (trace records staged through Parquet: benchmark "
-                                                         "workaround for the 128 MiB Spark Connect limit)"
-                                                         if ing.get("workaround") else ""))
+        row("ingest wall time", fmt_s(ing["wall_s"]))
         row("ingest peak RSS", fmt_bytes(peak_rss(ing)), "< 8 GiB", peak_rss(ing) < TARGET_RSS)
         row("lake size", f"{fmt_bytes(ing['lake_bytes'])}, {ing['lake_files']:,} files")
     if rec:
@@ -661,10 +612,10 @@ def machine_info() -> dict[str, Any]:
 
 
 def cleanup(workdir: Path) -> None:
-    for name in ("landing", "lake", "reports", "replay", "staging"):
+    for name in ("landing", "lake", "reports", "replay"):
         p = workdir / name
         if p.exists():
-            files, logical, disk = dir_size(p)
+            files, logical, disk = tree_size(p)
             say(f"cleanup: {p}: {files} files, {logical:,} bytes ({fmt_bytes(disk)} on disk): deleting")
             shutil.rmtree(p)
     say(f"cleanup: kept {workdir / 'figures.md'} and {workdir / 'figures.json'}")
@@ -680,8 +631,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engines", default=",".join(ENGINES), help="replay engines (default sail,classic,duckdb)")
     p.add_argument("--repeats", type=int, default=3, help="timed replay runs per engine after one warm-up")
     p.add_argument("--scale", type=int, default=None, help="run this `mixed` scale (default: planned from --messages)")
-    p.add_argument("--ingest-workaround", dest="ingest_workaround", action="store_true",
-                   help="stage ingest's large frames through Parquet (not needed since ingest batches trace records)")
     p.add_argument("--cleanup", action="store_true", help="delete landing zone, lake, reports and Parquet at the end")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--child-args", help=argparse.SUPPRESS)
