@@ -230,98 +230,115 @@ K = "cluster, consumer_group, client_id, client_host, topic, broker, queue_id"
 SK = ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id"]
 BY_TIME = "ORDER BY start_us ASC NULLS FIRST, queue_offset ASC NULLS FIRST, request_id ASC NULLS FIRST"
 REPLAY_SQL = """
-WITH d AS (
+WITH d0 AS (
     SELECT cluster, consumer_group, coalesce(client_id, '') AS client_id, coalesce(client_host, '') AS client_host,
            topic, broker, queue_id, CAST(queue_offset AS BIGINT) AS queue_offset,
            epoch_us(start_ts) AS start_us, epoch_us(end_ts) AS left_us, request_id
     FROM read_parquet('{deliveries}')
     WHERE retry_times = 0 AND queue_offset IS NOT NULL AND start_ts IS NOT NULL AND epoch_us(start_ts) <= {as_of_us}
+      AND cluster IS NOT NULL AND consumer_group IS NOT NULL AND topic IS NOT NULL AND broker IS NOT NULL
+      AND queue_id IS NOT NULL
 ),
+-- dense integer ids of the queues (sid) and of queue + host (hid, in client_host order within a sid)
+ids AS (
+    SELECT {K}, dense_rank() OVER (ORDER BY {SK}) AS sid, row_number() OVER (ORDER BY {SK}, client_host) AS hid
+    FROM (SELECT DISTINCT {K} FROM d0)
+),
+d AS (SELECT * FROM ids JOIN d0 USING ({K})),
 -- a ProcessQueue lifetime ends when the host delivers an offset below one it already delivered
 restarts AS (
-    SELECT *, CASE WHEN queue_offset < max(queue_offset) OVER (PARTITION BY {K} {BY_TIME}
+    SELECT *, CASE WHEN queue_offset < max(queue_offset) OVER (PARTITION BY hid {BY_TIME}
                                                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
                    THEN 1 ELSE 0 END AS restart
     FROM d
 ),
 lifetimes AS (
-    SELECT *, sum(restart) OVER (PARTITION BY {K} {BY_TIME}
-                                 ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS lifetime
+    SELECT *, CAST(sum(restart) OVER (PARTITION BY hid {BY_TIME}
+                                      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS BIGINT) AS lifetime
     FROM restarts
 ),
 -- one entry per offset and lifetime: its first delivery (consecutive in start order within a lifetime); D and
--- in-flight as running maxima of (lifetime, value) in the same order, as jobs/replay.py does
+-- in-flight as running maxima of (lifetime, value) packed in one number, in the same order, as jobs/replay.py does
 entries AS (
     SELECT * FROM (
-        SELECT *, lag(lifetime) OVER (PARTITION BY {K} {BY_TIME}) AS prev_life,
-                  lag(queue_offset) OVER (PARTITION BY {K} {BY_TIME}) AS prev_offset
+        SELECT *, lag(lifetime) OVER (PARTITION BY hid {BY_TIME}) AS prev_life,
+                  lag(queue_offset) OVER (PARTITION BY hid {BY_TIME}) AS prev_offset
         FROM lifetimes)
     WHERE prev_life IS NULL OR prev_life <> lifetime OR prev_offset <> queue_offset
 ),
 -- the timeline: L(o) = left_us, D(o) = running max of L over offsets <= o (null while some offset <= o is in flight)
 timeline AS (
-    SELECT {K}, lifetime, queue_offset, start_us, left_us,
-           (max(struct_pack(l := lifetime, v := CASE WHEN left_us IS NULL THEN 1 ELSE 0 END)) OVER upto).v = 1
+    SELECT sid, hid, lifetime, queue_offset, start_us, left_us,
+           CASE WHEN lead(lifetime) OVER w = lifetime THEN lead(queue_offset) OVER w END AS next_offset,
+           max(lifetime * 2 + CASE WHEN left_us IS NULL THEN 1 ELSE 0 END) OVER upto - lifetime * 2 = 1
                AS in_flight_upto,
-           CASE WHEN (max(struct_pack(l := lifetime, v := CASE WHEN left_us IS NULL THEN 1 ELSE 0 END)) OVER upto).v = 1
-                THEN NULL ELSE (max(struct_pack(l := lifetime, v := coalesce(left_us, 0))) OVER upto).v END AS d_us
+           CASE WHEN max(lifetime * 2 + CASE WHEN left_us IS NULL THEN 1 ELSE 0 END) OVER upto - lifetime * 2 = 1
+                THEN NULL
+                ELSE CAST(max(CAST(lifetime AS HUGEINT) * {life_scale} + coalesce(left_us, 0)) OVER upto
+                          - CAST(lifetime AS HUGEINT) * {life_scale} AS BIGINT) END AS d_us
     FROM entries
-    WINDOW upto AS (PARTITION BY {K} {BY_TIME} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+    WINDOW upto AS (PARTITION BY hid {BY_TIME} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW),
+           w AS (PARTITION BY hid {BY_TIME})
 ),
 s AS (
-    SELECT {SK}, epoch_us(snapshot_ts) AS t_us, committed_offset FROM read_parquet('{series}')
+    SELECT sid, epoch_us(snapshot_ts) AS t_us, committed_offset, cluster, consumer_group
+    FROM (SELECT DISTINCT {SK}, sid FROM ids) JOIN read_parquet('{series}') USING ({SK})
 ),
--- the active ProcessQueue at t_s: the lifetime of the latest delivery started at or before it (snapshot times
--- interleaved with the entries as marker rows, m = 1; the last (host, lifetime) seen up to each marker)
+-- the active ProcessQueue at t_s: the (host, lifetime) of the latest delivery started at or before it, in the order
+-- (start, hid, lifetime): snapshot times interleaved with the entries as marker rows (m = 1), a running max of the
+-- three packed in one number, as jobs/replay.py does
 active AS (
-    SELECT {SK}, k AS t_us, client_host, lifetime FROM (
-        SELECT {SK}, k, m, last_value(client_host IGNORE NULLS) OVER w AS client_host,
-               last_value(lifetime IGNORE NULLS) OVER w AS lifetime
-        FROM (SELECT {SK}, start_us AS k, 0 AS m, client_host, lifetime FROM timeline
-              UNION ALL SELECT {SK}, t_us, 1, NULL, NULL FROM s)
-        WINDOW w AS (PARTITION BY {SK} ORDER BY k, m, client_host, lifetime
-                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW))
-    WHERE m = 1 AND lifetime IS NOT NULL
+    SELECT sid, k AS t_us, CAST((a % {e20} - a % {e10}) // {e10} AS BIGINT) AS hid, CAST(a % {e10} AS BIGINT) AS lifetime
+    FROM (
+        SELECT sid, k, m, max(e) OVER (PARTITION BY sid ORDER BY k, m ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS a
+        FROM (SELECT sid, start_us AS k, 0 AS m,
+                     CAST(start_us AS HUGEINT) * {e20} + CAST(hid AS HUGEINT) * {e10} + lifetime AS e FROM timeline
+              UNION ALL SELECT sid, t_us, 1, NULL FROM s))
+    WHERE m = 1 AND a IS NOT NULL
 ),
 -- probes at t_s (upper) and t_s - 10 s (lower) in that lifetime
 probes AS (
-    SELECT {LK}, t_us, t_us AS x, false AS is_lower FROM active
-    UNION ALL SELECT {LK}, t_us, t_us - {lag_us}, true FROM active
+    SELECT hid, lifetime, sid, t_us, t_us AS x, false AS is_lower FROM active
+    UNION ALL SELECT hid, lifetime, sid, t_us, t_us - {lag_us}, true FROM active
 ),
--- P(x) and o*(x) in one sorted pass per lifetime: pull rows at start, D rows at D (NULL: never), probe rows at x;
--- entries sort before a probe at the same time. P = largest pulled offset so far; o* = smallest D-row offset after.
+-- P(x) and o*(x) in one sorted pass of running windows per lifetime: pull rows at start, D rows at D (in flight: no
+-- row), probe rows at x; entries sort before a probe at the same time. P = largest pulled offset so far; o* = the
+-- next offset of the last D row so far (the first offset when there is none; "never" after the last entry).
 commits AS (
-    SELECT {SK}, t_us,
+    SELECT sid, t_us,
            max(CASE WHEN NOT is_lower THEN c END) AS upper,
            coalesce(max(CASE WHEN is_lower THEN c END), min(first_offset)) AS lower
     FROM (
-        SELECT {SK}, t_us, is_lower, first_offset,
-               CASE WHEN p IS NOT NULL THEN least(coalesce(o, p + 1), p + 1) END AS c
+        SELECT sid, t_us, is_lower, first_offset,
+               CASE WHEN p IS NOT NULL THEN least(coalesce(o, first_offset), p + 1) END AS c
         FROM (
-            SELECT {LK}, t_us, is_lower, m,
-                   max(pull) OVER (PARTITION BY {LK} ORDER BY k, m ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS p,
-                   min(lft) OVER (PARTITION BY {LK} ORDER BY k, m ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS o,
-                   min(pull) OVER (PARTITION BY {LK}) AS first_offset
-            FROM (SELECT {LK}, start_us AS k, 0 AS m, queue_offset AS pull, NULL::BIGINT AS lft, NULL::BIGINT AS t_us,
-                         NULL::BOOLEAN AS is_lower FROM timeline
-                  UNION ALL SELECT {LK}, coalesce(d_us, 9223372036854775807), 0, NULL, queue_offset, NULL, NULL
-                  FROM timeline
-                  UNION ALL SELECT {LK}, x, 1, NULL, NULL, t_us, is_lower FROM probes))
+            SELECT sid, t_us, is_lower, m,
+                   max(pull) OVER (PARTITION BY hid, lifetime ORDER BY k, m ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS p,
+                   max(nxt) OVER (PARTITION BY hid, lifetime ORDER BY k, m ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS o,
+                   min(pull) OVER (PARTITION BY hid, lifetime) AS first_offset
+            FROM (SELECT hid, lifetime, start_us AS k, 0 AS m, queue_offset AS pull, NULL::BIGINT AS nxt,
+                         NULL::BIGINT AS sid, NULL::BIGINT AS t_us, NULL::BOOLEAN AS is_lower FROM timeline
+                  UNION ALL SELECT hid, lifetime, d_us, 0, NULL, coalesce(next_offset, 9223372036854775807), NULL, NULL, NULL
+                  FROM timeline WHERE d_us IS NOT NULL
+                  UNION ALL SELECT hid, lifetime, x, 1, NULL, NULL, sid, t_us, is_lower FROM probes))
         WHERE m = 1)
     GROUP BY ALL
 )
 SELECT cluster, consumer_group, count(*) AS compared,
        sum(CASE WHEN committed_offset >= lower AND committed_offset <= upper THEN 1 ELSE 0 END) AS agreeing,
        sum(CASE WHEN committed_offset >= lower AND committed_offset <= upper THEN 1 ELSE 0 END) / count(*) AS ratio
-FROM commits JOIN s USING ({SK}, t_us)
+FROM commits JOIN s USING (sid, t_us)
 GROUP BY cluster, consumer_group
 """
 
 
 def replay_sql(deliveries_glob: str, series_glob: str, as_of_us: int, lag_s: int) -> str:
+    from jobs.replay import LIFE_SCALE
+
     return REPLAY_SQL.format(
         deliveries=deliveries_glob, series=series_glob, as_of_us=as_of_us, lag_us=lag_s * 1_000_000, K=K,
-        BY_TIME=BY_TIME, SK=", ".join(SK), LK=", ".join(SK + ["client_host", "lifetime"]))
+        BY_TIME=BY_TIME, SK=", ".join(SK), life_scale=LIFE_SCALE, e10="10000000000::HUGEINT",
+        e20="100000000000000000000::HUGEINT")
 
 
 def child_replay_duckdb(a: dict[str, Any]) -> dict[str, Any]:

@@ -32,17 +32,19 @@ def _timeline(spark: Any, rows: list[tuple]) -> Any:
         mine = sorted((r for r in rows if (r[0], r[1]) == (host, life)), key=lambda r: r[2])
         d: Optional[float] = None
         in_flight = False
-        for _, _, o, start, left in mine:
+        for i, (_, _, o, start, left) in enumerate(mine):
             in_flight = in_flight or left is None
             d = None if in_flight else max(d or 0.0, left)
-            out.append((*KEY[:3], host, *KEY[3:], life, o, S(start), None if left is None else S(left), in_flight,
-                        None if d is None else S(d)))
-    cols = replay.TIMELINE_KEY + ["lifetime", "queue_offset", "start_ts", "left_ts", "in_flight_upto", "d_ts"]
+            nxt = mine[i + 1][2] if i + 1 < len(mine) else None
+            out.append((*KEY[:3], host, *KEY[3:], life, o, nxt, S(start), None if left is None else S(left),
+                        in_flight, None if d is None else S(d)))
+    cols = replay.TIMELINE_KEY + ["lifetime", "queue_offset", "next_offset", "start_ts", "left_ts", "in_flight_upto",
+                                  "d_ts"]
     schema = ("cluster string, consumer_group string, client_id string, client_host string, topic string, "
-              "broker string, queue_id int, lifetime long, queue_offset long, start_ts timestamp, left_ts timestamp, "
-              "in_flight_upto boolean, d_ts timestamp")
+              "broker string, queue_id int, lifetime long, queue_offset long, next_offset long, start_ts timestamp, "
+              "left_ts timestamp, in_flight_upto boolean, d_ts timestamp")
     assert len(cols) == len(schema.split(","))
-    return spark.createDataFrame(out, schema)
+    return replay.with_queue_ids(spark.createDataFrame(out, schema))
 
 
 def _series(spark: Any, points: list[tuple[float, int]]) -> Any:
