@@ -6,6 +6,7 @@ flight) and D(o) = max L(o') over o' <= o (a running max), the commit at time t 
 D(o) > t (spec §4 identity), or one past the last pulled offset when everything has left.
 
 * ``commit_timeline``: the per-offset timeline (L, D) per (group, client host, queue, ProcessQueue lifetime).
+* ``replayed_commits``: the client's commit around each snapshot, by the as-of form of that identity.
 * ``agreement``: does the broker's copy at each snapshot lie where the replay says it can be?
 * ``duplicate_causes``: why an offset was delivered twice (docs/semantics.md rule 12).
 
@@ -59,20 +60,26 @@ def with_queue_ids(frame: DataFrame) -> DataFrame:
     return keys.join(frame, on=TIMELINE_KEY, how="inner")  # the small frame on the left (Sail builds from it)
 
 
-# A running max of (lifetime, value) as one number: lifetime * 10^18 + value in microseconds (|value| < 2.6e17
-# for any Spark timestamp), a decimal(38, 0). Lifetimes only grow along the timeline's order, so the running
-# max of this is the max of the value within the current lifetime. Sail computes a max over a struct about
-# 10x slower than over a decimal.
-LIFE_SCALE = 10**18
+# Several values travel as one decimal(38, 0) so that one window computes what would take several (Sail runs
+# each window function as its own pass over the rows, and a max over a struct about 10x slower than over a
+# decimal): ``hi * scale + lo`` with 0 <= lo < scale orders as (hi, lo) and unpacks exactly.
+DEC = "decimal(38,0)"
+# Microseconds of any Spark timestamp (years 1-9999) plus US_SHIFT lie in [0, NEVER_US); NEVER_US stands for
+# "never" (an entry still in flight) and sorts after every real time.
+US_SHIFT = 10**17
+NEVER_US = 10**18
+LIFE_SCALE = 10**19  # (lifetime, shifted microseconds)
+OFFSET_SCALE = 10**20  # (lifetime, queue offset + OFFSET_SHIFT): every long offset fits
+OFFSET_SHIFT = 10**19
+ID_SCALE = 10**10  # (hid, lifetime) in the active pass: both count deliveries of one run, below 10^10
 
 
-def _life_value(lifetime: Column, value_us: Column) -> Column:
-    dec = "decimal(38,0)"
-    return lifetime.cast(dec) * F.lit(LIFE_SCALE).cast(dec) + value_us.cast(dec)
+def _pack(hi: Column, lo: Column, scale: int) -> Column:
+    return hi.cast(DEC) * F.lit(Decimal(scale)).cast(DEC) + lo.cast(DEC)
 
 
-def _value_of(packed: Column, lifetime: Column) -> Column:
-    return (packed - _life_value(lifetime, F.lit(0))).cast("long")
+def _low(packed: Column, hi: Column, scale: int) -> Column:
+    return packed - hi.cast(DEC) * F.lit(Decimal(scale)).cast(DEC)
 
 
 def commit_timeline(deliveries: DataFrame, *, as_of: Optional[dt.datetime] = None) -> DataFrame:
@@ -84,9 +91,10 @@ def commit_timeline(deliveries: DataFrame, *, as_of: Optional[dt.datetime] = Non
         as_of: deliveries that started later are ignored.
 
     Returns:
-        ``TIMELINE_KEY`` + sid, hid (:func:`with_queue_ids`), lifetime, queue_offset, next_offset (the next
-        entry's offset in the lifetime, null for the last), start_ts, left_ts (null: never left), in_flight_upto
-        (some offset <= this one never left) and d_ts (D(o), null when infinite).
+        ``TIMELINE_KEY`` + sid, hid (:func:`with_queue_ids`), lifetime, lifetime_start (the lifetime's first
+        entry), queue_offset, next_offset and next_start_ts (the lifetime's next entry, null for the last),
+        start_ts, left_ts (null: never left), in_flight_upto (some offset <= this one never left) and d_ts (D(o),
+        null when infinite).
     """
     d = deliveries.where((F.col("retry_times") == 0) & F.col("queue_offset").isNotNull()
                          & F.col("start_ts").isNotNull())
@@ -101,30 +109,31 @@ def commit_timeline(deliveries: DataFrame, *, as_of: Optional[dt.datetime] = Non
     d = with_queue_ids(d)
     # Everything in one ordering (per queue and host, by start): within a lifetime the offsets rise with the start
     # time, so the lifetime's "per offset" windows are running windows of this one, and a value that must restart
-    # with each lifetime is a running max of (lifetime, value) (lifetimes only grow). One sort instead of three.
+    # with each lifetime is a running max of (lifetime, value) (lifetimes only grow). One sort for all of it.
     by_time = Window.partitionBy("hid").orderBy("start_ts", "queue_offset", "request_id")
     upto = by_time.rowsBetween(Window.unboundedPreceding, 0)
-    restarts = d.withColumn(
-        "_restart",
-        F.when(F.col("queue_offset") < F.max("queue_offset").over(by_time.rowsBetween(Window.unboundedPreceding, -1)),
-               1).otherwise(0),
-    ).withColumn("lifetime", F.sum("_restart").over(upto).cast("long"))
+    before = F.max("queue_offset").over(by_time.rowsBetween(Window.unboundedPreceding, -1))
+    restarts = (d.withColumn("_restart", F.when(before.isNull() | (F.col("queue_offset") < before), 1).otherwise(0))
+                .withColumn("lifetime", (F.sum("_restart").over(upto) - 1).cast("long")))
+    life = F.col("lifetime")
     # One entry per offset and lifetime: the first delivery of it (the one that was pulled into this queue); the
     # deliveries of one offset in one lifetime are consecutive in this order.
-    prev_life = F.lag("lifetime").over(by_time)
-    new_entry = (prev_life.isNull() | (prev_life != F.col("lifetime"))
-                 | (F.lag("queue_offset").over(by_time) != F.col("queue_offset")))
-    life = F.col("lifetime")
-    entries = (restarts.withColumn("_new", new_entry).where("_new")
-               .withColumn("_open", F.col("left_ts").isNull().cast("long"))
-               .withColumn("_left", F.coalesce(F.unix_micros(F.col("left_ts")), F.lit(0).cast("long"))))
-    in_flight = (F.max(life * 2 + F.col("_open")).over(upto) - life * 2) == 1
-    latest = F.max(_life_value(life, F.col("_left"))).over(upto)
-    next_offset = F.when(F.lead("lifetime").over(by_time) == life, F.lead("queue_offset").over(by_time))
+    here = _pack(life, F.col("queue_offset").cast(DEC) + F.lit(Decimal(OFFSET_SHIFT)).cast(DEC), OFFSET_SCALE)
+    prev = F.col("_prev")  # a column first: Sail cannot plan a window function inside a filter
+    entries = (restarts.withColumn("_prev", F.lag(here).over(by_time)).where(prev.isNull() | (prev != here)))
+    # D(o) and in-flight in one running max: an entry that never left leaves at NEVER_US.
+    left_us = F.coalesce(F.unix_micros(F.col("left_ts")) + F.lit(US_SHIFT), F.lit(NEVER_US))
+    latest = _low(F.max(_pack(life, left_us, LIFE_SCALE)).over(upto), life, LIFE_SCALE)
+    in_flight = latest == F.lit(Decimal(NEVER_US)).cast(DEC)
+    nxt = _low(F.lead(here).over(by_time), life, OFFSET_SCALE)  # the next entry, in this lifetime when < SCALE
+    same_life = nxt < F.lit(Decimal(OFFSET_SCALE)).cast(DEC)
     return entries.select(
-        *TIMELINE_KEY, "sid", "hid", "lifetime", "queue_offset", next_offset.alias("next_offset"), "start_ts", "left_ts",
+        *TIMELINE_KEY, "sid", "hid", "lifetime", (F.col("_restart") == 1).alias("lifetime_start"), "queue_offset",
+        F.when(same_life, (nxt - F.lit(Decimal(OFFSET_SHIFT)).cast(DEC)).cast("long")).alias("next_offset"),
+        F.when(same_life, F.lead("start_ts").over(by_time)).alias("next_start_ts"),
+        "start_ts", "left_ts",
         in_flight.alias("in_flight_upto"),
-        F.when(~in_flight, F.timestamp_micros(_value_of(latest, life))).alias("d_ts"),
+        F.when(~in_flight, F.timestamp_micros((latest - F.lit(US_SHIFT)).cast("long"))).alias("d_ts"),
     )
 
 
@@ -134,80 +143,70 @@ def replayed_commits(timeline: DataFrame, series: DataFrame) -> DataFrame:
     The active ProcessQueue at ``t_s`` is the lifetime of the latest delivery started at or before it; when
     that lifetime had pulled nothing 10 s earlier, the lower bound is its first offset.
 
-    As-of form of the spec §4 identity, with no snapshot x timeline join: within a lifetime, offsets rise with
-    their start time and D(o) rises with the offset, so with P(x) the last offset pulled by x and o*(x) the
-    first offset whose D exceeds x (the entry after the last one whose D is at most x), the commit at x is
-    min(o*(x), P(x) + 1). Two sorted passes of running windows, each with the probe times interleaved as
-    marker rows: one per (G, client, q) for the active lifetime, one per lifetime for P and o*.
+    As-of form of the spec §4 identity, with no snapshot x timeline join. Within a lifetime the commit (the
+    smallest pulled offset not yet left, or one past the last pulled) never goes down, and it changes only at
+    D(o_j) (everything up to o_j has left: it becomes o_(j+1) when that was pulled, else o_j + 1) and at the
+    start of o_(j+1) when that comes after D(o_j) (it becomes o_(j+1)). So the commit at x is the largest value
+    among these breakpoints at or before x, plus the first offset "before everything" (the lower bound's rule).
+    Two sorted passes of one running max each, with the probe times interleaved as marker rows: one per
+    (G, client, q) for the active lifetime, one per lifetime over the breakpoints.
     """
-    sids = timeline.groupBy("sid").agg(*[F.first(k).alias(k) for k in SERIES_KEY])
+    # the queue names of each sid, from the first entry of each lifetime (a small fraction of the rows)
+    sids = timeline.where(F.col("lifetime_start")).select(*SERIES_KEY, "sid").distinct()
     s = sids.join(series.select(*SERIES_KEY, "snapshot_ts", "committed_offset"), on=SERIES_KEY, how="inner")
     life_key = ["hid", "lifetime"]
     marker = F.lit(1)
     entry = F.lit(0)
-    none_long = F.lit(None).cast("long")
-    dec = "decimal(38,0)"
+    none_dec = F.lit(None).cast(DEC)
 
     # 1. the active lifetime at t_s: the (host, lifetime) of the last entry started at or before t_s, in the order
-    # (start, hid, lifetime) (hid follows client_host within a sid): a running max of the three packed in one
-    # decimal, start_us * 10^20 + hid * 10^10 + lifetime (hid and lifetime count deliveries: below 10^10).
+    # (start, hid, lifetime) (hid follows client_host within a sid): one running max of the three packed.
+    ids = _pack(F.col("hid"), F.col("lifetime"), ID_SCALE)
     ents = timeline.select("sid", F.col("start_ts").alias("_k"), entry.alias("_m"),
-                           (F.unix_micros("start_ts").cast(dec) * F.lit(Decimal(10**20)).cast(dec)
-                            + F.col("hid").cast(dec) * F.lit(Decimal(10**10)).cast(dec)
-                            + F.col("lifetime").cast(dec)).alias("_e"))
-    marks = s.select("sid", F.col("snapshot_ts").alias("_k"), marker.alias("_m"), F.lit(None).cast(dec).alias("_e"))
+                           _pack(F.unix_micros("start_ts") + F.lit(US_SHIFT), ids, ID_SCALE * ID_SCALE).alias("_e"))
+    marks = s.select("sid", F.col("snapshot_ts").alias("_k"), marker.alias("_m"), none_dec.alias("_e"))
     upto = Window.partitionBy("sid").orderBy("_k", "_m").rowsBetween(Window.unboundedPreceding, 0)
-    last_entry = F.max("_e").over(upto)
-    low = F.col("_a") % F.lit(Decimal(10**20)).cast(dec)
+    scale = F.lit(Decimal(ID_SCALE)).cast(DEC)
+    ids_of = F.col("_a") % F.lit(Decimal(ID_SCALE * ID_SCALE)).cast(DEC)
     lag = F.expr(f"INTERVAL {BROKER_LAG_S} SECONDS")
-    # 2. probes at t_s (upper) and t_s - 10 s (lower) in that lifetime, both from one row (Sail would compute a
-    # frame used twice twice)
+    # 2. probes at t_s (upper) and t_s - 10 s (lower) in that lifetime, both from one row (Sail computes a frame
+    # used twice twice)
     probes = (
         ents.unionByName(marks)
-        .select("sid", "_k", "_m", last_entry.alias("_a"))
+        .select("sid", "_k", "_m", F.max("_e").over(upto).alias("_a"))
         .where((F.col("_m") == 1) & F.col("_a").isNotNull())
         .select("sid", F.col("_k").alias("snapshot_ts"),
-                ((low - low % F.lit(Decimal(10**10)).cast(dec)) / F.lit(Decimal(10**10)).cast(dec)).cast("long").alias("hid"),
-                (low % F.lit(Decimal(10**10)).cast(dec)).cast("long").alias("lifetime"),
+                ((ids_of - ids_of % scale) / scale).cast("long").alias("hid"), (ids_of % scale).cast("long").alias("lifetime"),
                 F.explode(F.array(F.struct(F.col("_k").alias("x"), F.lit(False).alias("lower")),
                                   F.struct((F.col("_k") - lag).alias("x"), F.lit(True).alias("lower")))).alias("_p"))
-        .select(*life_key, "sid", "snapshot_ts", F.col("_p.x").alias("_x"), F.col("_p.lower").alias("_lower"))
+        .select(*life_key, "sid", "snapshot_ts", F.col("_p.x").alias("_k"), F.col("_p.lower").alias("_lower"))
     )
-    none_ts = F.lit(None).cast("timestamp")
-    none_bool = F.lit(None).cast("boolean")
-    # One sorted pass per lifetime over three kinds of rows: each entry at its start time (a pull), each entry that
-    # left at D(o) (in flight: never, no row), and each probe at x. Entries sort before a probe at the same time:
-    # pulled at x counts, D(o) = x does not exceed x. P(x) = the largest pulled offset so far; o*(x) = the next
-    # offset of the last D row so far (D rises with the offset), the lifetime's first offset when there is none,
-    # and past P(x) when the last entry has left (no next offset: "never").
-    never_next = F.lit(2**63 - 1).cast("long")
-    rows = (
-        timeline.select(*life_key, F.col("start_ts").alias("_k"), entry.alias("_m"), F.col("queue_offset").alias("_pull"),
-                        none_long.alias("_next"), none_long.alias("sid"), none_ts.alias("snapshot_ts"),
-                        none_bool.alias("_lower"))
-        .unionByName(timeline.where(F.col("d_ts").isNotNull())
-                     .select(*life_key, F.col("d_ts").alias("_k"), entry.alias("_m"), none_long.alias("_pull"),
-                             F.coalesce(F.col("next_offset"), never_next).alias("_next"), none_long.alias("sid"),
-                             none_ts.alias("snapshot_ts"), none_bool.alias("_lower")))
-        .unionByName(probes.select(*life_key, F.col("_x").alias("_k"), marker.alias("_m"), none_long.alias("_pull"),
-                                   none_long.alias("_next"), "sid", "snapshot_ts", "_lower"))
-    )
-    ordered = Window.partitionBy(*life_key).orderBy("_k", "_m").rowsBetween(Window.unboundedPreceding, 0)
-    p_next = F.col("_p") + 1
-    commits = (
-        rows.select("sid", "snapshot_ts", "_lower", "_m",
-                    F.max("_pull").over(ordered).alias("_p"),
-                    F.max("_next").over(ordered).alias("_o"),
-                    F.min("_pull").over(Window.partitionBy(*life_key)).alias("_first"))
-        .where(F.col("_m") == 1)
-        .select("sid", "snapshot_ts", "_lower", "_first",
-                F.when(F.col("_p").isNotNull(),
-                       F.least(F.coalesce(F.col("_o"), F.col("_first")), p_next)).alias("_c"))
-    )
+    # 3. the breakpoints of each lifetime (k null: before everything; nulls sort first), from one row per entry
+    o, nxt, nstart, d = F.col("queue_offset"), F.col("next_offset"), F.col("next_start_ts"), F.col("d_ts")
+    after_left = F.when(nstart <= d, nxt).otherwise(o + 1)
+    # one row per entry and kind (0: first offset, 1: at D(o), 2: at the next start), from one read
+    kind = F.col("_kind")
+    ok = (F.when(kind == 0, F.col("lifetime_start")).when(kind == 1, d.isNotNull())
+          .otherwise(d.isNotNull() & (nstart > d)))
+    points = (timeline.select(*life_key, o.alias("queue_offset"), nxt.alias("next_offset"),
+                              nstart.alias("next_start_ts"), d.alias("d_ts"), "lifetime_start",
+                              F.explode(F.array(F.lit(0), F.lit(1), F.lit(2))).alias("_kind"))
+              .where(ok)
+              .select(*life_key, F.when(kind == 1, d).when(kind == 2, nstart).alias("_k"), entry.alias("_m"),
+                      F.when(kind == 0, o).when(kind == 1, after_left).otherwise(nxt).alias("_v"),
+                      F.lit(None).cast("long").alias("sid"), F.lit(None).cast("timestamp").alias("snapshot_ts"),
+                      F.lit(None).cast("boolean").alias("_lower")))
+    # Breakpoints sort before a probe at the same time: pulled at x counts, D(o) = x does not exceed x.
+    rows = points.unionByName(probes.select(*life_key, "_k", marker.alias("_m"), F.lit(None).cast("long").alias("_v"),
+                                            "sid", "snapshot_ts", "_lower"))
+    ordered = Window.partitionBy(*life_key).orderBy(F.col("_k").asc_nulls_first(), "_m").rowsBetween(
+        Window.unboundedPreceding, 0)
+    commits = (rows.select("sid", "snapshot_ts", "_lower", "_m", F.max("_v").over(ordered).alias("_c"))
+               .where(F.col("_m") == 1))
     return (
         commits.groupBy("sid", "snapshot_ts")
         .agg(F.max(F.when(~F.col("_lower"), F.col("_c"))).alias("upper"),
-             F.coalesce(F.max(F.when(F.col("_lower"), F.col("_c"))), F.min("_first")).alias("lower"))
+             F.max(F.when(F.col("_lower"), F.col("_c"))).alias("lower"))
         .join(s, on=["sid", "snapshot_ts"], how="inner")
         .drop("sid")
     )

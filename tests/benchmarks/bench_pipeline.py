@@ -247,52 +247,55 @@ ids AS (
 d AS (SELECT * FROM ids JOIN d0 USING ({K})),
 -- a ProcessQueue lifetime ends when the host delivers an offset below one it already delivered
 restarts AS (
-    SELECT *, CASE WHEN queue_offset < max(queue_offset) OVER (PARTITION BY hid {BY_TIME}
-                                                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+    SELECT *, CASE WHEN max(queue_offset) OVER (PARTITION BY hid {BY_TIME} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+                        IS NULL
+                     OR queue_offset < max(queue_offset) OVER (PARTITION BY hid {BY_TIME}
+                                                               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
                    THEN 1 ELSE 0 END AS restart
     FROM d
 ),
 lifetimes AS (
     SELECT *, CAST(sum(restart) OVER (PARTITION BY hid {BY_TIME}
-                                      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS BIGINT) AS lifetime
+                                      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS BIGINT) - 1 AS lifetime
     FROM restarts
 ),
--- one entry per offset and lifetime: its first delivery (consecutive in start order within a lifetime); D and
--- in-flight as running maxima of (lifetime, value) packed in one number, in the same order, as jobs/replay.py does
+-- one entry per offset and lifetime: its first delivery (consecutive in start order within a lifetime); (lifetime,
+-- offset) and (lifetime, time left) packed in one number each, as jobs/replay.py does
 entries AS (
     SELECT * FROM (
-        SELECT *, lag(lifetime) OVER (PARTITION BY hid {BY_TIME}) AS prev_life,
-                  lag(queue_offset) OVER (PARTITION BY hid {BY_TIME}) AS prev_offset
-        FROM lifetimes)
-    WHERE prev_life IS NULL OR prev_life <> lifetime OR prev_offset <> queue_offset
+        SELECT *, lag(here) OVER (PARTITION BY hid {BY_TIME}) AS prev
+        FROM (SELECT *, CAST(lifetime AS HUGEINT) * {offset_scale} + queue_offset + {offset_shift} AS here FROM lifetimes))
+    WHERE prev IS NULL OR prev <> here
 ),
 -- the timeline: L(o) = left_us, D(o) = running max of L over offsets <= o (null while some offset <= o is in flight)
 timeline AS (
-    SELECT sid, hid, lifetime, queue_offset, start_us, left_us,
-           CASE WHEN lead(lifetime) OVER w = lifetime THEN lead(queue_offset) OVER w END AS next_offset,
-           max(lifetime * 2 + CASE WHEN left_us IS NULL THEN 1 ELSE 0 END) OVER upto - lifetime * 2 = 1
-               AS in_flight_upto,
-           CASE WHEN max(lifetime * 2 + CASE WHEN left_us IS NULL THEN 1 ELSE 0 END) OVER upto - lifetime * 2 = 1
-                THEN NULL
-                ELSE CAST(max(CAST(lifetime AS HUGEINT) * {life_scale} + coalesce(left_us, 0)) OVER upto
-                          - CAST(lifetime AS HUGEINT) * {life_scale} AS BIGINT) END AS d_us
-    FROM entries
-    WINDOW upto AS (PARTITION BY hid {BY_TIME} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW),
-           w AS (PARTITION BY hid {BY_TIME})
+    SELECT sid, hid, lifetime, restart = 1 AS lifetime_start, queue_offset, start_us,
+           CASE WHEN nxt < {offset_scale} THEN CAST(nxt - {offset_shift} AS BIGINT) END AS next_offset,
+           CASE WHEN nxt < {offset_scale} THEN next_start_us END AS next_start_us,
+           CASE WHEN latest <> {never_us} THEN CAST(latest - {us_shift} AS BIGINT) END AS d_us
+    FROM (
+        SELECT *, lead(here) OVER w - CAST(lifetime AS HUGEINT) * {offset_scale} AS nxt,
+               lead(start_us) OVER w AS next_start_us,
+               max(CAST(lifetime AS HUGEINT) * {life_scale} + coalesce(left_us + {us_shift}, {never_us})) OVER upto
+                   - CAST(lifetime AS HUGEINT) * {life_scale} AS latest
+        FROM entries
+        WINDOW upto AS (PARTITION BY hid {BY_TIME} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW),
+               w AS (PARTITION BY hid {BY_TIME}))
 ),
 s AS (
     SELECT sid, epoch_us(snapshot_ts) AS t_us, committed_offset, cluster, consumer_group
     FROM (SELECT DISTINCT {SK}, sid FROM ids) JOIN read_parquet('{series}') USING ({SK})
 ),
 -- the active ProcessQueue at t_s: the (host, lifetime) of the latest delivery started at or before it, in the order
--- (start, hid, lifetime): snapshot times interleaved with the entries as marker rows (m = 1), a running max of the
--- three packed in one number, as jobs/replay.py does
+-- (start, hid, lifetime): snapshot times interleaved with the entries as marker rows (m = 1), one running max of
+-- the three packed in one number
 active AS (
     SELECT sid, k AS t_us, CAST((a % {e20} - a % {e10}) // {e10} AS BIGINT) AS hid, CAST(a % {e10} AS BIGINT) AS lifetime
     FROM (
         SELECT sid, k, m, max(e) OVER (PARTITION BY sid ORDER BY k, m ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS a
         FROM (SELECT sid, start_us AS k, 0 AS m,
-                     CAST(start_us AS HUGEINT) * {e20} + CAST(hid AS HUGEINT) * {e10} + lifetime AS e FROM timeline
+                     CAST(start_us + {us_shift} AS HUGEINT) * {e20} + CAST(hid AS HUGEINT) * {e10} + lifetime AS e
+              FROM timeline
               UNION ALL SELECT sid, t_us, 1, NULL FROM s))
     WHERE m = 1 AND a IS NOT NULL
 ),
@@ -301,27 +304,26 @@ probes AS (
     SELECT hid, lifetime, sid, t_us, t_us AS x, false AS is_lower FROM active
     UNION ALL SELECT hid, lifetime, sid, t_us, t_us - {lag_us}, true FROM active
 ),
--- P(x) and o*(x) in one sorted pass of running windows per lifetime: pull rows at start, D rows at D (in flight: no
--- row), probe rows at x; entries sort before a probe at the same time. P = largest pulled offset so far; o* = the
--- next offset of the last D row so far (the first offset when there is none; "never" after the last entry).
+-- the commit's breakpoints per lifetime: the first offset before everything (k NULL, sorted first), at D(o_j) the
+-- next offset when it was pulled by then else o_j + 1, at the next start when that comes after D(o_j) the next
+-- offset; the commit at x = the running max of the breakpoint values at or before x (breakpoints before probes)
+points AS (
+    SELECT hid, lifetime, NULL::BIGINT AS k, queue_offset AS v FROM timeline WHERE lifetime_start
+    UNION ALL SELECT hid, lifetime, d_us, CASE WHEN next_start_us <= d_us THEN next_offset ELSE queue_offset + 1 END
+    FROM timeline WHERE d_us IS NOT NULL
+    UNION ALL SELECT hid, lifetime, next_start_us, next_offset FROM timeline
+    WHERE d_us IS NOT NULL AND next_start_us > d_us
+),
 commits AS (
-    SELECT sid, t_us,
-           max(CASE WHEN NOT is_lower THEN c END) AS upper,
-           coalesce(max(CASE WHEN is_lower THEN c END), min(first_offset)) AS lower
+    SELECT sid, t_us, max(CASE WHEN NOT is_lower THEN c END) AS upper, max(CASE WHEN is_lower THEN c END) AS lower
     FROM (
-        SELECT sid, t_us, is_lower, first_offset,
-               CASE WHEN p IS NOT NULL THEN least(coalesce(o, first_offset), p + 1) END AS c
-        FROM (
-            SELECT sid, t_us, is_lower, m,
-                   max(pull) OVER (PARTITION BY hid, lifetime ORDER BY k, m ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS p,
-                   max(nxt) OVER (PARTITION BY hid, lifetime ORDER BY k, m ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS o,
-                   min(pull) OVER (PARTITION BY hid, lifetime) AS first_offset
-            FROM (SELECT hid, lifetime, start_us AS k, 0 AS m, queue_offset AS pull, NULL::BIGINT AS nxt,
-                         NULL::BIGINT AS sid, NULL::BIGINT AS t_us, NULL::BOOLEAN AS is_lower FROM timeline
-                  UNION ALL SELECT hid, lifetime, d_us, 0, NULL, coalesce(next_offset, 9223372036854775807), NULL, NULL, NULL
-                  FROM timeline WHERE d_us IS NOT NULL
-                  UNION ALL SELECT hid, lifetime, x, 1, NULL, NULL, sid, t_us, is_lower FROM probes))
-        WHERE m = 1)
+        SELECT sid, t_us, is_lower, m,
+               max(v) OVER (PARTITION BY hid, lifetime ORDER BY k ASC NULLS FIRST, m
+                            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS c
+        FROM (SELECT hid, lifetime, k, 0 AS m, v, NULL::BIGINT AS sid, NULL::BIGINT AS t_us, NULL::BOOLEAN AS is_lower
+              FROM points
+              UNION ALL SELECT hid, lifetime, x, 1, NULL, sid, t_us, is_lower FROM probes))
+    WHERE m = 1
     GROUP BY ALL
 )
 SELECT cluster, consumer_group, count(*) AS compared,
@@ -333,12 +335,16 @@ GROUP BY cluster, consumer_group
 
 
 def replay_sql(deliveries_glob: str, series_glob: str, as_of_us: int, lag_s: int) -> str:
-    from jobs.replay import LIFE_SCALE
+    from jobs import replay
+
+    def huge(n: int) -> str:
+        return f"{n}::HUGEINT"
 
     return REPLAY_SQL.format(
         deliveries=deliveries_glob, series=series_glob, as_of_us=as_of_us, lag_us=lag_s * 1_000_000, K=K,
-        BY_TIME=BY_TIME, SK=", ".join(SK), life_scale=LIFE_SCALE, e10="10000000000::HUGEINT",
-        e20="100000000000000000000::HUGEINT")
+        BY_TIME=BY_TIME, SK=", ".join(SK), life_scale=huge(replay.LIFE_SCALE), us_shift=huge(replay.US_SHIFT),
+        never_us=huge(replay.NEVER_US), offset_scale=huge(replay.OFFSET_SCALE), offset_shift=huge(replay.OFFSET_SHIFT),
+        e10=huge(replay.ID_SCALE), e20=huge(replay.ID_SCALE ** 2))
 
 
 def child_replay_duckdb(a: dict[str, Any]) -> dict[str, Any]:

@@ -35,14 +35,15 @@ def _timeline(spark: Any, rows: list[tuple]) -> Any:
         for i, (_, _, o, start, left) in enumerate(mine):
             in_flight = in_flight or left is None
             d = None if in_flight else max(d or 0.0, left)
-            nxt = mine[i + 1][2] if i + 1 < len(mine) else None
-            out.append((*KEY[:3], host, *KEY[3:], life, o, nxt, S(start), None if left is None else S(left),
-                        in_flight, None if d is None else S(d)))
-    cols = replay.TIMELINE_KEY + ["lifetime", "queue_offset", "next_offset", "start_ts", "left_ts", "in_flight_upto",
-                                  "d_ts"]
+            nxt = mine[i + 1] if i + 1 < len(mine) else None
+            out.append((*KEY[:3], host, *KEY[3:], life, i == 0, o, nxt and nxt[2], nxt and S(nxt[3]), S(start),
+                        None if left is None else S(left), in_flight, None if d is None else S(d)))
+    cols = replay.TIMELINE_KEY + ["lifetime", "lifetime_start", "queue_offset", "next_offset", "next_start_ts",
+                                  "start_ts", "left_ts", "in_flight_upto", "d_ts"]
     schema = ("cluster string, consumer_group string, client_id string, client_host string, topic string, "
-              "broker string, queue_id int, lifetime long, queue_offset long, next_offset long, start_ts timestamp, "
-              "left_ts timestamp, in_flight_upto boolean, d_ts timestamp")
+              "broker string, queue_id int, lifetime long, lifetime_start boolean, queue_offset long, "
+              "next_offset long, next_start_ts timestamp, start_ts timestamp, left_ts timestamp, "
+              "in_flight_upto boolean, d_ts timestamp")
     assert len(cols) == len(schema.split(","))
     return replay.with_queue_ids(spark.createDataFrame(out, schema))
 
