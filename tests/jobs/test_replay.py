@@ -54,6 +54,18 @@ def _series(spark: Any, points: list[tuple[float, int]]) -> Any:
                                  "broker string, queue_id int, snapshot_ts timestamp, committed_offset long")
 
 
+def test_queue_ids_are_dense_and_follow_client_host(spark: Any) -> None:
+    """sid numbers the queues, hid the (queue, host) pairs in client_host order within a queue: both exact."""
+    rows = [("c", "G", "", h, t, "b", q, i) for i, (h, t, q) in enumerate(
+        [("B", "T", 0), ("A", "T", 0), ("A", "T", 0), ("A", "T", 1), ("C", "S", 3)])]
+    df = spark.createDataFrame(rows, "cluster string, consumer_group string, client_id string, client_host string, "
+                                     "topic string, broker string, queue_id int, n int")
+    got = sorted(tuple(r) for r in replay.with_queue_ids(df).select("n", "topic", "queue_id", "client_host", "sid",
+                                                                    "hid").collect())
+    assert got == [(0, "T", 0, "B", 2, 3), (1, "T", 0, "A", 2, 2), (2, "T", 0, "A", 2, 2), (3, "T", 1, "A", 3, 4),
+                   (4, "S", 3, "C", 1, 1)]
+
+
 def test_commits_at_each_snapshot_exact(spark: Any) -> None:
     """Host A pulls 0-4 at 1-5 s; 1 hangs until 40 s, the rest leave 1 s after their start. A restarts
     (lifetime 1) at 50 s from offset 1 (a lower offset) and consumes 1-2 quickly; 5 stays in flight."""
