@@ -74,12 +74,23 @@ OFFSET_SHIFT = 10**19
 ID_SCALE = 10**10  # (hid, lifetime) in the active pass: both count deliveries of one run, below 10^10
 
 
+def _dec(n: int) -> Column:
+    return F.lit(Decimal(n)).cast(DEC)
+
+
 def _pack(hi: Column, lo: Column, scale: int) -> Column:
-    return hi.cast(DEC) * F.lit(Decimal(scale)).cast(DEC) + lo.cast(DEC)
+    return hi.cast(DEC) * _dec(scale) + lo.cast(DEC)
 
 
 def _low(packed: Column, hi: Column, scale: int) -> Column:
-    return packed - hi.cast(DEC) * F.lit(Decimal(scale)).cast(DEC)
+    """``lo`` of ``packed`` when its ``hi`` is known."""
+    return packed - hi.cast(DEC) * _dec(scale)
+
+
+def _split(packed: Column, scale: int) -> tuple[Column, Column]:
+    """(hi, lo) of ``packed`` as longs."""
+    lo = packed % _dec(scale)
+    return ((packed - lo) / _dec(scale)).cast("long"), lo.cast("long")
 
 
 def commit_timeline(deliveries: DataFrame, *, as_of: Optional[dt.datetime] = None) -> DataFrame:
@@ -113,23 +124,24 @@ def commit_timeline(deliveries: DataFrame, *, as_of: Optional[dt.datetime] = Non
     by_time = Window.partitionBy("hid").orderBy("start_ts", "queue_offset", "request_id")
     upto = by_time.rowsBetween(Window.unboundedPreceding, 0)
     before = F.max("queue_offset").over(by_time.rowsBetween(Window.unboundedPreceding, -1))
-    restarts = (d.withColumn("_restart", F.when(before.isNull() | (F.col("queue_offset") < before), 1).otherwise(0))
+    # a restart unless at or above every earlier offset (the first row, with nothing before, starts one too)
+    restarts = (d.withColumn("_restart", F.when(F.col("queue_offset") >= before, 0).otherwise(1))
                 .withColumn("lifetime", (F.sum("_restart").over(upto) - 1).cast("long")))
     life = F.col("lifetime")
     # One entry per offset and lifetime: the first delivery of it (the one that was pulled into this queue); the
     # deliveries of one offset in one lifetime are consecutive in this order.
-    here = _pack(life, F.col("queue_offset").cast(DEC) + F.lit(Decimal(OFFSET_SHIFT)).cast(DEC), OFFSET_SCALE)
+    here = _pack(life, F.col("queue_offset").cast(DEC) + _dec(OFFSET_SHIFT), OFFSET_SCALE)
     prev = F.col("_prev")  # a column first: Sail cannot plan a window function inside a filter
     entries = (restarts.withColumn("_prev", F.lag(here).over(by_time)).where(prev.isNull() | (prev != here)))
     # D(o) and in-flight in one running max: an entry that never left leaves at NEVER_US.
     left_us = F.coalesce(F.unix_micros(F.col("left_ts")) + F.lit(US_SHIFT), F.lit(NEVER_US))
     latest = _low(F.max(_pack(life, left_us, LIFE_SCALE)).over(upto), life, LIFE_SCALE)
-    in_flight = latest == F.lit(Decimal(NEVER_US)).cast(DEC)
+    in_flight = latest == _dec(NEVER_US)
     nxt = _low(F.lead(here).over(by_time), life, OFFSET_SCALE)  # the next entry, in this lifetime when < SCALE
-    same_life = nxt < F.lit(Decimal(OFFSET_SCALE)).cast(DEC)
+    same_life = nxt < _dec(OFFSET_SCALE)
     return entries.select(
         *TIMELINE_KEY, "sid", "hid", "lifetime", (F.col("_restart") == 1).alias("lifetime_start"), "queue_offset",
-        F.when(same_life, (nxt - F.lit(Decimal(OFFSET_SHIFT)).cast(DEC)).cast("long")).alias("next_offset"),
+        F.when(same_life, (nxt - _dec(OFFSET_SHIFT)).cast("long")).alias("next_offset"),
         F.when(same_life, F.lead("start_ts").over(by_time)).alias("next_start_ts"),
         "start_ts", "left_ts",
         in_flight.alias("in_flight_upto"),
@@ -166,8 +178,7 @@ def replayed_commits(timeline: DataFrame, series: DataFrame) -> DataFrame:
                            _pack(F.unix_micros("start_ts") + F.lit(US_SHIFT), ids, ID_SCALE * ID_SCALE).alias("_e"))
     marks = s.select("sid", F.col("snapshot_ts").alias("_k"), marker.alias("_m"), none_dec.alias("_e"))
     upto = Window.partitionBy("sid").orderBy("_k", "_m").rowsBetween(Window.unboundedPreceding, 0)
-    scale = F.lit(Decimal(ID_SCALE)).cast(DEC)
-    ids_of = F.col("_a") % F.lit(Decimal(ID_SCALE * ID_SCALE)).cast(DEC)
+    hid, lifetime = _split(F.col("_a") % _dec(ID_SCALE * ID_SCALE), ID_SCALE)
     lag = F.expr(f"INTERVAL {BROKER_LAG_S} SECONDS")
     # 2. probes at t_s (upper) and t_s - 10 s (lower) in that lifetime, both from one row (Sail computes a frame
     # used twice twice)
@@ -175,11 +186,10 @@ def replayed_commits(timeline: DataFrame, series: DataFrame) -> DataFrame:
         ents.unionByName(marks)
         .select("sid", "_k", "_m", F.max("_e").over(upto).alias("_a"))
         .where((F.col("_m") == 1) & F.col("_a").isNotNull())
-        .select("sid", F.col("_k").alias("snapshot_ts"),
-                ((ids_of - ids_of % scale) / scale).cast("long").alias("hid"), (ids_of % scale).cast("long").alias("lifetime"),
-                F.explode(F.array(F.struct(F.col("_k").alias("x"), F.lit(False).alias("lower")),
-                                  F.struct((F.col("_k") - lag).alias("x"), F.lit(True).alias("lower")))).alias("_p"))
-        .select(*life_key, "sid", "snapshot_ts", F.col("_p.x").alias("_k"), F.col("_p.lower").alias("_lower"))
+        .select("sid", F.col("_k").alias("snapshot_ts"), hid.alias("hid"), lifetime.alias("lifetime"),
+                F.explode(F.array(F.lit(False), F.lit(True))).alias("_lower"))
+        .select(*life_key, "sid", "snapshot_ts", "_lower",
+                F.when(F.col("_lower"), F.col("snapshot_ts") - lag).otherwise(F.col("snapshot_ts")).alias("_k"))
     )
     # 3. the breakpoints of each lifetime (k null: before everything; nulls sort first), from one row per entry
     o, nxt, nstart, d = F.col("queue_offset"), F.col("next_offset"), F.col("next_start_ts"), F.col("d_ts")

@@ -276,11 +276,9 @@ ids AS (
 d AS (SELECT * FROM ids JOIN d0 USING ({K})),
 -- a ProcessQueue lifetime ends when the host delivers an offset below one it already delivered
 restarts AS (
-    SELECT *, CASE WHEN max(queue_offset) OVER (PARTITION BY hid {BY_TIME} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-                        IS NULL
-                     OR queue_offset < max(queue_offset) OVER (PARTITION BY hid {BY_TIME}
-                                                               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-                   THEN 1 ELSE 0 END AS restart
+    SELECT *, CASE WHEN queue_offset >= max(queue_offset) OVER (PARTITION BY hid {BY_TIME}
+                                                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+                   THEN 0 ELSE 1 END AS restart
     FROM d
 ),
 lifetimes AS (
