@@ -65,7 +65,7 @@ def duplicated_offsets(deliveries: DataFrame, messages: DataFrame) -> DataFrame:
 def trace_ranges(series: DataFrame, deliveries: DataFrame, messages: DataFrame) -> DataFrame:
     """``TRACE`` rows: maximal runs of duplicated offsets, cause = the most severe of the run."""
     caused = replay.duplicate_causes(duplicated_offsets(deliveries, messages), replay.commit_timeline(deliveries),
-                                     series)
+                                     replay.queues(deliveries), series)
     runs = offset_runs(caused.withColumn("_rank", replay.cause_rank_col(F.col("cause"))),
                        keys=SERIES_KEY, offset="queue_offset", max_of=["_rank"])
     return _typed(runs.select("*", F.lit("TRACE").alias("evidence"),

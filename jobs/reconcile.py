@@ -97,13 +97,10 @@ def extract(spark: Any, lake: str, groups: list[str] | None) -> dict[str, Any]:
 def transform(frames: dict[str, Any], *, as_of: dt.datetime, window: int, dlq_warn_retries: int,
               blocking_min_age_s: int) -> dict[str, Any]:
     """All reports from the silver frames: pure DataFrame -> DataFrame steps, no I/O.
-
-    ``frames["timeline"]``, when given, is ``replay.commit_timeline(deliveries, as_of=as_of)`` computed already.
     """
     from jobs import corrections, dlq, duplicates, replay, snapshots, status, unconsumed
 
     dels = frames["deliveries"]
-    timeline = frames["timeline"] if "timeline" in frames else replay.commit_timeline(dels, as_of=as_of)
     series = snapshots.offset_series(frames["consumer_offsets"], frames["queue_bounds"], as_of=as_of)
     msgs = snapshots.messages_as_of(frames["messages"], as_of=as_of)
     out = {
@@ -114,7 +111,8 @@ def transform(frames: dict[str, Any], *, as_of: dt.datetime, window: int, dlq_wa
                                              dlq_warn_retries=dlq_warn_retries,
                                              blocking_min_age_s=blocking_min_age_s),
         "consumer_status": status.consumer_status(series, msgs, window=window),
-        "_agreement": replay.agreement(timeline, series),
+        "_agreement": replay.agreement(replay.commit_timeline(dels, as_of=as_of), replay.queues(dels, as_of=as_of),
+                                       series),
     }
     return out
 
@@ -233,7 +231,7 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
     Returns:
         The summary (counts per table and group) plus ``report_dir`` and ``seconds``.
     """
-    from jobs import _spark, replay
+    from jobs import _spark
 
     say = progress or log.info
     t0 = time.time()
@@ -242,15 +240,13 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
         as_of_ts = _as_of(frames, as_of, lake)
         rid = sanitize_run_id(run_id or default_run_id(as_of_ts))
         say(f"reconcile: run {rid} as of {reports.format_ts(as_of_ts)}")
-        # What several reports (or several branches of one plan) read is computed once: the records the reports
-        # read one by one (at 10 M records most are untraced traffic) and the replay's timeline.
+        # What several reports read is computed once: the records they read one by one (at 10 M records most
+        # are untraced traffic). The replay is one plan that reads its timeline once: nothing to keep.
         tmp = storage.join(lake, "_tmp", f"reconcile-{uuid.uuid4().hex[:12]}")
         try:
             frames["messages"] = _spark.materialize(spark, snapshots.relevant_messages(
                 frames["messages"], frames["deliveries"], frames["consumer_offsets"]).select(*messages.TABLE.columns),
                 storage.join(tmp, "messages"))
-            frames["timeline"] = _spark.materialize(
-                spark, replay.commit_timeline(frames["deliveries"], as_of=as_of_ts), storage.join(tmp, "timeline"))
             r = _reconcile(spark, lake, frames, as_of_ts, rid, window, dlq_warn_retries, blocking_min_age_s, say)
         finally:
             storage.delete_tree(tmp)

@@ -17,8 +17,8 @@ What it does:
 3. ``replay``: exports silver/deliveries, silver/consumer_offsets and silver/queue_bounds from the lake with
    delta-rs into Parquet once, computes ``jobs.snapshots.offset_series`` from them once (Sail, as the reconcile
    job does, as of the newest snapshot) into Parquet, then times
-   ``replay.agreement(timeline, series)`` with the timeline of ``replay.commit_timeline(deliveries, as_of)`` written
-   once to Parquet, as the reconcile job does (collected, so fully computed) on
+   ``replay.agreement(timeline, queues, series)`` with ``replay.commit_timeline(deliveries, as_of)`` and
+   ``replay.queues(deliveries, as_of)``, as the reconcile job does (collected, so fully computed) on
    (a) Sail, (b) classic local Spark (``jobs._spark.session("classic")``) and (c) the same replay written in
    DuckDB SQL, all reading the same Parquet files, each engine in its own process: one warm-up, then
    ``--repeats`` timed runs; medians and the ratios Sail/DuckDB and classic/Sail. The three must return the same
@@ -242,10 +242,9 @@ def child_replay_spark(a: dict[str, Any]) -> dict[str, Any]:
         def run() -> list[list[Any]]:
             dels = spark.read.parquet(str(d / "deliveries"))
             series = spark.read.parquet(str(d / "series"))
-            # as the reconcile job runs it: the timeline computed once (three windows of the plan read it)
-            timeline = _spark.materialize(spark, replay.commit_timeline(dels, as_of=as_of),
-                                          str(d / f"timeline-{a['engine']}"))
-            agreement = replay.agreement(timeline, series)
+            # as the reconcile job runs it: one plan that reads the timeline once
+            agreement = replay.agreement(replay.commit_timeline(dels, as_of=as_of), replay.queues(dels, as_of=as_of),
+                                         series)
             return _agreement_rows(agreement.select("cluster", "consumer_group", "compared", "agreeing").collect())
 
         times, warm, rows = _time_runs(a["engine"], run, a["repeats"])
@@ -273,53 +272,50 @@ ids AS (
     SELECT {K}, dense_rank() OVER (ORDER BY {SK}) AS sid, row_number() OVER (ORDER BY {SK}, client_host) AS hid
     FROM (SELECT DISTINCT {K} FROM d0)
 ),
-d AS (SELECT * FROM ids JOIN d0 USING ({K})),
--- a ProcessQueue lifetime ends when the host delivers an offset below one it already delivered
-restarts AS (
-    SELECT *, CASE WHEN queue_offset >= max(queue_offset) OVER (PARTITION BY hid {BY_TIME}
-                                                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-                   THEN 0 ELSE 1 END AS restart
-    FROM d
+-- a delivery cannot leave before it started (a clock step): D(o) >= start keeps the breakpoints in order
+d AS (
+    SELECT sid, hid, queue_offset, start_us, request_id,
+           CASE WHEN left_us IS NOT NULL THEN greatest(left_us, start_us) END AS left_us
+    FROM ids JOIN d0 USING ({K})
 ),
-lifetimes AS (
-    SELECT *, CAST(sum(restart) OVER (PARTITION BY hid {BY_TIME}
-                                      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS BIGINT) - 1 AS lifetime
-    FROM restarts
+-- a ProcessQueue lifetime restarts where the host delivers an offset below the one it delivered just before; the
+-- first delivery of each offset in a lifetime is its entry (the deliveries of one offset are consecutive)
+marked AS (SELECT *, lag(queue_offset) OVER (PARTITION BY hid {BY_TIME}) AS prev FROM d),
+entries0 AS (
+    SELECT *, prev IS NULL OR queue_offset < prev AS restart,
+           CASE WHEN prev IS NULL OR queue_offset < prev THEN row_number() OVER (PARTITION BY hid {BY_TIME}) - 1 END AS mark
+    FROM marked WHERE prev IS NULL OR queue_offset <> prev
 ),
--- one entry per offset and lifetime: its first delivery (consecutive in start order within a lifetime); (lifetime,
--- offset) and (lifetime, time left) packed in one number each, as jobs/replay.py does
+-- each entry's lifetime: the mark of the lifetime's first entry, carried forward
 entries AS (
-    SELECT * FROM (
-        SELECT *, lag(here) OVER (PARTITION BY hid {BY_TIME}) AS prev
-        FROM (SELECT *, CAST(lifetime AS HUGEINT) * {offset_scale} + queue_offset + {offset_shift} AS here FROM lifetimes))
-    WHERE prev IS NULL OR prev <> here
+    SELECT *, coalesce(mark, lag(mark IGNORE NULLS) OVER (PARTITION BY hid {BY_TIME})) AS lifetime FROM entries0
 ),
--- the timeline: L(o) = left_us, D(o) = running max of L over offsets <= o (null while some offset <= o is in flight)
-timeline AS (
-    SELECT sid, hid, lifetime, restart = 1 AS lifetime_start, queue_offset, start_us,
-           CASE WHEN nxt < {offset_scale} THEN CAST(nxt - {offset_shift} AS BIGINT) END AS next_offset,
-           CASE WHEN nxt < {offset_scale} THEN next_start_us END AS next_start_us,
-           CASE WHEN latest <> {never_us} THEN CAST(latest - {us_shift} AS BIGINT) END AS d_us
+-- D of the previous entry in the lifetime: running max of (lifetime, time left) over the earlier entries, packed
+-- in one number as jobs/replay.py does; D(o) = max(that, L(o)); NEVER while some offset <= o is in flight
+prior AS (
+    SELECT *, CASE WHEN earlier >= 0 THEN earlier END AS before
     FROM (
-        SELECT *, lead(here) OVER w - CAST(lifetime AS HUGEINT) * {offset_scale} AS nxt,
-               lead(start_us) OVER w AS next_start_us,
-               max(CAST(lifetime AS HUGEINT) * {life_scale} + coalesce(left_us + {us_shift}, {never_us})) OVER upto
-                   - CAST(lifetime AS HUGEINT) * {life_scale} AS latest
-        FROM entries
-        WINDOW upto AS (PARTITION BY hid {BY_TIME} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW),
-               w AS (PARTITION BY hid {BY_TIME}))
+        SELECT *, max(CAST(lifetime AS HUGEINT) * {life_scale} + coalesce(left_us + {us_shift}, {never_us})) OVER (
+                      PARTITION BY hid {BY_TIME} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+                  - CAST(lifetime AS HUGEINT) * {life_scale} AS earlier
+        FROM entries)
+),
+timeline AS (
+    SELECT sid, hid, lifetime, restart AS lifetime_start, queue_offset, start_us,
+           CASE WHEN latest <> {never_us} THEN CAST(latest - {us_shift} AS BIGINT) END AS d_us,
+           CASE WHEN before <> {never_us} THEN CAST(before - {us_shift} AS BIGINT) END AS prev_d_us
+    FROM (SELECT *, greatest(before, coalesce(left_us + {us_shift}, {never_us})) AS latest FROM prior)
 ),
 s AS (
     SELECT sid, epoch_us(snapshot_ts) AS t_us, committed_offset, cluster, consumer_group
     FROM (SELECT DISTINCT {SK}, sid FROM ids) JOIN read_parquet('{series}') USING ({SK})
 ),
--- the active ProcessQueue at t_s: the (host, lifetime) of the latest delivery started at or before it, in the order
--- (start, hid, lifetime): snapshot times interleaved with the entries as marker rows (m = 1), one running max of
--- the three packed in one number
+-- the active ProcessQueue at t_s: the (host, lifetime) of the latest entry started at or before it, in the order
+-- (start, hid, lifetime), packed in one number that rises with the order: the last one before each snapshot row
 active AS (
-    SELECT sid, k AS t_us, CAST((a % {e20} - a % {e10}) // {e10} AS BIGINT) AS hid, CAST(a % {e10} AS BIGINT) AS lifetime
+    SELECT sid, t_us, CAST((a % {e20} - a % {e10}) // {e10} AS BIGINT) AS hid, CAST(a % {e10} AS BIGINT) AS lifetime
     FROM (
-        SELECT sid, k, m, max(e) OVER (PARTITION BY sid ORDER BY k, m ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS a
+        SELECT sid, k AS t_us, m, lag(e IGNORE NULLS) OVER (PARTITION BY sid ORDER BY k, m, e) AS a
         FROM (SELECT sid, start_us AS k, 0 AS m,
                      CAST(start_us + {us_shift} AS HUGEINT) * {e20} + CAST(hid AS HUGEINT) * {e10} + lifetime AS e
               FROM timeline
@@ -331,22 +327,19 @@ probes AS (
     SELECT hid, lifetime, sid, t_us, t_us AS x, false AS is_lower FROM active
     UNION ALL SELECT hid, lifetime, sid, t_us, t_us - {lag_us}, true FROM active
 ),
--- the commit's breakpoints per lifetime: the first offset before everything (k NULL, sorted first), at D(o_j) the
--- next offset when it was pulled by then else o_j + 1, at the next start when that comes after D(o_j) the next
--- offset; the commit at x = the running max of the breakpoint values at or before x (breakpoints before probes)
+-- the commit's breakpoints per lifetime: o + 1 at D(o); o at max(D of the previous entry, start of o), or o
+-- before everything (k NULL, sorted first) for the lifetime's first entry. Their values rise along (k, v): the
+-- commit at x is the last breakpoint value at or before x (breakpoints before probes at the same time)
 points AS (
-    SELECT hid, lifetime, NULL::BIGINT AS k, queue_offset AS v FROM timeline WHERE lifetime_start
-    UNION ALL SELECT hid, lifetime, d_us, CASE WHEN next_start_us <= d_us THEN next_offset ELSE queue_offset + 1 END
-    FROM timeline WHERE d_us IS NOT NULL
-    UNION ALL SELECT hid, lifetime, next_start_us, next_offset FROM timeline
-    WHERE d_us IS NOT NULL AND next_start_us > d_us
+    SELECT hid, lifetime, d_us AS k, queue_offset + 1 AS v FROM timeline WHERE d_us IS NOT NULL
+    UNION ALL SELECT hid, lifetime, CASE WHEN NOT lifetime_start THEN greatest(prev_d_us, start_us) END, queue_offset
+    FROM timeline WHERE lifetime_start OR prev_d_us IS NOT NULL
 ),
 commits AS (
     SELECT sid, t_us, max(CASE WHEN NOT is_lower THEN c END) AS upper, max(CASE WHEN is_lower THEN c END) AS lower
     FROM (
         SELECT sid, t_us, is_lower, m,
-               max(v) OVER (PARTITION BY hid, lifetime ORDER BY k ASC NULLS FIRST, m
-                            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS c
+               lag(v IGNORE NULLS) OVER (PARTITION BY hid, lifetime ORDER BY k ASC NULLS FIRST, m, v) AS c
         FROM (SELECT hid, lifetime, k, 0 AS m, v, NULL::BIGINT AS sid, NULL::BIGINT AS t_us, NULL::BOOLEAN AS is_lower
               FROM points
               UNION ALL SELECT hid, lifetime, x, 1, NULL, sid, t_us, is_lower FROM probes))
@@ -370,7 +363,7 @@ def replay_sql(deliveries_glob: str, series_glob: str, as_of_us: int, lag_s: int
     return REPLAY_SQL.format(
         deliveries=deliveries_glob, series=series_glob, as_of_us=as_of_us, lag_us=lag_s * 1_000_000, K=K,
         BY_TIME=BY_TIME, SK=", ".join(SK), life_scale=huge(replay.LIFE_SCALE), us_shift=huge(replay.US_SHIFT),
-        never_us=huge(replay.NEVER_US), offset_scale=huge(replay.OFFSET_SCALE), offset_shift=huge(replay.OFFSET_SHIFT),
+        never_us=huge(replay.NEVER_US),
         e10=huge(replay.ID_SCALE), e20=huge(replay.ID_SCALE ** 2))
 
 

@@ -25,27 +25,24 @@ def S(sec: float) -> dt.datetime:
     return T0 + dt.timedelta(seconds=sec)
 
 
-def _timeline(spark: Any, rows: list[tuple]) -> Any:
-    """Timeline rows (host, lifetime, offset, start s, left s or None) -> the commit_timeline frame."""
+def _timeline(spark: Any, rows: list[tuple]) -> tuple[Any, Any]:
+    """Timeline rows (host, lifetime, offset, start s, left s or None) -> (commit_timeline frame, its queues)."""
     out = []
     for host, life in sorted({(r[0], r[1]) for r in rows}):
         mine = sorted((r for r in rows if (r[0], r[1]) == (host, life)), key=lambda r: r[2])
         d: Optional[float] = None
         in_flight = False
         for i, (_, _, o, start, left) in enumerate(mine):
+            prev_d = d
             in_flight = in_flight or left is None
             d = None if in_flight else max(d or 0.0, left)
-            nxt = mine[i + 1] if i + 1 < len(mine) else None
-            out.append((*KEY[:3], host, *KEY[3:], life, i == 0, o, nxt and nxt[2], nxt and S(nxt[3]), S(start),
-                        None if left is None else S(left), in_flight, None if d is None else S(d)))
-    cols = replay.TIMELINE_KEY + ["lifetime", "lifetime_start", "queue_offset", "next_offset", "next_start_ts",
-                                  "start_ts", "left_ts", "in_flight_upto", "d_ts"]
+            out.append((*KEY[:3], host, *KEY[3:], life, i == 0, o, S(start), None if left is None else S(left),
+                        in_flight, None if d is None else S(d), None if prev_d is None or i == 0 else S(prev_d)))
     schema = ("cluster string, consumer_group string, client_id string, client_host string, topic string, "
               "broker string, queue_id int, lifetime long, lifetime_start boolean, queue_offset long, "
-              "next_offset long, next_start_ts timestamp, start_ts timestamp, left_ts timestamp, "
-              "in_flight_upto boolean, d_ts timestamp")
-    assert len(cols) == len(schema.split(","))
-    return replay.with_queue_ids(spark.createDataFrame(out, schema))
+              "start_ts timestamp, left_ts timestamp, in_flight_upto boolean, d_ts timestamp, prev_d_ts timestamp")
+    tl = replay.with_queue_ids(spark.createDataFrame(out, schema))
+    return tl.drop(*replay.TIMELINE_KEY), tl.select(*replay.TIMELINE_KEY, "sid", "hid").distinct()
 
 
 def _series(spark: Any, points: list[tuple[float, int]]) -> Any:
@@ -66,6 +63,47 @@ def test_queue_ids_are_dense_and_follow_client_host(spark: Any) -> None:
                    (4, "S", 3, "C", 1, 1)]
 
 
+def test_commit_timeline_exact(spark: Any) -> None:
+    """Deliveries -> entries, lifetimes, L and D exactly.
+
+    Host A on one queue: 10-12 pulled at 1-3 s, 11 delivered twice (the second delivery is no entry), 12 never
+    leaves; A restarts at 20 s from 11 (below 12: a new lifetime) and consumes 11-13, where 13's SubAfter says it
+    left before it started (a clock step: it counts as leaving at its start). Host B takes 12-13 at 30 s. A
+    retry delivery (retry_times 1) and one started after ``as_of`` are not read.
+    """
+    def row(host: str, o: int, start: float, end: Optional[float], retry: int = 0, rid: str = "") -> tuple:
+        return ("c", "G", None, host, "T", "b", 0, o, S(start), None if end is None else S(end), retry,
+                rid or f"{host}-{o}-{start}")
+
+    rows = [row("A", 10, 1, 4), row("A", 11, 2, 3), row("A", 11, 2.5, 9), row("A", 12, 3, None),
+            row("A", 11, 20, 21), row("A", 12, 20, 25), row("A", 13, 22, 21.5), row("A", 14, 23, 24, retry=1),
+            row("B", 12, 30, 31), row("B", 13, 30, None), row("B", 14, 99, 100)]
+    dels = spark.createDataFrame(rows, "cluster string, consumer_group string, client_id string, client_host string, "
+                                       "topic string, broker string, queue_id int, queue_offset long, "
+                                       "start_ts timestamp, end_ts timestamp, retry_times int, request_id string")
+    tl = replay.named(replay.commit_timeline(dels, as_of=S(50)), replay.queues(dels, as_of=S(50)))
+    cols = ["client_host", "lifetime", "lifetime_start", "queue_offset", "start_ts", "left_ts", "in_flight_upto",
+            "d_ts", "prev_d_ts"]
+
+    def sec(v: Any) -> Any:
+        return (v.replace(tzinfo=UTC) - T0).total_seconds() if isinstance(v, dt.datetime) else v
+
+    got = sorted((tuple(sec(v) for v in r) for r in tl.select(*cols).collect()), key=lambda r: (r[0], r[1], r[3]))
+    assert got == [
+        # lifetime 0 of A: 11's second delivery is not an entry; 12 in flight pins D from 12 on
+        ("A", 0, True, 10, 1.0, 4.0, False, 4.0, None),
+        ("A", 0, False, 11, 2.0, 3.0, False, 4.0, 4.0),
+        ("A", 0, False, 12, 3.0, None, True, None, 4.0),
+        # lifetime 3 of A (its first entry is A's fourth): 13 left "at 21.5" before it started: at 22
+        ("A", 3, True, 11, 20.0, 21.0, False, 21.0, None),
+        ("A", 3, False, 12, 20.0, 25.0, False, 25.0, 21.0),
+        ("A", 3, False, 13, 22.0, 22.0, False, 25.0, 25.0),
+        # B: 13 in flight
+        ("B", 0, True, 12, 30.0, 31.0, False, 31.0, None),
+        ("B", 0, False, 13, 30.0, None, True, None, 31.0),
+    ]
+
+
 def test_commits_at_each_snapshot_exact(spark: Any) -> None:
     """Host A pulls 0-4 at 1-5 s; 1 hangs until 40 s, the rest leave 1 s after their start. A restarts
     (lifetime 1) at 50 s from offset 1 (a lower offset) and consumes 1-2 quickly; 5 stays in flight."""
@@ -74,7 +112,7 @@ def test_commits_at_each_snapshot_exact(spark: Any) -> None:
         ("A", 1, 1, 50, 51), ("A", 1, 2, 50, 52), ("A", 1, 5, 55, None),
     ])
     series = _series(spark, [(0.5, 0), (3, 0), (20, 1), (45, 5), (60, 5), (70, 3)])
-    got = sorted((r[0].replace(tzinfo=UTC), *r[1:]) for r in replay.replayed_commits(tl, series)
+    got = sorted((r[0].replace(tzinfo=UTC), *r[1:]) for r in replay.replayed_commits(*tl, series)
                  .select("snapshot_ts", "lower", "upper", "committed_offset").collect())
     assert got == [
         # t=3: pulled 0-2, 0 left at 2, 1 pinned -> upper 1; t-10 before any pull -> the lifetime's first offset 0
@@ -135,10 +173,12 @@ def test_replayed_commits_equal_the_definition_on_simulated_fleets(tmp_path: pat
     as_of = _delta.read(spark, lake, consumer_offsets.TABLE).agg({"snapshot_ts": "max"}).collect()[0][0]
     series = offset_series(_delta.read(spark, lake, consumer_offsets.TABLE),
                                      _delta.read(spark, lake, queue_bounds.TABLE), as_of=as_of)
-    tl = replay.commit_timeline(_delta.read(spark, lake, deliveries.TABLE), as_of=as_of)
+    dels = _delta.read(spark, lake, deliveries.TABLE)
+    tl, names = replay.commit_timeline(dels, as_of=as_of), replay.queues(dels, as_of=as_of)
     cols = SERIES_KEY + ["snapshot_ts", "lower", "upper", "committed_offset"]
-    got = {tuple(r) for r in replay.replayed_commits(tl, series).select(*cols).toPandas()
+    got = {tuple(r) for r in replay.replayed_commits(tl, names, series).select(*cols).toPandas()
            .itertuples(index=False)}
-    want = _oracle(tl.toPandas(), series.select(*SERIES_KEY, "snapshot_ts", "committed_offset").toPandas())
+    want = _oracle(replay.named(tl, names).toPandas(),
+                   series.select(*SERIES_KEY, "snapshot_ts", "committed_offset").toPandas())
     assert len(want) == snapshots
     assert got == want
