@@ -54,14 +54,13 @@ def replay_deliveries(deliveries: DataFrame, *, as_of: Optional[dt.datetime] = N
     Retry deliveries are of retry copies in another queue: ignored; so are deliveries without a queue, which no
     snapshot or duplicate can be matched with, and (with ``as_of``) deliveries that started later.
     """
-    d = deliveries.where((F.col("retry_times") == 0) & F.col("queue_offset").isNotNull()
-                         & F.col("start_ts").isNotNull())
+    keep = (F.col("retry_times") == 0) & F.col("queue_offset").isNotNull() & F.col("start_ts").isNotNull()
     for k in SERIES_KEY:
         if k != "client_id":
-            d = d.where(F.col(k).isNotNull())
+            keep = keep & F.col(k).isNotNull()
     if as_of is not None:
-        d = d.where(F.col("start_ts") <= _ts(as_of))
-    return d.select(*[F.coalesce(F.col(c), F.lit("")).alias(c) if c in ("client_id", "client_host") else F.col(c)
+        keep = keep & (F.col("start_ts") <= _ts(as_of))
+    return deliveries.where(keep).select(*[F.coalesce(F.col(c), F.lit("")).alias(c) if c in ("client_id", "client_host") else F.col(c)
                       for c in TIMELINE_KEY],
                     F.col("queue_offset").cast("long"), "start_ts", F.col("end_ts").alias("left_ts"), "request_id")
 
@@ -103,7 +102,9 @@ DEC = "decimal(38,0)"
 US_SHIFT = 10**17
 NEVER_US = 10**18
 LIFE_SCALE = 10**19  # (lifetime, shifted microseconds)
-ID_SCALE = 10**10  # (hid, lifetime) in the active pass: both count deliveries of one run, below 10^10
+# (hid, lifetime) as one long, hid * 2^32 + lifetime: a lifetime (a position among one host's entries on one
+# queue) below 2^32 and a hid (a queue and host) below 2^31; past that the replay stops with an error
+LIFE_BITS = 32
 
 
 def _dec(n: int) -> Column:
@@ -119,10 +120,16 @@ def _low(packed: Column, hi: Column, scale: int) -> Column:
     return packed - hi.cast(DEC) * _dec(scale)
 
 
-def _split(packed: Column, scale: int) -> tuple[Column, Column]:
-    """(hi, lo) of ``packed`` as longs."""
-    lo = packed % _dec(scale)
-    return ((packed - lo) / _dec(scale)).cast("long"), lo.cast("long")
+def _host_life(hid: Column, lifetime: Column) -> Column:
+    """(hid, lifetime) packed in one long (``LIFE_BITS``); unpacked by :func:`_host_life_split`."""
+    fits = (lifetime < F.lit(2**LIFE_BITS)) & (hid < F.lit(2**(63 - LIFE_BITS)))
+    return F.when(fits, F.shiftleft(hid, LIFE_BITS) + lifetime).otherwise(
+        F.raise_error(F.lit(f"replay: a queue and host with 2^{LIFE_BITS} entries or more, or 2^{63 - LIFE_BITS} "
+                            "queues and hosts or more; reconcile a shorter window (--as-of)")).cast("long"))
+
+
+def _host_life_split(packed: Column) -> tuple[Column, Column]:
+    return F.shiftright(packed, LIFE_BITS), packed.bitwiseAND(F.lit(2**LIFE_BITS - 1))
 
 
 def _last_before(value: str, partition: list[str], order: str) -> Column:
@@ -145,9 +152,10 @@ def commit_timeline(deliveries: DataFrame, *, as_of: Optional[dt.datetime] = Non
     Returns:
         sid, hid (:func:`queue_ids`; names by :func:`named`), lifetime (numbered by the position of its first
         entry among the host's entries on the queue, from 0), lifetime_start (the lifetime's first entry),
-        queue_offset, start_ts, left_ts (null: never left; a time before the start counts as the start),
-        in_flight_upto (some offset <= this one never left), d_ts (D(o), null when infinite) and prev_d_ts (D of
-        the lifetime's previous entry; null for its first entry or when infinite).
+        queue_offset, prev_offset (the lifetime's previous entry; null for its first), start_ts, left_ts (null:
+        never left; a time before the start counts as the start), in_flight_upto (some offset <= this one never
+        left), d_ts (D(o), null when infinite) and prev_d_ts (D of the lifetime's previous entry; null for its
+        first entry or when infinite).
     """
     d = replay_deliveries(deliveries, as_of=as_of)
     start, left = F.col("start_ts"), F.col("left_ts")
@@ -184,7 +192,9 @@ def commit_timeline(deliveries: DataFrame, *, as_of: Optional[dt.datetime] = Non
         return F.when(us != _dec(NEVER_US), F.timestamp_micros((us - F.lit(US_SHIFT)).cast("long")))
 
     return entries.select(
-        "sid", "hid", "lifetime", F.col("_restart").alias("lifetime_start"), "queue_offset", "start_ts", "left_ts",
+        # the delivery before an entry that starts no lifetime is of the previous entry's offset
+        "sid", "hid", "lifetime", F.col("_restart").alias("lifetime_start"), "queue_offset",
+        F.when(~F.col("_restart"), prev).alias("prev_offset"), "start_ts", "left_ts",
         (latest == _dec(NEVER_US)).alias("in_flight_upto"), ts(latest).alias("d_ts"), ts(before).alias("prev_d_ts"),
     )
 
@@ -200,7 +210,10 @@ def replayed_commits(timeline: DataFrame, queue_names: DataFrame, series: DataFr
     the last of these breakpoints at or before x: o_1 before everything; o_j + 1 at D(o_j); o_j at
     max(D(o_(j-1)), start of o_j). Their values never decrease along (time, value) (D(o_j) >= start of o_j), so
     "the last at or before x" is a ``lag ... IGNORE NULLS`` over the breakpoints and the probe rows interleaved.
-    One plan that reads the timeline once: the active lifetime per (G, client, q) first, then the breakpoints.
+    The last kind is left out where it repeats one of the second: o_j = o_(j-1) + 1, the value of the breakpoint
+    at D(o_(j-1)) <= max(D(o_(j-1)), start of o_j) (no gap in the offsets: the common case), so most entries give
+    one row. One plan that reads the timeline once: the active lifetime per
+    (G, client, q) first, then the breakpoints.
 
     Args:
         timeline: :func:`commit_timeline`.
@@ -215,15 +228,13 @@ def replayed_commits(timeline: DataFrame, queue_names: DataFrame, series: DataFr
     s = (queue_names.select(*SERIES_KEY, "sid").distinct()
          .join(series.select(*carried), on=SERIES_KEY, how="inner"))
     entry_cols = {"hid": "long", "lifetime": "long", "lifetime_start": "boolean", "queue_offset": "long",
-                  "start_ts": "timestamp", "d_ts": "timestamp", "prev_d_ts": "timestamp"}
+                  "prev_offset": "long", "start_ts": "timestamp", "d_ts": "timestamp", "prev_d_ts": "timestamp"}
     # 1. the active lifetime at t_s: the (host, lifetime) of the last entry started at or before t_s, in the order
-    # (start, hid, lifetime) (hid follows client_host within a sid): the three packed in one number that rises
-    # with the order, the last one before each snapshot row.
-    ids = _pack(F.col("hid"), F.col("lifetime"), ID_SCALE)
+    # (start, hid, lifetime) (hid follows client_host within a sid), on the entry row before each snapshot row.
     ents = timeline.select("sid", F.col("start_ts").alias("_k"), F.lit(0).alias("_m"),
-                           _pack(F.unix_micros("start_ts") + F.lit(US_SHIFT), ids, ID_SCALE * ID_SCALE).alias("_e"),
+                           _host_life(F.col("hid"), F.col("lifetime")).alias("_e"),
                            *entry_cols, *[F.lit(None).cast(schema[c]).alias(c) for c in carried])
-    marks = s.select("sid", F.col("snapshot_ts").alias("_k"), F.lit(1).alias("_m"), F.lit(None).cast(DEC).alias("_e"),
+    marks = s.select("sid", F.col("snapshot_ts").alias("_k"), F.lit(1).alias("_m"), F.lit(None).cast("long").alias("_e"),
                      *[F.lit(None).cast(t).alias(c) for c, t in entry_cols.items()], *carried)
     active = _last_before("_e", ["sid"], "_k, _m, _e")
     rows = ents.unionByName(marks).select("*", active.alias("_a"))
@@ -233,9 +244,10 @@ def replayed_commits(timeline: DataFrame, queue_names: DataFrame, series: DataFr
     second = F.col("_second")
     is_entry = F.col("_m") == 0
     o, d, prev_d = F.col("queue_offset"), F.col("d_ts"), F.col("prev_d_ts")
-    kept = F.when(is_entry, F.when(second, F.col("lifetime_start") | prev_d.isNotNull()).otherwise(d.isNotNull())) \
-        .otherwise(F.col("_a").isNotNull())
-    a_hid, a_life = _split(F.col("_a") % _dec(ID_SCALE * ID_SCALE), ID_SCALE)
+    new_value = o != F.col("prev_offset") + 1  # else the value o_(j-1) + 1 of D(o_(j-1)), reached no later
+    kept = F.when(is_entry, F.when(second, F.col("lifetime_start") | (prev_d.isNotNull() & new_value))
+                  .otherwise(d.isNotNull())).otherwise(F.col("_a").isNotNull())
+    a_hid, a_life = _host_life_split(F.col("_a"))
     lag = F.expr(f"INTERVAL {BROKER_LAG_S} SECONDS")
     k = F.when(is_entry, F.when(~second, d).when(~F.col("lifetime_start"), F.greatest(prev_d, F.col("start_ts")))) \
         .otherwise(F.when(second, F.col("snapshot_ts") - lag).otherwise(F.col("snapshot_ts")))

@@ -301,8 +301,8 @@ prior AS (
         FROM entries)
 ),
 timeline AS (
-    SELECT sid, hid, lifetime, restart AS lifetime_start, queue_offset, start_us,
-           CASE WHEN latest <> {never_us} THEN CAST(latest - {us_shift} AS BIGINT) END AS d_us,
+    SELECT sid, hid, lifetime, restart AS lifetime_start, queue_offset, CASE WHEN NOT restart THEN prev END AS prev_offset,
+           start_us, CASE WHEN latest <> {never_us} THEN CAST(latest - {us_shift} AS BIGINT) END AS d_us,
            CASE WHEN before <> {never_us} THEN CAST(before - {us_shift} AS BIGINT) END AS prev_d_us
     FROM (SELECT *, greatest(before, coalesce(left_us + {us_shift}, {never_us})) AS latest FROM prior)
 ),
@@ -311,13 +311,13 @@ s AS (
     FROM (SELECT DISTINCT {SK}, sid FROM ids) JOIN read_parquet('{series}') USING ({SK})
 ),
 -- the active ProcessQueue at t_s: the (host, lifetime) of the latest entry started at or before it, in the order
--- (start, hid, lifetime), packed in one number that rises with the order: the last one before each snapshot row
+-- (start, hid, lifetime), (hid, lifetime) packed in one BIGINT as jobs/replay.py does: the entry before each
+-- snapshot row
 active AS (
-    SELECT sid, t_us, CAST((a % {e20} - a % {e10}) // {e10} AS BIGINT) AS hid, CAST(a % {e10} AS BIGINT) AS lifetime
+    SELECT sid, t_us, a >> {life_bits} AS hid, a & {life_mask} AS lifetime
     FROM (
         SELECT sid, k AS t_us, m, lag(e IGNORE NULLS) OVER (PARTITION BY sid ORDER BY k, m, e) AS a
-        FROM (SELECT sid, start_us AS k, 0 AS m,
-                     CAST(start_us + {us_shift} AS HUGEINT) * {e20} + CAST(hid AS HUGEINT) * {e10} + lifetime AS e
+        FROM (SELECT sid, start_us AS k, 0 AS m, (hid << {life_bits}) + lifetime AS e
               FROM timeline
               UNION ALL SELECT sid, t_us, 1, NULL FROM s))
     WHERE m = 1 AND a IS NOT NULL
@@ -328,12 +328,14 @@ probes AS (
     UNION ALL SELECT hid, lifetime, sid, t_us, t_us - {lag_us}, true FROM active
 ),
 -- the commit's breakpoints per lifetime: o + 1 at D(o); o at max(D of the previous entry, start of o), or o
--- before everything (k NULL, sorted first) for the lifetime's first entry. Their values rise along (k, v): the
--- commit at x is the last breakpoint value at or before x (breakpoints before probes at the same time)
+-- before everything (k NULL, sorted first) for the lifetime's first entry, left out where it repeats the one at
+-- D of the previous entry. Their values rise along (k, v): the commit at x is the last breakpoint value at or
+-- before x (breakpoints before probes at the same time)
 points AS (
     SELECT hid, lifetime, d_us AS k, queue_offset + 1 AS v FROM timeline WHERE d_us IS NOT NULL
     UNION ALL SELECT hid, lifetime, CASE WHEN NOT lifetime_start THEN greatest(prev_d_us, start_us) END, queue_offset
-    FROM timeline WHERE lifetime_start OR prev_d_us IS NOT NULL
+    FROM timeline
+    WHERE lifetime_start OR (prev_d_us IS NOT NULL AND queue_offset <> prev_offset + 1)
 ),
 commits AS (
     SELECT sid, t_us, max(CASE WHEN NOT is_lower THEN c END) AS upper, max(CASE WHEN is_lower THEN c END) AS lower
@@ -363,8 +365,7 @@ def replay_sql(deliveries_glob: str, series_glob: str, as_of_us: int, lag_s: int
     return REPLAY_SQL.format(
         deliveries=deliveries_glob, series=series_glob, as_of_us=as_of_us, lag_us=lag_s * 1_000_000, K=K,
         BY_TIME=BY_TIME, SK=", ".join(SK), life_scale=huge(replay.LIFE_SCALE), us_shift=huge(replay.US_SHIFT),
-        never_us=huge(replay.NEVER_US),
-        e10=huge(replay.ID_SCALE), e20=huge(replay.ID_SCALE ** 2))
+        never_us=huge(replay.NEVER_US), life_bits=replay.LIFE_BITS, life_mask=2**replay.LIFE_BITS - 1)
 
 
 def child_replay_duckdb(a: dict[str, Any]) -> dict[str, Any]:
