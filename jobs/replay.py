@@ -62,7 +62,7 @@ def replay_deliveries(deliveries: DataFrame, *, as_of: Optional[dt.datetime] = N
         keep = keep & (F.col("start_ts") <= _ts(as_of))
     return deliveries.where(keep).select(*[F.coalesce(F.col(c), F.lit("")).alias(c) if c in ("client_id", "client_host") else F.col(c)
                       for c in TIMELINE_KEY],
-                    F.col("queue_offset").cast("long"), "start_ts", F.col("end_ts").alias("left_ts"), "request_id")
+                    F.col("queue_offset").cast("long"), "start_ts", F.col("end_ts").alias("left_ts"))
 
 
 def queue_ids(frame: DataFrame) -> DataFrame:
@@ -160,7 +160,7 @@ def commit_timeline(deliveries: DataFrame, *, as_of: Optional[dt.datetime] = Non
     d = replay_deliveries(deliveries, as_of=as_of)
     start, left = F.col("start_ts"), F.col("left_ts")
     d = queue_ids(d).join(d, on=TIMELINE_KEY, how="inner").select(  # the small frame on the left
-        "sid", "hid", "queue_offset", "start_ts", "request_id",
+        "sid", "hid", "queue_offset", "start_ts",
         # a delivery cannot leave before it started (a clock step): D(o) >= start keeps the breakpoints of
         # replayed_commits in order
         F.when(left.isNotNull(), F.greatest(left, start)).alias("left_ts"))
@@ -168,8 +168,10 @@ def commit_timeline(deliveries: DataFrame, *, as_of: Optional[dt.datetime] = Non
     # time. A lifetime restarts where the host delivers an offset below the one it delivered just before (a new
     # ProcessQueue pulls from the commit, at or below what was delivered); the deliveries of one offset in one
     # lifetime are consecutive, the first of them is the entry (the one pulled into the ProcessQueue).
-    order = "start_ts, queue_offset, request_id"
-    by_time = Window.partitionBy("hid").orderBy("start_ts", "queue_offset", "request_id")
+    # Ties on (start, offset) are broken by the time left: deliveries equal in all three are interchangeable here
+    # (nothing else of a delivery enters the timeline), so the result does not depend on their order.
+    order = "start_ts, queue_offset, left_ts"
+    by_time = Window.partitionBy("hid").orderBy("start_ts", "queue_offset", "left_ts")
     prev = F.col("_prev")  # a column first: Sail cannot plan a window function inside a filter
     entries = (d.withColumn("_prev", F.lag("queue_offset").over(by_time))
                .where(prev.isNull() | (F.col("queue_offset") != prev))
@@ -245,14 +247,16 @@ def replayed_commits(timeline: DataFrame, queue_names: DataFrame, series: DataFr
     is_entry = F.col("_m") == 0
     o, d, prev_d = F.col("queue_offset"), F.col("d_ts"), F.col("prev_d_ts")
     new_value = o != F.col("prev_offset") + 1  # else the value o_(j-1) + 1 of D(o_(j-1)), reached no later
-    kept = F.when(is_entry, F.when(second, F.col("lifetime_start") | (prev_d.isNotNull() & new_value))
-                  .otherwise(d.isNotNull())).otherwise(F.col("_a").isNotNull())
+    # which of the two each row gives (an array of 0, 1 or 2 flags: the explode itself drops the rest)
+    one = F.when(is_entry, d.isNotNull()).otherwise(F.col("_a").isNotNull())
+    two = F.when(is_entry, F.col("lifetime_start") | (prev_d.isNotNull() & new_value)).otherwise(one)
+    flags = (F.when(one & two, F.array(F.lit(False), F.lit(True))).when(one, F.array(F.lit(False)))
+             .when(two, F.array(F.lit(True))).otherwise(F.array().cast("array<boolean>")))
     a_hid, a_life = _host_life_split(F.col("_a"))
     lag = F.expr(f"INTERVAL {BROKER_LAG_S} SECONDS")
     k = F.when(is_entry, F.when(~second, d).when(~F.col("lifetime_start"), F.greatest(prev_d, F.col("start_ts")))) \
         .otherwise(F.when(second, F.col("snapshot_ts") - lag).otherwise(F.col("snapshot_ts")))
-    points = (rows.select("*", F.explode(F.array(F.lit(False), F.lit(True))).alias("_second"))
-              .where(kept)
+    points = (rows.select("*", F.explode(flags).alias("_second"))
               .select(F.when(is_entry, F.col("hid")).otherwise(a_hid).alias("_h"),
                       F.when(is_entry, F.col("lifetime")).otherwise(a_life).alias("_l"),
                       k.alias("_k"), "_m", F.when(is_entry, F.when(second, o).otherwise(o + 1)).alias("_v"),

@@ -256,12 +256,12 @@ def child_replay_spark(a: dict[str, Any]) -> dict[str, Any]:
 # as epoch microseconds, which is what Spark's timestamps are.
 K = "cluster, consumer_group, client_id, client_host, topic, broker, queue_id"
 SK = ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id"]
-BY_TIME = "ORDER BY start_us ASC NULLS FIRST, queue_offset ASC NULLS FIRST, request_id ASC NULLS FIRST"
+BY_TIME = "ORDER BY start_us ASC NULLS FIRST, queue_offset ASC NULLS FIRST, left_us ASC NULLS FIRST"
 REPLAY_SQL = """
 WITH d0 AS (
     SELECT cluster, consumer_group, coalesce(client_id, '') AS client_id, coalesce(client_host, '') AS client_host,
            topic, broker, queue_id, CAST(queue_offset AS BIGINT) AS queue_offset,
-           epoch_us(start_ts) AS start_us, epoch_us(end_ts) AS left_us, request_id
+           epoch_us(start_ts) AS start_us, epoch_us(end_ts) AS left_us
     FROM read_parquet('{deliveries}')
     WHERE retry_times = 0 AND queue_offset IS NOT NULL AND start_ts IS NOT NULL AND epoch_us(start_ts) <= {as_of_us}
       AND cluster IS NOT NULL AND consumer_group IS NOT NULL AND topic IS NOT NULL AND broker IS NOT NULL
@@ -274,7 +274,7 @@ ids AS (
 ),
 -- a delivery cannot leave before it started (a clock step): D(o) >= start keeps the breakpoints in order
 d AS (
-    SELECT sid, hid, queue_offset, start_us, request_id,
+    SELECT sid, hid, queue_offset, start_us,
            CASE WHEN left_us IS NOT NULL THEN greatest(left_us, start_us) END AS left_us
     FROM ids JOIN d0 USING ({K})
 ),
