@@ -214,8 +214,8 @@ def replayed_commits(timeline: DataFrame, queue_names: DataFrame, series: DataFr
     "the last at or before x" is a ``lag ... IGNORE NULLS`` over the breakpoints and the probe rows interleaved.
     The last kind is left out where it repeats one of the second: o_j = o_(j-1) + 1, the value of the breakpoint
     at D(o_(j-1)) <= max(D(o_(j-1)), start of o_j) (no gap in the offsets: the common case), so most entries give
-    one row. One plan that reads the timeline once: the active lifetime per
-    (G, client, q) first, then the breakpoints.
+    one row. One plan that reads the timeline once: the active lifetime per (G, client, q) first, then the
+    breakpoints.
 
     Args:
         timeline: :func:`commit_timeline`.
@@ -223,49 +223,50 @@ def replayed_commits(timeline: DataFrame, queue_names: DataFrame, series: DataFr
         series: :func:`jobs.snapshots.offset_series`.
 
     Returns:
-        ``SERIES_KEY`` + snapshot_ts, committed_offset, lower, upper.
+        sid (names by :func:`queues`), cluster, consumer_group, snapshot_ts, committed_offset, lower, upper. Only
+        numbers and the group travel with a snapshot through the three sorts (strings cost there).
     """
-    carried = [*SERIES_KEY, "snapshot_ts", "committed_offset"]
-    schema = {c: consumer_offsets.SCHEMA[c].dataType.simpleString() for c in carried}  # no schema round trip
+    carried = ["cluster", "consumer_group", "committed_offset"]
+    types = {c: consumer_offsets.SCHEMA[c].dataType.simpleString() for c in carried}  # no schema round trip
     s = (queue_names.select(*SERIES_KEY, "sid").distinct()
-         .join(series.select(*carried), on=SERIES_KEY, how="inner"))
-    entry_cols = {"hid": "long", "lifetime": "long", "lifetime_start": "boolean", "queue_offset": "long",
-                  "prev_offset": "long", "start_ts": "timestamp", "d_ts": "timestamp", "prev_d_ts": "timestamp"}
+         .join(series.select(*SERIES_KEY, "snapshot_ts", "committed_offset"), on=SERIES_KEY, how="inner"))
+    o, d, prev_d, start = F.col("queue_offset"), F.col("d_ts"), F.col("prev_d_ts"), F.col("start_ts")
+    first = F.col("lifetime_start")
     # 1. the active lifetime at t_s: the (host, lifetime) of the last entry started at or before t_s, in the order
     # (start, hid, lifetime) (hid follows client_host within a sid), on the entry row before each snapshot row.
-    ents = timeline.select("sid", F.col("start_ts").alias("_k"), F.lit(0).alias("_m"),
-                           _host_life(F.col("hid"), F.col("lifetime")).alias("_e"),
-                           *entry_cols, *[F.lit(None).cast(schema[c]).alias(c) for c in carried])
+    # An entry brings what its breakpoints need: D(o) (o + 1 from then on) and, when it gives one, the time of the
+    # second (o from then on; null = before everything for the lifetime's first entry). That one is left out where
+    # it repeats the value o_(j-1) + 1 of D(o_(j-1)) <= max(D(o_(j-1)), start of o_j): no gap in the offsets.
+    ents = timeline.select(
+        "sid", start.alias("_k"), F.lit(0).alias("_m"), _host_life(F.col("hid"), F.col("lifetime")).alias("_e"),
+        d.alias("_d"), o.alias("_o"), F.when(~first, F.greatest(prev_d, start)).alias("_kb"),
+        (first | (prev_d.isNotNull() & (o != F.col("prev_offset") + 1))).alias("_b"),
+        *[F.lit(None).cast(t).alias(c) for c, t in types.items()])
     marks = s.select("sid", F.col("snapshot_ts").alias("_k"), F.lit(1).alias("_m"), F.lit(None).cast("long").alias("_e"),
-                     *[F.lit(None).cast(t).alias(c) for c, t in entry_cols.items()], *carried)
-    active = _last_before("_e", ["sid"], "_k, _m, _e")
-    rows = ents.unionByName(marks).select("*", active.alias("_a"))
-    # 2. from each entry two breakpoints (at D(o): o + 1; at max(D of the previous entry, start): o, or o before
-    # everything for the lifetime's first entry, k null sorting first); from each snapshot two probes (t_s, upper,
-    # and t_s - 10 s, lower) in its active lifetime. Exploded from one read (Sail computes a frame once per use).
+                     F.lit(None).cast("timestamp").alias("_d"), F.lit(None).cast("long").alias("_o"),
+                     F.lit(None).cast("timestamp").alias("_kb"), F.lit(None).cast("boolean").alias("_b"), *carried)
+    rows = ents.unionByName(marks).select("*", _last_before("_e", ["sid"], "_k, _m, _e").alias("_a"))
+    # 2. from each entry its breakpoints, from each snapshot two probes (t_s, upper, and t_s - 10 s, lower) in its
+    # active lifetime: 0, 1 or 2 flags per row, exploded from one read (Sail computes a frame once per use).
     second = F.col("_second")
     is_entry = F.col("_m") == 0
-    o, d, prev_d = F.col("queue_offset"), F.col("d_ts"), F.col("prev_d_ts")
-    new_value = o != F.col("prev_offset") + 1  # else the value o_(j-1) + 1 of D(o_(j-1)), reached no later
-    # which of the two each row gives (an array of 0, 1 or 2 flags: the explode itself drops the rest)
-    one = F.when(is_entry, d.isNotNull()).otherwise(F.col("_a").isNotNull())
-    two = F.when(is_entry, F.col("lifetime_start") | (prev_d.isNotNull() & new_value)).otherwise(one)
+    one = F.when(is_entry, F.col("_d").isNotNull()).otherwise(F.col("_a").isNotNull())
+    two = F.when(is_entry, F.col("_b")).otherwise(one)
     flags = (F.when(one & two, F.array(F.lit(False), F.lit(True))).when(one, F.array(F.lit(False)))
              .when(two, F.array(F.lit(True))).otherwise(F.array().cast("array<boolean>")))
-    a_hid, a_life = _host_life_split(F.col("_a"))
+    hid, lifetime = _host_life_split(F.when(is_entry, F.col("_e")).otherwise(F.col("_a")))
     lag = F.expr(f"INTERVAL {BROKER_LAG_S} SECONDS")
-    k = F.when(is_entry, F.when(~second, d).when(~F.col("lifetime_start"), F.greatest(prev_d, F.col("start_ts")))) \
-        .otherwise(F.when(second, F.col("snapshot_ts") - lag).otherwise(F.col("snapshot_ts")))
+    k = F.when(is_entry, F.when(second, F.col("_kb")).otherwise(F.col("_d"))) \
+        .otherwise(F.when(second, F.col("_k") - lag).otherwise(F.col("_k")))
     points = (rows.select("*", F.explode(flags).alias("_second"))
-              .select(F.when(is_entry, F.col("hid")).otherwise(a_hid).alias("_h"),
-                      F.when(is_entry, F.col("lifetime")).otherwise(a_life).alias("_l"),
-                      k.alias("_k"), "_m", F.when(is_entry, F.when(second, o).otherwise(o + 1)).alias("_v"),
-                      "_second", *carried))
+              .select(hid.alias("_h"), lifetime.alias("_l"), k.alias("_x"), "_m",
+                      F.when(is_entry, F.when(second, F.col("_o")).otherwise(F.col("_o") + 1)).alias("_v"),
+                      "_second", "sid", F.col("_k").alias("snapshot_ts"), *carried))
     # Breakpoints sort before a probe at the same time (pulled at x counts, D(o) = x does not exceed x), and by
     # value among themselves.
-    commit = _last_before("_v", ["_h", "_l"], "_k ASC NULLS FIRST, _m, _v")
+    commit = _last_before("_v", ["_h", "_l"], "_x ASC NULLS FIRST, _m, _v")
     probes = points.select("*", commit.alias("_c")).where(F.col("_m") == 1)
-    return (probes.groupBy(*carried)
+    return (probes.groupBy("sid", "cluster", "consumer_group", "snapshot_ts", "committed_offset")
             .agg(F.max(F.when(F.col("_second"), F.col("_c"))).alias("lower"),
                  F.max(F.when(~F.col("_second"), F.col("_c"))).alias("upper")))
 
