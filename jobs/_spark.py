@@ -113,10 +113,11 @@ def session(engine: Engine | None = None, *, remote: str | None = None) -> Itera
         raise ValueError(f"unknown engine {engine!r}")
     # A Connect builder's getOrCreate() would hand back any session already active in this process (and we
     # would stop it on exit); create() always opens our own.
-    # PySpark's DataFrame debugging records the caller of every API call (a stack walk and a failing `import
-    # IPython` each time): about 0.1 ms per call, 20 ms to build the replay's plan. Errors still name the failing
-    # expression without it.
-    builder = builder.config("spark.python.sql.dataFrameDebugging.enabled", "false")
+    if engine == "sail":
+        # PySpark's DataFrame debugging records the caller of every API call (a stack walk and a failing `import
+        # IPython` each time): about 0.1 ms per call, 20 ms to build the replay's plan. Errors still name the
+        # failing expression without it. A Spark server holds it as a static setting: only our own server here.
+        builder = builder.config("spark.python.sql.dataFrameDebugging.enabled", "false")
     spark = builder.create() if engine in ("sail", "connect") else builder.getOrCreate()
     try:
         spark.conf.set("spark.sql.session.timeZone", "UTC")

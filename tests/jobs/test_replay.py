@@ -64,6 +64,19 @@ def test_queue_ids_are_dense_and_follow_client_host(spark: Any) -> None:
                    (4, "S", 3, "C", 1, 1)]
 
 
+def test_host_and_lifetime_pack_exactly_and_refuse_what_does_not_fit(spark: Any) -> None:
+    """(hid, lifetime) -> one long -> the same pair; a lifetime of 2^32 or more stops the run with a clear error."""
+    from pyspark.sql import functions as F
+
+    pairs = [(1, 0), (7, 2**32 - 1), (2**31 - 1, 12345)]
+    df = spark.createDataFrame(pairs, "hid long, lifetime long")
+    packed = replay._host_life(F.col("hid"), F.col("lifetime"))
+    hid, life = replay._host_life_split(packed)
+    assert sorted(tuple(r) for r in df.select(hid, life).collect()) == sorted(pairs)
+    with pytest.raises(Exception, match="2\\^32 entries or more"):
+        spark.createDataFrame([(1, 2**32)], "hid long, lifetime long").select(packed.alias("p")).collect()
+
+
 def test_commit_timeline_exact(spark: Any) -> None:
     """Deliveries -> entries, lifetimes, L and D exactly.
 
