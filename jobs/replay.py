@@ -235,8 +235,7 @@ def replayed_commits(timeline: DataFrame, queue_names: DataFrame, series: DataFr
     # 1. the active lifetime at t_s: the (host, lifetime) of the last entry started at or before t_s, in the order
     # (start, hid, lifetime) (hid follows client_host within a sid), on the entry row before each snapshot row.
     # An entry brings what its breakpoints need: D(o) (o + 1 from then on) and, when it gives one, the time of the
-    # second (o from then on; null = before everything for the lifetime's first entry). That one is left out where
-    # it repeats the value o_(j-1) + 1 of D(o_(j-1)) <= max(D(o_(j-1)), start of o_j): no gap in the offsets.
+    # second (o from then on; null = before everything for the lifetime's first entry).
     ents = timeline.select(
         "sid", start.alias("_k"), F.lit(0).alias("_m"), _host_life(F.col("hid"), F.col("lifetime")).alias("_e"),
         d.alias("_d"), o.alias("_o"), F.when(~first, F.greatest(prev_d, start)).alias("_kb"),
