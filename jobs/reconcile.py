@@ -96,8 +96,7 @@ def extract(spark: Any, lake: str, groups: list[str] | None) -> dict[str, Any]:
 
 def transform(frames: dict[str, Any], *, as_of: dt.datetime, window: int, dlq_warn_retries: int,
               blocking_min_age_s: int) -> dict[str, Any]:
-    """All reports from the silver frames: pure DataFrame -> DataFrame steps, no I/O.
-    """
+    """All reports from the silver frames: pure DataFrame -> DataFrame steps, no I/O."""
     from jobs import corrections, dlq, duplicates, replay, snapshots, status, unconsumed
 
     dels = frames["deliveries"]
@@ -111,8 +110,7 @@ def transform(frames: dict[str, Any], *, as_of: dt.datetime, window: int, dlq_wa
                                              dlq_warn_retries=dlq_warn_retries,
                                              blocking_min_age_s=blocking_min_age_s),
         "consumer_status": status.consumer_status(series, msgs, window=window),
-        "_agreement": replay.agreement(replay.commit_timeline(dels, as_of=as_of), replay.queues(dels, as_of=as_of),
-                                       series),
+        "_agreement": replay.agreement(dels, series, as_of=as_of),
     }
     return out
 

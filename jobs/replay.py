@@ -60,9 +60,10 @@ def replay_deliveries(deliveries: DataFrame, *, as_of: Optional[dt.datetime] = N
             keep = keep & F.col(k).isNotNull()
     if as_of is not None:
         keep = keep & (F.col("start_ts") <= _ts(as_of))
-    return deliveries.where(keep).select(*[F.coalesce(F.col(c), F.lit("")).alias(c) if c in ("client_id", "client_host") else F.col(c)
-                      for c in TIMELINE_KEY],
-                    F.col("queue_offset").cast("long"), "start_ts", F.col("end_ts").alias("left_ts"))
+    keys = [F.coalesce(F.col(c), F.lit("")).alias(c) if c in ("client_id", "client_host") else F.col(c)
+            for c in TIMELINE_KEY]
+    return deliveries.where(keep).select(*keys, F.col("queue_offset").cast("long"), "start_ts",
+                                         F.col("end_ts").alias("left_ts"))
 
 
 def queue_ids(frame: DataFrame) -> DataFrame:
@@ -153,13 +154,12 @@ def commit_timeline(deliveries: DataFrame, *, as_of: Optional[dt.datetime] = Non
         sid, hid (:func:`queue_ids`; names by :func:`named`), lifetime (numbered by the position of its first
         entry among the host's entries on the queue, from 0), lifetime_start (the lifetime's first entry),
         queue_offset, prev_offset (the lifetime's previous entry; null for its first), start_ts, left_ts (null:
-        never left; a time before the start counts as the start), in_flight_upto (some offset <= this one never
-        left), d_ts (D(o), null when infinite) and prev_d_ts (D of the lifetime's previous entry; null for its
-        first entry or when infinite).
+        never left; a time before the start counts as the start), d_ts (D(o); null when infinite: some offset <=
+        this one never left) and prev_d_ts (D of the lifetime's previous entry; null for its first entry or when
+        infinite).
     """
-    d = replay_deliveries(deliveries, as_of=as_of)
     start, left = F.col("start_ts"), F.col("left_ts")
-    d = queue_ids(d).join(d, on=TIMELINE_KEY, how="inner").select(  # the small frame on the left
+    d = with_queue_ids(replay_deliveries(deliveries, as_of=as_of)).select(
         "sid", "hid", "queue_offset", "start_ts",
         # a delivery cannot leave before it started (a clock step): D(o) >= start keeps the breakpoints of
         # replayed_commits in order
@@ -170,15 +170,15 @@ def commit_timeline(deliveries: DataFrame, *, as_of: Optional[dt.datetime] = Non
     # lifetime are consecutive, the first of them is the entry (the one pulled into the ProcessQueue).
     # Ties on (start, offset) are broken by the time left: deliveries equal in all three are interchangeable here
     # (nothing else of a delivery enters the timeline), so the result does not depend on their order.
-    order = "start_ts, queue_offset, left_ts"
-    by_time = Window.partitionBy("hid").orderBy("start_ts", "queue_offset", "left_ts")
+    order = ["start_ts", "queue_offset", "left_ts"]
+    by_time = Window.partitionBy("hid").orderBy(*order)
     prev = F.col("_prev")  # a column first: Sail cannot plan a window function inside a filter
     entries = (d.withColumn("_prev", F.lag("queue_offset").over(by_time))
                .where(prev.isNull() | (F.col("queue_offset") != prev))
                .withColumn("_restart", prev.isNull() | (F.col("queue_offset") < prev))
                .withColumn("_mark", F.when(F.col("_restart"), F.row_number().over(by_time) - 1)))
     # each entry's lifetime: the mark of the lifetime's first entry, carried forward (marks rise with the order)
-    entries = entries.withColumn("lifetime", F.coalesce(F.col("_mark"), _last_before("_mark", ["hid"], order))
+    entries = entries.withColumn("lifetime", F.coalesce(F.col("_mark"), _last_before("_mark", ["hid"], ", ".join(order)))
                                  .cast("long"))
     life = F.col("lifetime")
     # D of the previous entry: the running max of (lifetime, time left) over the earlier entries, in this lifetime
@@ -197,7 +197,7 @@ def commit_timeline(deliveries: DataFrame, *, as_of: Optional[dt.datetime] = Non
         # the delivery before an entry that starts no lifetime is of the previous entry's offset
         "sid", "hid", "lifetime", F.col("_restart").alias("lifetime_start"), "queue_offset",
         F.when(~F.col("_restart"), prev).alias("prev_offset"), "start_ts", "left_ts",
-        (latest == _dec(NEVER_US)).alias("in_flight_upto"), ts(latest).alias("d_ts"), ts(before).alias("prev_d_ts"),
+        ts(latest).alias("d_ts"), ts(before).alias("prev_d_ts"),
     )
 
 
@@ -270,13 +270,14 @@ def replayed_commits(timeline: DataFrame, queue_names: DataFrame, series: DataFr
                  F.max(F.when(~F.col("_second"), F.col("_c"))).alias("upper")))
 
 
-def agreement(timeline: DataFrame, queue_names: DataFrame, series: DataFrame) -> DataFrame:
+def agreement(deliveries: DataFrame, series: DataFrame, *, as_of: Optional[dt.datetime] = None) -> DataFrame:
     """Per (cluster, consumer_group): snapshots compared, agreeing, and their ratio.
 
     A snapshot is compared when the replay has a ProcessQueue for its (G, client, q) at ``t_s``; it agrees when
-    ``C_s`` lies in [replayed commit at ``t_s - 10 s``, replayed commit at ``t_s``].
+    ``C_s`` lies in [replayed commit at ``t_s - 10 s``, replayed commit at ``t_s``]. The timeline and the queue
+    names come from the same deliveries and ``as_of``, so their ids agree.
     """
-    r = replayed_commits(timeline, queue_names, series)
+    r = replayed_commits(commit_timeline(deliveries, as_of=as_of), queues(deliveries, as_of=as_of), series)
     agrees = (F.col("committed_offset") >= F.col("lower")) & (F.col("committed_offset") <= F.col("upper"))
     return (
         r.groupBy("cluster", "consumer_group")

@@ -17,8 +17,7 @@ What it does:
 3. ``replay``: exports silver/deliveries, silver/consumer_offsets and silver/queue_bounds from the lake with
    delta-rs into Parquet once, computes ``jobs.snapshots.offset_series`` from them once (Sail, as the reconcile
    job does, as of the newest snapshot) into Parquet, then times
-   ``replay.agreement(timeline, queues, series)`` with ``replay.commit_timeline(deliveries, as_of)`` and
-   ``replay.queues(deliveries, as_of)``, as the reconcile job does (collected, so fully computed) on
+   ``replay.agreement(deliveries, series, as_of=as_of)``, as the reconcile job does (collected, so fully computed) on
    (a) Sail, (b) classic local Spark (``jobs._spark.session("classic")``) and (c) the same replay written in
    DuckDB SQL, all reading the same Parquet files, each engine in its own process: one warm-up, then
    ``--repeats`` timed runs; medians and the ratios Sail/DuckDB and classic/Sail. The three must return the same
@@ -243,8 +242,7 @@ def child_replay_spark(a: dict[str, Any]) -> dict[str, Any]:
             dels = spark.read.parquet(str(d / "deliveries"))
             series = spark.read.parquet(str(d / "series"))
             # as the reconcile job runs it: one plan that reads the timeline once
-            agreement = replay.agreement(replay.commit_timeline(dels, as_of=as_of), replay.queues(dels, as_of=as_of),
-                                         series)
+            agreement = replay.agreement(dels, series, as_of=as_of)
             return _agreement_rows(agreement.select("cluster", "consumer_group", "compared", "agreeing").collect())
 
         times, warm, rows = _time_runs(a["engine"], run, a["repeats"])

@@ -37,11 +37,11 @@ def _timeline(spark: Any, rows: list[tuple]) -> tuple[Any, Any]:
             in_flight = in_flight or left is None
             d = None if in_flight else max(d or 0.0, left)
             out.append((*KEY[:3], host, *KEY[3:], life, i == 0, o, mine[i - 1][2] if i else None, S(start),
-                        None if left is None else S(left), in_flight, None if d is None else S(d),
+                        None if left is None else S(left), None if d is None else S(d),
                         None if prev_d is None or i == 0 else S(prev_d)))
     schema = ("cluster string, consumer_group string, client_id string, client_host string, topic string, "
               "broker string, queue_id int, lifetime long, lifetime_start boolean, queue_offset long, "
-              "prev_offset long, start_ts timestamp, left_ts timestamp, in_flight_upto boolean, d_ts timestamp, prev_d_ts timestamp")
+              "prev_offset long, start_ts timestamp, left_ts timestamp, d_ts timestamp, prev_d_ts timestamp")
     tl = replay.with_queue_ids(spark.createDataFrame(out, schema))
     return tl.drop(*replay.TIMELINE_KEY), tl.select(*replay.TIMELINE_KEY, "sid", "hid").distinct()
 
@@ -97,7 +97,7 @@ def test_commit_timeline_exact(spark: Any) -> None:
                                        "start_ts timestamp, end_ts timestamp, retry_times int, request_id string")
     tl = replay.named(replay.commit_timeline(dels, as_of=S(50)), replay.queues(dels, as_of=S(50)))
     cols = ["client_host", "lifetime", "lifetime_start", "queue_offset", "prev_offset", "start_ts", "left_ts",
-            "in_flight_upto", "d_ts", "prev_d_ts"]
+            "d_ts", "prev_d_ts"]
 
     def sec(v: Any) -> Any:
         return (v.replace(tzinfo=UTC) - T0).total_seconds() if isinstance(v, dt.datetime) else v
@@ -105,16 +105,16 @@ def test_commit_timeline_exact(spark: Any) -> None:
     got = sorted((tuple(sec(v) for v in r) for r in tl.select(*cols).collect()), key=lambda r: (r[0], r[1], r[3]))
     assert got == [
         # lifetime 0 of A: 11's second delivery is not an entry; 12 in flight pins D from 12 on
-        ("A", 0, True, 10, None, 1.0, 4.0, False, 4.0, None),
-        ("A", 0, False, 11, 10, 2.0, 3.0, False, 4.0, 4.0),
-        ("A", 0, False, 12, 11, 3.0, None, True, None, 4.0),
+        ("A", 0, True, 10, None, 1.0, 4.0, 4.0, None),
+        ("A", 0, False, 11, 10, 2.0, 3.0, 4.0, 4.0),
+        ("A", 0, False, 12, 11, 3.0, None, None, 4.0),
         # lifetime 3 of A (its first entry is A's fourth): 13 left "at 21.5" before it started: at 22
-        ("A", 3, True, 11, None, 20.0, 21.0, False, 21.0, None),
-        ("A", 3, False, 12, 11, 20.0, 25.0, False, 25.0, 21.0),
-        ("A", 3, False, 13, 12, 22.0, 22.0, False, 25.0, 25.0),
+        ("A", 3, True, 11, None, 20.0, 21.0, 21.0, None),
+        ("A", 3, False, 12, 11, 20.0, 25.0, 25.0, 21.0),
+        ("A", 3, False, 13, 12, 22.0, 22.0, 25.0, 25.0),
         # B: 13 in flight
-        ("B", 0, True, 12, None, 30.0, 31.0, False, 31.0, None),
-        ("B", 0, False, 13, 12, 30.0, None, True, None, 31.0),
+        ("B", 0, True, 12, None, 30.0, 31.0, 31.0, None),
+        ("B", 0, False, 13, 12, 30.0, None, None, 31.0),
     ]
 
 
