@@ -21,8 +21,8 @@ from jobs.snapshots import (
     broadcast_groups,
     deliveries_in_window,
     first_original,
-    latest,
     message_at,
+    newest,
 )
 from jobs.topics import DLQ_PREFIX, is_system_topic_col
 from schemas import dlq_candidates as schema
@@ -66,8 +66,12 @@ def retry_max_times(subscription_groups: DataFrame, *, as_of: dt.datetime) -> Da
     )
 
 
-def in_dlq(deliveries: DataFrame, messages: DataFrame, groups: DataFrame, retry_max: DataFrame) -> DataFrame:
-    """``IN_DLQ``: one row per message stored in ``%DLQ%G`` of a known group (rule 18)."""
+def in_dlq(deliveries: DataFrame, messages: DataFrame, retry_max: DataFrame) -> DataFrame:
+    """``IN_DLQ``: one row per message stored in ``%DLQ%G`` (rule 18), whatever else is known of G.
+
+    A ``--groups`` run leaves out the other groups' DLQ topics when it reads the messages
+    (``jobs.reconcile.extract``).
+    """
     dlq = messages.where(F.col("topic").startswith(DLQ_PREFIX)).select(
         "cluster", F.expr(f"substring(topic, {len(DLQ_PREFIX) + 1})").alias("consumer_group"),
         "topic", "broker", "queue_id", F.col("queue_offset").cast("long"), "uniq_key", "keys", "reconsume_times",
@@ -76,8 +80,7 @@ def in_dlq(deliveries: DataFrame, messages: DataFrame, groups: DataFrame, retry_
                                            F.col("queue_offset").alias("o_queue_offset"))
     last = deliveries.groupBy("cluster", "consumer_group", "uniq_key").agg(F.max("start_ts").alias("_last"))
     j = (
-        dlq.join(groups, on=["cluster", "consumer_group"], how="inner")
-        .join(orig, on=["cluster", "uniq_key"], how="left")
+        dlq.join(orig, on=["cluster", "uniq_key"], how="left")
         .join(retry_max, on=["cluster", "consumer_group"], how="left")
         .join(last, on=["cluster", "consumer_group", "uniq_key"], how="left")
     )
@@ -122,9 +125,12 @@ def retrying(deliveries: DataFrame, messages: DataFrame, retry_max: DataFrame, *
 
 def blocking_commit(series: DataFrame, deliveries: DataFrame, messages: DataFrame, retry_max: DataFrame, *,
                     blocking_min_age_s: int) -> DataFrame:
-    """``BLOCKING_COMMIT``: the original at ``C_S`` has had a delivery in flight since ``t_S - blocking_min_age``."""
+    """``BLOCKING_COMMIT``: the original at ``C_S`` has had a delivery in flight since ``t_S - blocking_min_age``.
+
+    S is the key's newest snapshot, with or without queue bounds (rule 20 needs no Min/Max).
+    """
     s = (
-        latest(series).where((F.col("client_id") == "") & ~is_system_topic_col(F.col("topic")))
+        newest(series).where((F.col("client_id") == "") & ~is_system_topic_col(F.col("topic")))
         .join(broadcast_groups(series), on=["cluster", "consumer_group"], how="left_anti")
         .select("cluster", "consumer_group", *QUEUE[1:], F.col("committed_offset").alias("queue_offset"), "snapshot_ts")
         .join(message_at(messages), on=[*QUEUE, "queue_offset"], how="inner")
@@ -181,14 +187,8 @@ def dlq_candidates(series: DataFrame, deliveries: DataFrame, messages: DataFrame
     """
     d = deliveries_in_window(deliveries, series, as_of=as_of)
     rmax = retry_max_times(subscription_groups, as_of=as_of)
-    groups = (
-        series.select("cluster", "consumer_group")
-        .unionByName(subscription_groups.where(F.col("snapshot_ts") <= _ts(as_of)).select("cluster", "consumer_group"))
-        .unionByName(d.select("cluster", "consumer_group"))
-        .distinct()
-    )
     return (
-        in_dlq(d, messages, groups, rmax)
+        in_dlq(d, messages, rmax)
         .unionByName(retrying(d, messages, rmax, dlq_warn_retries=dlq_warn_retries))
         .unionByName(blocking_commit(series, d, messages, rmax, blocking_min_age_s=blocking_min_age_s))
         .unionByName(broadcast_dropped(d, messages))

@@ -22,6 +22,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from jobs import _delta, reports, snapshots, storage
+from jobs.topics import DLQ_PREFIX
 from schemas import (
     consumer_offsets,
     consumer_status,
@@ -88,6 +89,9 @@ def extract(spark: Any, lake: str, groups: list[str] | None) -> dict[str, Any]:
     if groups:
         for name in ("consumer_offsets", "deliveries", "subscription_groups"):
             frames[name] = frames[name].where(F.col("consumer_group").isin(list(groups)))
+        # records carry no group; a DLQ topic names its group (IN_DLQ reports every record of %DLQ%G)
+        frames["messages"] = frames["messages"].where(
+            ~F.col("topic").startswith(DLQ_PREFIX) | F.col("topic").isin([DLQ_PREFIX + g for g in groups]))
     return frames
 
 
@@ -235,7 +239,7 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
     t0 = time.time()
     with _spark.session() as spark:
         frames = extract(spark, lake, groups)
-        as_of_ts = _as_of(frames, as_of, lake)
+        as_of_ts = _as_of(frames, as_of, lake, groups)
         rid = sanitize_run_id(run_id or default_run_id(as_of_ts))
         say(f"reconcile: run {rid} as of {reports.format_ts(as_of_ts)}")
         # What several reports read is computed once: the records they read one by one (at 10 M records most
@@ -256,11 +260,15 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
     return summary
 
 
-def _as_of(frames: dict[str, Any], as_of: str | dt.datetime | None, lake: str) -> dt.datetime:
+def _as_of(frames: dict[str, Any], as_of: str | dt.datetime | None, lake: str,
+           groups: list[str] | None = None) -> dt.datetime:
     """The run's as-of time: the one given, else the newest snapshot with consumer offsets."""
     as_of_ts = parse_as_of(as_of)
     if as_of_ts is None:
         latest = frames["consumer_offsets"].agg({"snapshot_ts": "max"}).collect()[0][0]
+        if latest is None and groups:
+            raise ValueError(f"no consumer offsets of groups {sorted(groups)} in {lake}/silver/consumer_offsets: "
+                             "check the group names, or give --as-of to report their DLQ records and deliveries")
         if latest is None:
             raise ValueError(f"no consumer offsets in {lake}/silver/consumer_offsets: run `rmq-recon ingest` first")
         as_of_ts = parse_as_of(latest)

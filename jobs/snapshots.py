@@ -104,8 +104,19 @@ def known(series: DataFrame) -> DataFrame:
 
 
 def latest(series: DataFrame) -> DataFrame:
-    """Each key's latest snapshot S (with known bounds)."""
+    """Each key's latest snapshot with known bounds: S of the outputs that need Min_S/Max_S (rules 2, 5)."""
     return series.where(F.col("is_latest"))
+
+
+def newest(series: DataFrame) -> DataFrame:
+    """Each key's newest snapshot, bounds known or not: S of the outputs that need only C_S and t_S (rule 2).
+
+    Why not :func:`latest`: a newest snapshot without ``consumequeue/`` still has the committed offset and the
+    time, and going back to an older snapshot would judge the consumer by a stale offset.
+    """
+    w = Window.partitionBy(*SERIES_KEY)
+    return (series.withColumn("_newest", F.max("snapshot_ts").over(w))  # a column first: no window in a filter
+            .where(F.col("snapshot_ts") == F.col("_newest")).drop("_newest"))
 
 
 def broadcast_groups(series: DataFrame) -> DataFrame:

@@ -44,3 +44,28 @@ def test_an_as_of_run_sees_only_its_snapshots(lake: pathlib.Path, as_of: str | N
     folder = pathlib.Path(summary["report_dir"])
     assert [tuple(r[c] for c in COLUMNS) for r in read_csv(folder / "dlq_candidates.csv")] == [expected]
     assert {r["snapshot_ts"] for r in read_csv(folder / "consumer_status.csv")} == {snapshot}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("groups, expected", [
+    (["GID_recon"], [("GID_recon", "IN_DLQ", "5", "16")]),
+    (["GID_absent"], []),
+], ids=["its_own_dlq_record", "not_another_groups_dlq_record"])
+def test_a_groups_run_reports_the_dlq_records_of_those_groups_only(lake: pathlib.Path, groups: list[str],
+                                                                   expected: list[tuple]) -> None:
+    """``--groups``: IN_DLQ reads every record of ``%DLQ%G`` (rule 18), so the filter must reach the records."""
+    from jobs import reconcile
+
+    summary = reconcile.run(str(lake / "lake"), str(lake / "reports"), groups=groups, as_of="2026-01-05T05:30:00Z",
+                            run_id="groups-" + groups[0])
+    rows = read_csv(pathlib.Path(summary["report_dir"]) / "dlq_candidates.csv")
+    assert [(r["consumer_group"], r["reason"], r["queue_offset"], r["reconsume_times"]) for r in rows] == expected
+    assert sorted(summary["groups"]) == sorted(g for g in groups if expected)
+
+
+@pytest.mark.integration
+def test_a_groups_run_without_as_of_names_the_groups_it_found_nothing_of(lake: pathlib.Path) -> None:
+    from jobs import reconcile
+
+    with pytest.raises(ValueError, match=r"no consumer offsets of groups \['GID_absent'\] in .*check the group names"):
+        reconcile.run(str(lake / "lake"), str(lake / "reports"), groups=["GID_absent"])

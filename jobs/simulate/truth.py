@@ -392,10 +392,10 @@ class Truth:
                 if orig is None:
                     continue
                 out.append(self._dlq_row(g, "", orig, uniq, orig.keys, r, max_default, "RETRYING", last.start, eta))
-            for s in self.series:
-                if s.group != g or is_system_topic(s.topic):
+            for s in self.commit_series:  # the newest snapshot, bounds known or not (rule 20 needs no Min/Max)
+                if s.group != g or s.client_id or is_system_topic(s.topic):
                     continue
-                ts, c, _, _ = s.points[-1]
+                ts, c = s.commits[-1]
                 m = self.at.get((s.broker, s.topic, s.qid, c))
                 if m is None:
                     continue

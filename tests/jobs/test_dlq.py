@@ -112,6 +112,32 @@ def test_dlq_candidates(spark, offsets, messages, deliveries, groups, expected) 
     assertDataFrameEqual(actual, spark.createDataFrame(expected, REPORT))
 
 
+def _candidates(spark, offsets: list, bounds: list, messages: list, deliveries: list, groups: list):  # noqa: ANN001, ANN202
+    series = snapshots.offset_series(spark.createDataFrame(offsets, CO.SCHEMA), spark.createDataFrame(bounds, QB.SCHEMA),
+                                     as_of=AS_OF)
+    return dlq.dlq_candidates(series, spark.createDataFrame(deliveries, D.SCHEMA), spark.createDataFrame(messages, M.SCHEMA),
+                              spark.createDataFrame(groups, SG.SCHEMA), as_of=AS_OF)
+
+
+def test_blocking_commit_is_judged_at_the_newest_snapshot_even_without_queue_bounds(spark) -> None:  # noqa: ANN001
+    """Snapshots at 00:30 (with consumequeue) and 01:00 (without): C = 32 in both. A delivery of offset 32 in flight
+    since 00:40 has pinned the commit for 20 min at 01:00, the newest snapshot; at 00:30 it had not started. The
+    bounds-based outputs skip 01:00 (rule 5); BLOCKING_COMMIT needs only C_S and t_S (rule 20)."""
+    early = T_S - 30 * 60
+    offsets = [("c", "b", S(early), "G", "T", 0, "", 32, False, "f", False), off(32)]
+    got = _candidates(spark, offsets, [("c", "b", S(early), "T", 0, 0, 100)], [msg(32, "K32")],
+                      [dl("h", "K32", 0, T_S - 20 * 60, None, None)], [])
+    assertDataFrameEqual(got, spark.createDataFrame([out(32, "K32", 0, 16, "BLOCKING_COMMIT", T_S - 20 * 60, None)],
+                                                    REPORT))
+
+
+def test_every_record_of_a_dlq_topic_is_in_dlq_even_of_a_group_known_from_nothing_else(spark) -> None:  # noqa: ANN001
+    """%DLQ%GX holds a record, and GX has no committed offset, no subscriptionGroup.json entry and no trace."""
+    got = _candidates(spark, [off(8)], [("c", "b", S(T_S), "T", 0, 0, 100)],
+                      [msg(7, "K"), msg(0, "K", topic="%DLQ%GX", reconsume=17, store=3100)], [], [])
+    assertDataFrameEqual(got, spark.createDataFrame([out(7, "K", 16, 16, "IN_DLQ", None, 3100, group="GX")], REPORT))
+
+
 def test_the_full_retry_schedule_takes_about_4h46m() -> None:
     """Levels 3..18 (10s + 30s + 1m + ... + 1h + 2h): 4 h 45 min 40 s before the 17th delivery fails."""
     assert dlq.remaining_delay_ms(0, 16) == (4 * 3600 + 45 * 60 + 40) * 1000
