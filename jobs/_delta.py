@@ -7,6 +7,7 @@ delta-rs answers the questions Spark Connect cannot (does the table exist, what 
 """
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
 
     from schemas._table import Table
+
+log = logging.getLogger(__name__)
 
 # Columns that record when we saw a row, not what the row says: a re-run must not rewrite them.
 VOLATILE_COLUMNS = frozenset({"ingested_at", "detected_at", "updated_at"})
@@ -56,11 +59,36 @@ def exists(lake: str, table: "Table") -> bool:
 
 
 def read(spark: "SparkSession", lake: str, table: "Table") -> "DataFrame":
-    """The table as a DataFrame with its declared schema; an empty frame when it does not exist yet."""
+    """The table as a DataFrame with its declared schema; an empty frame when it does not exist yet.
+
+    A column declared after the table was written reads as null in the rows written before.
+    """
+    from pyspark.sql import functions as F
+
     if not exists(lake, table):
         return spark.createDataFrame([], table.schema)
     df = spark.read.format(table_format()).load(table.path(lake))
-    return df.select(*table.columns)
+    have = set(df.columns)
+    return df.select(*[F.col(c) if c in have else F.lit(None).cast(table.schema[c].dataType).alias(c)
+                       for c in table.columns])
+
+
+def add_missing_columns(lake: str, table: "Table") -> list[str]:
+    """Add the declared columns a Delta table lacks (nullable; older rows read null), so new rows can be merged.
+
+    Why: a lake written by an earlier release keeps working after a schema gains a column. Returns their names.
+    """
+    from deltalake import DeltaTable
+    from deltalake.schema import Field
+
+    path = table.path(lake)
+    dt = DeltaTable(path, storage_options=storage_options() if _is_s3(path) else None)
+    have = {f.name for f in dt.schema().fields}
+    missing = [f for f in _arrow_schema(table) if f.name not in have]
+    if missing:
+        dt.alter.add_columns([Field.from_arrow(f) for f in missing])
+        log.info("%s: added columns %s (null in the rows written before)", table.qualified, [f.name for f in missing])
+    return [f.name for f in missing]
 
 
 def _create(df: "DataFrame", lake: str, table: "Table") -> None:
@@ -85,6 +113,8 @@ def merge(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table", *, 
         n = df.count()
         _create(df, lake, table)
         return n
+    if table_format() == "delta":
+        add_missing_columns(lake, table)
     target = read(spark, lake, table)
     compare = [c for c in table.columns if c not in VOLATILE_COLUMNS]
     if insert_only:

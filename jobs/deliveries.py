@@ -33,7 +33,7 @@ def sub_afters(trace: DataFrame) -> DataFrame:
         .where("_rn = 1")
         .select("cluster", "request_id", "msg_id", F.col("group").alias("after_group"),
                 F.col("success"), F.col("context_code"), F.col("cost_time_ms").alias("after_cost"),
-                F.col("timestamp").alias("after_ts"))
+                F.col("timestamp").alias("after_ts"), F.col("first_snapshot_ts").alias("after_snapshot_ts"))
     )
 
 
@@ -49,7 +49,7 @@ def deliveries(trace: DataFrame, messages: DataFrame, client_ids: DataFrame) -> 
         trace.where("type = 'SubBefore'")
         .select("cluster", F.col("group").alias("consumer_group"), "request_id", "msg_id", "retry_times",
                 F.col("timestamp").alias("start_ts"), "client_host", F.col("broker").alias("trace_broker"),
-                F.col("physical_offset").alias("trace_physical_offset"), "record_index")
+                F.col("physical_offset").alias("trace_physical_offset"), "record_index", "first_snapshot_ts")
     )
     # A batch context shares one requestId: keep every message, and keep the key unique.
     wb = Window.partitionBy("cluster", "consumer_group", "request_id", "msg_id").orderBy(
@@ -91,6 +91,7 @@ def deliveries(trace: DataFrame, messages: DataFrame, client_ids: DataFrame) -> 
         "retry_times", "start_ts", end_ts.alias("end_ts"), "success", "context_code", "topic", "broker", "queue_id",
         "queue_offset", "client_host", F.coalesce(F.col("_client"), F.lit("")).alias("client_id"),
         F.col("after_cost").cast("long").alias("cost_time_ms"), "trace_broker", "trace_physical_offset",
+        "first_snapshot_ts", "after_snapshot_ts",
     )
     schema = deliveries_schema.SCHEMA
     return out.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])

@@ -353,7 +353,7 @@ def trace_rows(cluster: str, broker: str, tbl: pa.Table, out: Extracted, snap: S
                 "retry_times": r.get("retry_times"), "keys": r.get("keys"), "cost_time_ms": r.get("cost_time_ms"),
                 "success": r.get("success"), "context_code": r.get("context_code"), "topic": r.get("topic"),
                 "tags": r.get("tags"), "store_host": r.get("store_host"), "offset_msg_id": r.get("offset_msg_id"),
-                "msg_type": r.get("msg_type"),
+                "msg_type": r.get("msg_type"), "first_snapshot_ts": snap.ts,
             })
     return rows
 

@@ -103,7 +103,7 @@ def transform(frames: dict[str, Any], *, as_of: dt.datetime, window: int, dlq_wa
     """All reports from the silver frames: pure DataFrame -> DataFrame steps, no I/O."""
     from jobs import corrections, dlq, duplicates, replay, snapshots, status, unconsumed
 
-    dels = frames["deliveries"]
+    dels = snapshots.deliveries_as_of(frames["deliveries"], as_of=as_of)
     series = snapshots.offset_series(frames["consumer_offsets"], frames["queue_bounds"], as_of=as_of)
     msgs = snapshots.messages_as_of(frames["messages"], as_of=as_of)
     out = {

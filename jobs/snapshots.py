@@ -4,8 +4,8 @@
 series of ``C_s`` with the ``Min_s``/``Max_s`` of the same broker snapshot (a broadcast client's snapshot takes
 the bounds of the broker snapshot at or before it), the latest snapshot S and the as-of cut. The other
 helpers answer the questions several reports ask of silver/messages and silver/deliveries: the original
-copies of a UNIQ_KEY (rule 7), the message stored at a queue position, the deliveries inside the window
-(rule 8) and which groups are broadcast (rule 4). All are pure DataFrame -> DataFrame functions.
+copies of a UNIQ_KEY (rule 7), the message stored at a queue position, the records and deliveries an as-of
+run sees (rule 0), the deliveries inside the window (rule 8) and which groups are broadcast (rule 4). All are pure DataFrame -> DataFrame functions.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from jobs.topics import DLQ_PREFIX, RETRY_PREFIX, SCHEDULE_TOPIC, is_system_topic_col
+from schemas import deliveries as deliveries_schema
 
 SERIES_KEY = ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id"]
 QUEUE = ["cluster", "topic", "broker", "queue_id"]
@@ -154,6 +155,22 @@ def messages_as_of(messages: DataFrame, *, as_of: dt.datetime) -> DataFrame:
     writes, so it can hold records stored after its name. Records without a snapshot (null) are always seen.
     """
     return messages.where(F.col("first_snapshot_ts").isNull() | (F.col("first_snapshot_ts") <= _ts(as_of)))
+
+
+# What a delivery knows from its SubAfter record.
+AFTER_COLUMNS = ("end_ts", "success", "context_code", "cost_time_ms", "after_snapshot_ts")
+
+
+def deliveries_as_of(deliveries: DataFrame, *, as_of: dt.datetime) -> DataFrame:
+    """The deliveries an as-of run may see (rule 0), as its snapshots held their trace records.
+
+    A SubBefore first held by a later snapshot is not seen; a SubAfter first held by a later snapshot is not seen
+    yet, so its delivery is in flight as of then. A null snapshot (a tabular export's record) is always seen.
+    """
+    cut = _ts(as_of)
+    after_seen = F.col("after_snapshot_ts").isNull() | (F.col("after_snapshot_ts") <= cut)
+    return deliveries.where(F.col("first_snapshot_ts").isNull() | (F.col("first_snapshot_ts") <= cut)).select(
+        *[F.when(after_seen, F.col(c)).alias(c) if c in AFTER_COLUMNS else F.col(c) for c in deliveries_schema.TABLE.columns])
 
 
 def relevant_messages(messages: DataFrame, deliveries: DataFrame, consumer_offsets: DataFrame) -> DataFrame:

@@ -26,6 +26,9 @@ SCHEMA = StructType(
         StructField("cost_time_ms", LongType(), True),
         StructField("trace_broker", StringType(), True),
         StructField("trace_physical_offset", LongType(), True),
+        # the first snapshots holding the SubBefore and the SubAfter records (an as-of run sees only earlier ones)
+        StructField("first_snapshot_ts", TimestampType(), True),
+        StructField("after_snapshot_ts", TimestampType(), True),
     ]
 )
 KEY: tuple[str, ...] = ('cluster', 'consumer_group', 'request_id')

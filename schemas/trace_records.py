@@ -32,6 +32,8 @@ SCHEMA = StructType(
         StructField("store_host", StringType(), True),
         StructField("offset_msg_id", StringType(), True),
         StructField("msg_type", IntegerType(), True),
+        # the first snapshot whose commitlog held the record: what an as-of run may see (docs/semantics.md 0)
+        StructField("first_snapshot_ts", TimestampType(), True),
     ]
 )
 KEY: tuple[str, ...] = ("cluster", "broker", "physical_offset", "record_index")

@@ -33,9 +33,10 @@ def test_deliveries_pair_map_and_name_clients(spark) -> None:  # noqa: ANN001
     trace = spark.createDataFrame(_trace([
         # clustering group G: delivered, succeeded (9-field SubAfter with timestamp)
         dict(physical_offset=900, record_index=0, client_host="10.0.0.1", type="SubBefore", timestamp=_ts(1),
-             group="G", request_id="r1", msg_id="K1", retry_times=0),
-        dict(physical_offset=900, record_index=1, client_host="10.0.0.1", type="SubAfter", timestamp=_ts(3),
-             group="G", request_id="r1", msg_id="K1", success=True, context_code=0, cost_time_ms=2000),
+             group="G", request_id="r1", msg_id="K1", retry_times=0, first_snapshot_ts=_ts(60)),
+        dict(physical_offset=905, record_index=0, client_host="10.0.0.1", type="SubAfter", timestamp=_ts(3),
+             group="G", request_id="r1", msg_id="K1", success=True, context_code=0, cost_time_ms=2000,
+             first_snapshot_ts=_ts(120)),
         # CLOUD layout SubAfter: no timestamp, end = start + cost
         dict(physical_offset=901, record_index=0, client_host="10.0.0.1", type="SubBefore", timestamp=_ts(10),
              group="G", request_id="r2", msg_id="K2", retry_times=1),
@@ -58,10 +59,37 @@ def test_deliveries_pair_map_and_name_clients(spark) -> None:  # noqa: ANN001
                                     "cluster string, consumer_group string, client_id string")
     got = deliveries.deliveries(trace, messages, clients)
     expected = spark.createDataFrame([
-        ("c", "G", "r1", "K1", 0, _ts(1), _ts(3), True, 0, "T", "b", 2, 41, "10.0.0.1", "", 2000, "b", 900),
-        ("c", "G", "r2", "K2", 1, _ts(10), _ts(10.5), False, 4, "T", "b", 0, 5, "10.0.0.1", "", 500, "b", 901),
-        ("c", "G", "r3", "K1", 0, _ts(20), None, None, None, "T", "b", 2, 41, "10.0.0.2", "", None, "b", 903),
+        ("c", "G", "r1", "K1", 0, _ts(1), _ts(3), True, 0, "T", "b", 2, 41, "10.0.0.1", "", 2000, "b", 900,
+         _ts(60), _ts(120)),
+        ("c", "G", "r2", "K2", 1, _ts(10), _ts(10.5), False, 4, "T", "b", 0, 5, "10.0.0.1", "", 500, "b", 901,
+         None, None),
+        ("c", "G", "r3", "K1", 0, _ts(20), None, None, None, "T", "b", 2, 41, "10.0.0.2", "", None, "b", 903,
+         None, None),
         ("c", "B", "r4", "K9", 0, _ts(30), None, None, None, None, None, None, None, "10.0.0.7", "10.0.0.7@DEFAULT",
-         None, "b", 904),
+         None, "b", 904, None, None),
     ], D.SCHEMA)
     assertDataFrameEqual(got, expected)
+
+
+def _delivery(req: str, before_snap: float | None, after_snap: float | None, *, end: float | None = 5) -> tuple:
+    r = {c: None for c in D.TABLE.columns}
+    r.update(cluster="c", consumer_group="G", request_id=req, uniq_key="K", retry_times=0, start_ts=_ts(1),
+             end_ts=None if end is None else _ts(end), success=None if end is None else True,
+             context_code=None if end is None else 0, cost_time_ms=None if end is None else 4000,
+             first_snapshot_ts=None if before_snap is None else _ts(before_snap),
+             after_snapshot_ts=None if after_snap is None else _ts(after_snap))
+    return tuple(r[c] for c in D.TABLE.columns)
+
+
+def test_an_as_of_run_sees_the_trace_records_its_snapshots_held(spark) -> None:  # noqa: ANN001
+    """As of 01:00 (rule 0): a SubAfter first held at 02:00 is not seen yet (in flight then, as in a lake ingested
+    up to 01:00); a SubBefore first held at 02:00 is not seen at all; records of no snapshot always are."""
+    from jobs import snapshots
+
+    d = spark.createDataFrame([_delivery("seen", 3600, 3600), _delivery("after-later", 3600, 7200),
+                               _delivery("before-later", 7200, 7200), _delivery("export", None, None),
+                               _delivery("in-flight", 3600, None, end=None)], D.SCHEMA)
+    got = snapshots.deliveries_as_of(d, as_of=T0 + dt.timedelta(hours=1))
+    assertDataFrameEqual(got, spark.createDataFrame([
+        _delivery("seen", 3600, 3600), _delivery("after-later", 3600, None, end=None), _delivery("export", None, None),
+        _delivery("in-flight", 3600, None, end=None)], D.SCHEMA))
