@@ -1,8 +1,9 @@
 """Message trace records (formats §7): the bodies of ``RMQ_SYS_TRACE_TOPIC`` messages.
 
 ``TraceDataEncoder`` joins fields with char 1 and ends each record with char 2; one trace message holds many
-records. Every layout RocketMQ writes is read: Pub with 13, 14 or >= 15 fields, SubBefore (8), SubAfter (9, or
-the CLOUD access channel's 7 with or without the closing char 2), EndTransaction (13) and Recall (7).
+records. Every layout RocketMQ writes is read: Pub with 13, 14 or >= 15 fields, SubBefore (8), SubAfter (9, 8 in
+older clients, 6 before contextCode, or the CLOUD access channel's 7 with or without the closing char 2),
+EndTransaction (13) and Recall (7).
 """
 from __future__ import annotations
 
@@ -32,8 +33,10 @@ def _opt(text: str) -> str | None:
 def _pub(f: list[str]) -> dict[str, Any]:
     r = {"type": "Pub", "timestamp_ms": _int(f[1]), "region_id": f[2], "group": f[3], "topic": f[4],
          "msg_id": f[5], "tags": _opt(f[6]), "keys": _opt(f[7]), "store_host": f[8], "body_length": _int(f[9]),
-         "cost_time_ms": _int(f[10]), "msg_type": _int(f[11]), "offset_msg_id": _opt(f[12])}
-    r["success"] = _bool(f[13]) if len(f) > 13 else None
+         "cost_time_ms": _int(f[10]), "msg_type": _int(f[11])}
+    # 13 fields: the older layout without offsetMsgId, isSuccess last (TraceDataEncoder.decoderFromTraceDataString)
+    r["offset_msg_id"] = _opt(f[12]) if len(f) > 13 else None
+    r["success"] = _bool(f[13]) if len(f) > 13 else _bool(f[12])
     r["client_host"] = _opt(f[14]) if len(f) > 14 else None
     return r
 
@@ -44,12 +47,10 @@ def _sub_before(f: list[str]) -> dict[str, Any]:
 
 
 def _sub_after(f: list[str]) -> dict[str, Any]:
-    r = {"type": "SubAfter", "request_id": f[1], "msg_id": f[2], "cost_time_ms": _int(f[3]), "success": _bool(f[4]),
-         "keys": _opt(f[5]), "context_code": _int(f[6]), "timestamp_ms": None, "group": None}
-    if len(f) >= 9:
-        r["timestamp_ms"] = _int(f[7])
-        r["group"] = f[8]
-    return r
+    """6 fields (before contextCode), 7 (CLOUD), 8 (timeStamp, before groupName was added) or 9."""
+    return {"type": "SubAfter", "request_id": f[1], "msg_id": f[2], "cost_time_ms": _int(f[3]),
+            "success": _bool(f[4]), "keys": _opt(f[5]), "context_code": _int(f[6]) if len(f) > 6 else None,
+            "timestamp_ms": _int(f[7]) if len(f) > 7 else None, "group": f[8] if len(f) > 8 else None}
 
 
 def _end_tx(f: list[str]) -> dict[str, Any]:
@@ -63,6 +64,11 @@ def _recall(f: list[str]) -> dict[str, Any]:
             "msg_id": f[5], "success": _bool(f[6])}
 
 
+def _ends(tokens: list[str], j: int) -> bool:
+    """Whether a record can end before ``tokens[j]``: the end, an empty token (char 1 + char 2) or a new record."""
+    return j >= len(tokens) or tokens[j] == "" or tokens[j] in TYPES
+
+
 def _width(tokens: list[str], i: int) -> int:
     """How many tokens the record starting at ``tokens[i]`` uses (SubAfter and Pub vary)."""
     kind = tokens[i]
@@ -74,14 +80,16 @@ def _width(tokens: list[str], i: int) -> int:
     if kind == "Recall":
         return 7
     if kind == "SubAfter":
-        # 9 fields unless the CLOUD layout (7) is followed by the next record or the end
-        if rest >= 9 and tokens[i + 7].lstrip("-").isdigit() and (rest == 9 or tokens[i + 9] in TYPES or tokens[i + 9] == ""):
-            return 9
-        return 7
+        # 9 or 8 fields (a timeStamp at 7, then the record ends); else the CLOUD layout's 7, which 4.9.7 runs into
+        # the next record; 6 when the record ends before a contextCode
+        for width in (9, 8):
+            if rest >= width and tokens[i + 7].lstrip("-").isdigit() and _ends(tokens, i + width):
+                return width
+        return 6 if rest >= 6 and _ends(tokens, i + 6) else 7
     if kind == "Pub":
-        if rest <= 13 or tokens[i + 13] in TYPES or tokens[i + 13] == "":
+        if _ends(tokens, i + 13):
             return 13
-        if rest == 14 or tokens[i + 14] in TYPES or tokens[i + 14] == "":
+        if _ends(tokens, i + 14):
             return 14
         return 15
     raise ValueError(f"unknown trace record type {kind!r}")

@@ -26,15 +26,30 @@ def test_round_trip_of_every_record_type() -> None:
 
 
 @pytest.mark.parametrize("body, expected", [
-    pytest.param(b"Pub\x011\x01R\x01P\x01T\x01AB\x01t\x01k\x01h:1\x013\x012\x010\x01X\x02",
-                 {**PUB, "store_host": "h:1", "success": None}, id="pub_with_13_fields"),
+    pytest.param(b"Pub\x011\x01R\x01P\x01T\x01AB\x01t\x01k\x01h:1\x013\x012\x010\x01true\x02",
+                 {**PUB, "store_host": "h:1", "offset_msg_id": None, "success": True},
+                 id="pub_with_13_fields_has_no_offset_msg_id_and_ends_with_is_success"),
     pytest.param(b"Pub\x011\x01R\x01P\x01T\x01AB\x01t\x01k\x01h:1\x013\x012\x010\x01X\x01true\x0110.0.0.9\x02",
                  {**PUB, "store_host": "h:1", "client_host": "10.0.0.9"}, id="pub_with_client_host"),
     pytest.param(b"SubAfter\x01rq1\x01AB\x015\x01false\x01k1 k2\x014\x01\x02",
                  {**SA, "timestamp_ms": None, "group": None}, id="cloud_sub_after_head_layout"),
+    pytest.param(b"SubAfter\x01rq1\x01AB\x015\x01false\x01k1 k2\x014\x011005\x02",
+                 {**SA, "group": None}, id="sub_after_with_8_fields_has_a_timestamp_and_no_group"),
+    pytest.param(b"SubAfter\x01rq1\x01AB\x015\x01false\x01k1 k2\x02",
+                 {**SA, "context_code": None, "timestamp_ms": None, "group": None},
+                 id="sub_after_with_6_fields_has_no_context_code"),
 ])
 def test_field_count_variants(body: bytes, expected: dict) -> None:
     assert trace.decode_trace_body(body, source_path="s", position=0) == ([expected], [])
+
+
+def test_sub_after_layouts_in_one_body_each_decode_without_problems() -> None:
+    body = (b"SubAfter\x01r1\x01A\x015\x01true\x01k\x010\x011005\x02SubAfter\x01r2\x01B\x015\x01true\x01k\x02"
+            + trace.encode_trace_records([SA]))
+    records, problems = trace.decode_trace_body(body, source_path="s", position=0)
+    assert problems == []
+    assert [(r["request_id"], r["context_code"], r["timestamp_ms"], r["group"]) for r in records] == [
+        ("r1", 0, 1005, None), ("r2", None, None, None), ("rq1", 4, 1005, "G")]
 
 
 def test_cloud_sub_after_without_closing_char_runs_into_the_next_record_as_in_4_9_7() -> None:
