@@ -130,9 +130,9 @@ def tags_hash(tags: str | None) -> int:
     if not tags:
         return 0
     h = 0
-    for ch in tags.encode("utf-16-be").decode("utf-16-be"):
-        for unit in (ord(ch),) if ord(ch) < 0x10000 else divmod(ord(ch) - 0x10000, 0x400):
-            h = (31 * h + unit) & 0xFFFFFFFF
+    units = tags.encode("utf-16-be")  # Java hashes UTF-16 code units (a surrogate pair above the BMP)
+    for i in range(0, len(units), 2):
+        h = (31 * h + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
     return h - (1 << 32) if h & 0x80000000 else h
 
 
@@ -737,7 +737,7 @@ def _decode_kernel(buf: np.ndarray, pos: np.ndarray) -> tuple:  # type: ignore[t
                 if sep < 0 and _u8(buf, q) == 1:
                     sep = q
                 q += 1
-            if sep >= 0:
+            if start < sep < q - 1:  # string2messageProperties keeps a pair only with a name and a value
                 nl = sep - start
                 vl = q - sep - 1
                 _copy(key, key_off[k], buf, start, nl)

@@ -34,5 +34,6 @@ def uniq_key_ip(uniq_key: str) -> str:
 
 def make_uniq_key(ip: str, pid: int, classloader_hash: int, ms_since_month_start: int, counter: int) -> str:
     """``MessageClientIDSetter``: IP(4) + pid(2) + classloader hash(4) + time since month start(4) + counter(2)."""
-    return (socket.inet_aton(ip) + struct.pack(">hiih", pid & 0x7FFF, classloader_hash, ms_since_month_start,
-                                               counter & 0x7FFF)).hex().upper()
+    # Java writes (short) pid, the int hash, (int) ms and (short) counter: each wraps to its width
+    return (socket.inet_aton(ip) + struct.pack(">HIIH", pid & 0xFFFF, classloader_hash & 0xFFFFFFFF,
+                                               ms_since_month_start & 0xFFFFFFFF, counter & 0xFFFF)).hex().upper()

@@ -99,7 +99,7 @@ class BulkTopic:
         rows[:, self.BODY_AT + 8:self.BODY_AT + 18] = _digits(seq, 10)
         rows[:, self.keys_at:self.keys_at + 10] = _digits(seq, 10)
         # MessageClientIDSetter: ip, pid, classloader hash, then ms since month start (4 bytes) + counter (2)
-        tail = ((born - month_start_ms(now)) << 16) | ((seq + 1) & 0x7FFF)
+        tail = (((born - month_start_ms(now)) & 0xFFFFFFFF) << 16) | ((seq + 1) & 0xFFFF)
         rows[:, self.uniq_at + 20:self.uniq_at + 32] = _hex(tail, 12)
         crc = np.fromiter((zlib.crc32(r) & 0x7FFFFFFF for r in rows[:, self.BODY_AT:self.BODY_AT + 18]),
                           dtype=np.int64, count=k)

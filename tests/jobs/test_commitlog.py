@@ -165,7 +165,19 @@ def test_tags_hash_is_java_string_hashcode_and_real_tags_slots_are_ext_addresses
     from jobs import consumequeue
 
     assert [commitlog.tags_hash(t) for t in ("", "TAG1", "TagA", "book")] == [0, 2567159, 2598919, 3029737]
+    assert commitlog.tags_hash("\U0001F600") == 0xD83D * 31 + 0xDE00  # a surrogate pair, as Java hashes it
     # This store ran with enableConsumeQueueExt: its tags slots hold ext addresses (ConsumeQueueExt.isExtAddr:
     # value <= Integer.MIN_VALUE - 1), Long.MIN_VALUE + the entry's byte position in consumequeue_ext.
     cq = consumequeue.decode_cq((STORE / "consumequeue/abc/0/00000000000000000000").read_bytes(), file_start_byte=0)
     assert (cq.tags_code - np.iinfo(np.int64).min).tolist() == list(range(0, 200, 20))
+
+
+def test_property_pairs_without_a_name_or_a_value_are_dropped_as_the_broker_does() -> None:
+    """``MessageDecoder.string2messageProperties`` keeps a pair only with a name and a value: an empty UNIQ_KEY is no
+    UNIQ_KEY (the msgId is then the offsetMsgId), not a key ''."""
+    rec = commitlog.encode_message(topic="T", queue_id=0, queue_offset=0, physical_offset=0, body=b"x",
+                                   properties={"UNIQ_KEY": "", "": "v", "KEYS": "k", "TAGS": "t"}, born_ts_ms=1,
+                                   store_ts_ms=2, born_host=("10.0.0.1", 1), store_host=("10.0.0.2", 10911))
+    out = commitlog.decode_segment(rec, segment_start=0, segment="s")
+    [r] = out.table.to_pylist()
+    assert (r["uniq_key"], r["keys"], r["tags"], r["properties"]) == (None, "k", "t", [("KEYS", "k"), ("TAGS", "t")])

@@ -15,3 +15,5 @@ def test_uniq_key_layout() -> None:
     key = msgid.make_uniq_key("10.0.0.5", 4242, 0x1B4AAC28, 123456, 7)
     assert key == "0A00000510921B4AAC280001E2400007" and len(key) == 32
     assert msgid.uniq_key_ip(key) == "10.0.0.5"
+    # a real key (queryMsgByOffset fixture): pid 0x8410 and 0x8A9BE9B5 ms into the month use the top bits
+    assert msgid.make_uniq_key("127.0.0.1", 0x8410, 0x18B4AAC2, 0x8A9BE9B5, 0) == "7F000001841018B4AAC28A9BE9B50000"
