@@ -857,7 +857,10 @@ def _with_ipv6(buf: np.ndarray, hosts: pa.Array, starts: np.ndarray, v6: np.ndar
 def _bodies(buf: np.ndarray, topic: tuple[np.ndarray, np.ndarray], body_topics: frozenset[str], body_pos: np.ndarray,
             body_len: np.ndarray, sys_flag: np.ndarray, pos: np.ndarray, segment: str, problems: list[Problem]
             ) -> pa.Array:
-    """The bodies of the records whose topic (bytes, offsets) is one of ``body_topics``, decompressed; else null."""
+    """The bodies of the records whose topic (bytes, offsets) is one of ``body_topics``, decompressed; else null.
+
+    A kept body whose CRC32 does not match the record's BODYCRC is corrupt: a problem, and the body is dropped.
+    """
     n = len(body_pos)
     if not body_topics:
         return pa.nulls(n, pa.binary())
@@ -866,8 +869,13 @@ def _bodies(buf: np.ndarray, topic: tuple[np.ndarray, np.ndarray], body_topics: 
                         np.cumsum([0] + [len(t) for t in names]).astype(np.int64))
     out: list[bytes | None] = [None] * n
     for i in np.flatnonzero(wanted):
-        s, ln = int(body_pos[i]), int(body_len[i])
+        s, ln, p = int(body_pos[i]), int(body_len[i]), int(pos[i])
         body = bytes(buf[s:s + ln])
+        stored_crc = int.from_bytes(bytes(buf[p + 8:p + 12]), "big", signed=True)
+        if ln and stored_crc != zlib.crc32(body) & 0x7FFFFFFF:  # the broker's check on recovery (checkCRCOnRecover)
+            problems.append(Problem(segment, p, f"record at byte {p}: body CRC {zlib.crc32(body) & 0x7FFFFFFF} does not "
+                                    f"match the stored {stored_crc}; body dropped"))
+            continue
         flag = int(sys_flag[i])
         if flag & COMPRESSED:
             try:

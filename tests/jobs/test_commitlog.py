@@ -5,6 +5,7 @@ import datetime as dt
 import pathlib
 import shutil
 import struct
+import zlib
 
 import numpy as np
 import pytest
@@ -181,3 +182,30 @@ def test_property_pairs_without_a_name_or_a_value_are_dropped_as_the_broker_does
     out = commitlog.decode_segment(rec, segment_start=0, segment="s")
     [r] = out.table.to_pylist()
     assert (r["uniq_key"], r["keys"], r["tags"], r["properties"]) == (None, "k", "t", [("KEYS", "k"), ("TAGS", "t")])
+
+
+def test_a_kept_body_whose_crc_does_not_match_is_dropped_with_a_problem() -> None:
+    """BODYCRC = CRC32(body) & 0x7FFFFFFF (the broker checks it on recovery); a corrupted trace body is not decoded."""
+    rec = bytearray(commitlog.encode_message(
+        topic=commitlog.TRACE_TOPIC, queue_id=0, queue_offset=0, physical_offset=0, body=b"SubBefore\x011\x02",
+        properties={"UNIQ_KEY": "AB"}, born_ts_ms=1, store_ts_ms=2, born_host=("10.0.0.1", 1),
+        store_host=("10.0.0.2", 10911)))
+    good = commitlog.decode_segment(bytes(rec), segment_start=0, segment="s")
+    rec[rec.index(b"SubBefore")] = ord("X")
+    bad = commitlog.decode_segment(bytes(rec), segment_start=0, segment="s")
+    assert (good.table.column("body").to_pylist(), good.problems) == ([b"SubBefore\x011\x02"], [])
+    crc = struct.unpack(">i", bytes(rec[8:12]))[0]
+    assert bad.table.column("body").to_pylist() == [None]
+    assert [p.reason for p in bad.problems] == [
+        f"record at byte 0: body CRC {zlib.crc32(b'XubBefore' + bytes([1]) + b'1' + bytes([2])) & 0x7FFFFFFF} "
+        f"does not match the stored {crc}; body dropped"]
+
+
+def test_every_body_of_the_real_segments_matches_its_crc() -> None:
+    for seg in SEGMENTS:
+        data = seg.read_bytes()
+        topics = frozenset(commitlog.decode_segment(data, segment_start=int(seg.name), segment=seg.name,
+                                                    body_topics=frozenset()).table.column("topic").to_pylist())
+        out = commitlog.decode_segment(data, segment_start=int(seg.name), segment=seg.name, body_topics=topics)
+        assert [p for p in out.problems if "CRC" in p.reason] == []
+        assert out.table.column("body").null_count == 0
