@@ -871,10 +871,10 @@ def _bodies(buf: np.ndarray, topic: tuple[np.ndarray, np.ndarray], body_topics: 
     for i in np.flatnonzero(wanted):
         s, ln, p = int(body_pos[i]), int(body_len[i]), int(pos[i])
         body = bytes(buf[s:s + ln])
-        stored_crc = int.from_bytes(bytes(buf[p + 8:p + 12]), "big", signed=True)
-        if ln and stored_crc != zlib.crc32(body) & 0x7FFFFFFF:  # the broker's check on recovery (checkCRCOnRecover)
-            problems.append(Problem(segment, p, f"record at byte {p}: body CRC {zlib.crc32(body) & 0x7FFFFFFF} does not "
-                                    f"match the stored {stored_crc}; body dropped"))
+        stored_crc, crc = int.from_bytes(bytes(buf[p + 8:p + 12]), "big", signed=True), zlib.crc32(body) & 0x7FFFFFFF
+        if ln and stored_crc != crc:  # the broker's check on recovery (checkCRCOnRecover)
+            problems.append(Problem(segment, p, f"record at byte {p}: body CRC {crc} does not match the stored "
+                                    f"{stored_crc}; body dropped"))
             continue
         flag = int(sys_flag[i])
         if flag & COMPRESSED:

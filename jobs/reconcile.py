@@ -266,11 +266,11 @@ def _as_of(frames: dict[str, Any], as_of: str | dt.datetime | None, lake: str,
     as_of_ts = parse_as_of(as_of)
     if as_of_ts is None:
         latest = frames["consumer_offsets"].agg({"snapshot_ts": "max"}).collect()[0][0]
-        if latest is None and groups:
-            raise ValueError(f"no consumer offsets of groups {sorted(groups)} in {lake}/silver/consumer_offsets: "
-                             "check the group names, or give --as-of to report their DLQ records and deliveries")
         if latest is None:
-            raise ValueError(f"no consumer offsets in {lake}/silver/consumer_offsets: run `rmq-recon ingest` first")
+            raise ValueError(
+                f"no consumer offsets of groups {sorted(groups)} in {lake}/silver/consumer_offsets: check the group "
+                "names, or give --as-of to report their DLQ records and deliveries" if groups else
+                f"no consumer offsets in {lake}/silver/consumer_offsets: run `rmq-recon ingest` first")
         as_of_ts = parse_as_of(latest)
     assert as_of_ts is not None
     return as_of_ts

@@ -5,7 +5,8 @@ series of ``C_s`` with the ``Min_s``/``Max_s`` of the same broker snapshot (a br
 the bounds of the broker snapshot at or before it), the latest snapshot S and the as-of cut. The other
 helpers answer the questions several reports ask of silver/messages and silver/deliveries: the original
 copies of a UNIQ_KEY (rule 7), the message stored at a queue position, the records and deliveries an as-of
-run sees (rule 0), the deliveries inside the window (rule 8) and which groups are broadcast (rule 4). All are pure DataFrame -> DataFrame functions.
+run sees (rule 0), the deliveries inside the window (rule 8) and which groups are broadcast (rule 4). All are
+pure DataFrame -> DataFrame functions.
 """
 from __future__ import annotations
 
@@ -169,8 +170,9 @@ def deliveries_as_of(deliveries: DataFrame, *, as_of: dt.datetime) -> DataFrame:
     """
     cut = _ts(as_of)
     after_seen = F.col("after_snapshot_ts").isNull() | (F.col("after_snapshot_ts") <= cut)
-    return deliveries.where(F.col("first_snapshot_ts").isNull() | (F.col("first_snapshot_ts") <= cut)).select(
-        *[F.when(after_seen, F.col(c)).alias(c) if c in AFTER_COLUMNS else F.col(c) for c in deliveries_schema.TABLE.columns])
+    seen = deliveries.where(F.col("first_snapshot_ts").isNull() | (F.col("first_snapshot_ts") <= cut))
+    return seen.select(*[F.when(after_seen, F.col(c)).alias(c) if c in AFTER_COLUMNS else F.col(c)
+                         for c in deliveries_schema.TABLE.columns])
 
 
 def relevant_messages(messages: DataFrame, deliveries: DataFrame, consumer_offsets: DataFrame) -> DataFrame:
