@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 # Columns that record when we saw a row, not what the row says: a re-run must not rewrite them.
-VOLATILE_COLUMNS = frozenset({"ingested_at", "detected_at", "updated_at"})
+VOLATILE_COLUMNS = frozenset({"ingested_at", "detected_at", "updated_at", "completed_at"})
 
 
 def storage_options() -> dict[str, str]:
@@ -58,16 +58,46 @@ def exists(lake: str, table: "Table") -> bool:
     return any(uri.endswith(".parquet") for uri in storage.list_keys(path)) if storage.exists(path) else False
 
 
-def read(spark: "SparkSession", lake: str, table: "Table") -> "DataFrame":
+def version(lake: str, table: "Table") -> int | None:
+    """The table's current version (None when it does not exist): what the ledgers record and reads pin.
+
+    Delta: the table version. Parquet has none: a fingerprint of its data files (names and sizes), which changes
+    with every write that changes the table.
+    """
+    if not exists(lake, table):
+        return None
+    path = table.path(lake)
+    if table_format() == "delta":
+        from deltalake import DeltaTable
+
+        return int(DeltaTable(path, storage_options=storage_options() if _is_s3(path) else None).version())
+    import hashlib
+
+    from jobs import storage
+
+    digest = hashlib.blake2b(digest_size=8)
+    for info in storage.list_files(path):
+        rel = storage.relative(info.uri, path)
+        if rel.endswith(".parquet") and "__staging" not in rel:
+            digest.update(f"{rel}\0{info.size}\n".encode())
+    return int.from_bytes(digest.digest(), "big", signed=True)
+
+
+def read(spark: "SparkSession", lake: str, table: "Table", *, at: int | None = None) -> "DataFrame":
     """The table as a DataFrame with its declared schema; an empty frame when it does not exist yet.
 
-    A column declared after the table was written reads as null in the rows written before.
+    ``at``: a Delta version to read (a reconcile reads the state the last completed ingest left); ignored for
+    Parquet, whose readers check the fingerprint instead. A column declared after the table was written reads
+    as null in the rows written before.
     """
     from pyspark.sql import functions as F
 
     if not exists(lake, table):
         return spark.createDataFrame([], table.schema)
-    df = spark.read.format(table_format()).load(table.path(lake))
+    reader = spark.read.format(table_format())
+    if at is not None and table_format() == "delta":
+        reader = reader.option("versionAsOf", int(at))
+    df = reader.load(table.path(lake))
     have = set(df.columns)
     return df.select(*[F.col(c) if c in have else F.lit(None).cast(table.schema[c].dataType).alias(c)
                        for c in table.columns])
@@ -139,10 +169,45 @@ def merge(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table", *, 
 
 
 def _rewrite_parquet(spark: "SparkSession", rows: "DataFrame", lake: str, table: "Table") -> None:
-    """Replace a Parquet table's contents with ``rows`` (which may read the table) through a staging copy."""
+    """Replace a Parquet table's contents with ``rows`` (which may read the table) through a staging copy.
+
+    A redo log: the staging copy is marked complete before the table is overwritten and removed after, so a run
+    killed during the overwrite (which deletes the table first) is finished by :func:`recover_parquet_staging`.
+    """
+    from jobs import storage
+
     staging = table.path(lake) + "__staging"
     rows.select(*table.columns).write.format("parquet").mode("overwrite").save(staging)
-    spark.read.format("parquet").load(staging).write.format("parquet").mode("overwrite").save(table.path(lake))
+    storage.write_bytes(staging + ".complete", b"")
+    _publish_staging(spark, lake, table)
+
+
+def _publish_staging(spark: "SparkSession", lake: str, table: "Table") -> None:
+    from jobs import storage
+
+    staging = table.path(lake) + "__staging"
+    spark.read.schema(table.schema).format("parquet").load(staging).write.format("parquet").mode("overwrite").save(
+        table.path(lake))
+    storage.delete_tree(staging + ".complete")
+    storage.delete_tree(staging)
+
+
+def recover_parquet_staging(spark: "SparkSession", lake: str, tables: "list[Table]") -> list[str]:
+    """Finish (or drop) the Parquet rewrites a killed run left: called by the next writer, under its lease."""
+    from jobs import storage
+
+    done = []
+    if table_format() != "parquet":
+        return done
+    for table in tables:
+        staging = table.path(lake) + "__staging"
+        if storage.exists(staging + ".complete"):
+            _publish_staging(spark, lake, table)
+            log.warning("%s: finished a rewrite a killed run left half done", table.qualified)
+            done.append(table.qualified)
+        elif storage.exists(staging):
+            storage.delete_tree(staging)
+    return done
 
 
 def _merge_parquet(spark: "SparkSession", df: "DataFrame", target: "DataFrame", lake: str, table: "Table") -> None:
@@ -206,14 +271,18 @@ def replace_where(spark: "SparkSession", df: "DataFrame", lake: str, table: "Tab
     df.write.format("delta").mode("overwrite").option("replaceWhere", predicate).save(table.path(lake))
 
 
-def read_pandas_columns(lake: str, table: "Table", columns: list[str], *, filters: Any = None) -> "pd.DataFrame":
-    """A projection of a table outside Spark (delta-rs, or pyarrow for Parquet), e.g. the record offsets of a broker."""
+def read_pandas_columns(lake: str, table: "Table", columns: list[str], *, filters: Any = None,
+                        at: int | None = None) -> "pd.DataFrame":
+    """A projection of a table outside Spark (delta-rs, or pyarrow for Parquet), e.g. the record offsets of a broker.
+
+    ``at``: the Delta version to read (as :func:`read`).
+    """
     path = table.path(lake)
     if table_format() == "parquet":
         return _read_parquet(path, table, columns, filters)
     from deltalake import DeltaTable
 
-    dt = DeltaTable(path, storage_options=storage_options() if _is_s3(path) else None)
+    dt = DeltaTable(path, version=at, storage_options=storage_options() if _is_s3(path) else None)
     return dt.to_pandas(columns=columns, filters=filters)
 
 

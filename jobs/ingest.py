@@ -3,13 +3,15 @@
 Reads: every snapshot folder under ``--landing`` (local path or ``s3://``).
 Writes: bronze/files, bronze/quarantine, bronze/segments, bronze/trace_records, silver/consumer_offsets,
 silver/subscription_groups, silver/topic_configs, silver/delay_offsets, silver/queue_bounds,
-silver/messages, silver/deliveries.
+silver/messages, silver/deliveries, and last bronze/ingest_runs (the ledger row that marks the run complete).
 
 Incremental and idempotent: config rows are MERGEd on their keys; a commitlog segment already decoded to
 its end is not read again and the growing last segment is read from where the previous run stopped
 (bronze/segments); messages are MERGEd (insert-only on their key, the scan pruned to the byte range decoded),
 so a run that dies half-way and is run again writes the same rows once. Re-running on the same landing zone
-changes no table. Bad input is quarantined with its file and position and never stops the rest.
+changes no table. The run holds the lake's writer lease (jobs.lease), so a second ingest waits for the first;
+silver/deliveries is rebuilt whenever its inputs moved since the last completed run (jobs.ledger), so a run killed
+anywhere is repaired by the next one. Bad input is quarantined with its file and position and never stops the rest.
 
 Extract (Python: fastjson and binary decoding, which Sail cannot do) and load (Spark) are separate
 functions; :func:`run` is the only one that sees both the session and the table locations.
@@ -548,6 +550,26 @@ def build_deliveries(spark: Any, lake: str) -> int:
 
 # ------------------------------------------------------------------------------------------------- run
 
+# Every table ingest writes: the versions the ingest ledger records and a reconcile reads at.
+LEDGER_TABLES = [files.TABLE, quarantine.TABLE, segments.TABLE, trace_records.TABLE, consumer_offsets.TABLE,
+                 subscription_groups.TABLE, topic_configs.TABLE, delay_offsets.TABLE, queue_bounds.TABLE,
+                 messages.TABLE, deliveries.TABLE]
+# What silver/deliveries is derived from (deliveries.deliveries: trace records, the original copies of their
+# messages, the broadcast clients' ids).
+DELIVERIES_INPUTS = [trace_records.TABLE, messages.TABLE, consumer_offsets.TABLE]
+
+
+def deliveries_stale(lake: str, previous: dict[str, Any] | None) -> bool:
+    """Whether silver/deliveries must be rebuilt: trace records exist and the table is missing, or its inputs moved
+    since the newest completed ingest (which left it up to date with them), or no ingest completed before."""
+    if not _delta.exists(lake, trace_records.TABLE):
+        return False
+    if not _delta.exists(lake, deliveries.TABLE) or previous is None:
+        return True
+    recorded = previous["table_versions"]
+    return any(_delta.version(lake, t) != recorded.get(t.qualified) for t in DELIVERIES_INPUTS)
+
+
 
 def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
         progress: Callable[[str], None] | None = None, now: dt.datetime | None = None) -> dict[str, Any]:
@@ -565,11 +587,12 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
     """
     import fnmatch
 
-    from jobs import _spark
+    from jobs import _spark, failpoints, lease, ledger
 
     say = progress or log.info
     t0 = time.time()
-    now = now or dt.datetime.now(UTC).replace(microsecond=0)
+    started = dt.datetime.now(UTC).replace(microsecond=0)
+    now = now or started
     snaps, layout_problems, problem_cluster = landing.discover(landing_uri)
     if snapshot_glob:
         snaps = [s for s in snaps if fnmatch.fnmatch(s.folder, snapshot_glob)]
@@ -577,14 +600,20 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
     for p in layout_problems:
         ex.problem(problem_cluster.get(p.source_path, ""), "", None, p)
     say(f"ingest: {len(snaps)} snapshot(s) under {landing_uri}")
-    state = load_segments_state(lake)
-    known = KnownRecords(lake)
-    seen_paths = frozenset(
-        _delta.read_pandas_columns(lake, files.TABLE, ["source_path"], filters=[("file_kind", "=", "commitlog")])
-        ["source_path"]) if _delta.exists(lake, files.TABLE) else frozenset()
     n_messages = 0
     n_trace = 0
-    with _spark.session() as spark:
+    # One writer at a time (jobs.lease); everything that reads the lake's state is read under the lease.
+    with lease.hold(lake, "writer", purpose=f"ingest of {landing_uri}", say=say) as held, \
+            _spark.session() as spark:
+        recovered = _delta.recover_parquet_staging(spark, lake, LEDGER_TABLES)
+        if recovered:
+            say(f"ingest: finished the rewrites of {', '.join(recovered)} that a killed run left")
+        previous = ledger.last_ingest(lake)
+        state = load_segments_state(lake)
+        known = KnownRecords(lake)
+        seen_paths = frozenset(
+            _delta.read_pandas_columns(lake, files.TABLE, ["source_path"], filters=[("file_kind", "=", "commitlog")])
+            ["source_path"]) if _delta.exists(lake, files.TABLE) else frozenset()
         trace_batch: list[dict[str, Any]] = []
         for i, snap in enumerate(snaps, 1):
             say(f"ingest: [{i}/{len(snaps)}] {snap.folder} ({len(snap.files)} files)")
@@ -607,18 +636,34 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
                     _load_ranges(spark, lake, snap, pending)
                     pending, pending_rows = [], 0
             _load_ranges(spark, lake, snap, pending)
+            failpoints.hit("ingest.after_snapshot")
             for t in extract_exports(snap, ex):
                 _delta.merge(spark, messages_frame(spark, t), lake, messages.TABLE, insert_only=True)
                 n_messages += t.num_rows
             extract_queue_bounds(snap, landing_uri, ex, now, known)
         if trace_batch:
             n_trace += _load_trace(spark, lake, trace_batch)
+        failpoints.hit("ingest.after_trace")
         counts = load_small(spark, lake, ex, now)
+        failpoints.hit("ingest.after_configs")
         counts[segments.TABLE.qualified] = save_segments_state(spark, lake, state, now)
-        if n_trace:
+        failpoints.hit("ingest.after_segments")
+        # Derived tables are rebuilt from what the lake holds whenever their inputs moved since the last completed
+        # run, not only when this run loaded something: rows a killed run loaded are taken in here.
+        if deliveries_stale(lake, previous):
+            say("ingest: building silver/deliveries from all trace records")
             counts[deliveries.TABLE.qualified] = build_deliveries(spark, lake)
-    counts[messages.TABLE.qualified] = n_messages
-    counts[trace_records.TABLE.qualified] = n_trace
+            failpoints.hit("ingest.after_deliveries")
+        counts[messages.TABLE.qualified] = n_messages
+        counts[trace_records.TABLE.qualified] = n_trace
+        after = ledger.versions(lake, LEDGER_TABLES)
+        held.check()
+        if previous is None or after != previous["table_versions"]:
+            ledger.record_ingest(spark, lake, {
+                "run_id": ledger.new_run_id("ingest", started), "started_at": started,
+                "completed_at": dt.datetime.now(UTC).replace(microsecond=0), "landing": landing_uri,
+                "snapshots": len(snaps), "files": sum(len(s.files) for s in snaps), "quarantined": len(ex.problems),
+                "changed_rows": {k: int(v) for k, v in counts.items()}, "table_versions": after})
     summary = {
         "landing": landing_uri,
         "lake": lake,

@@ -7,6 +7,9 @@ gold/consumer_status (rows tagged with ``run_id``) and the report folder ``<repo
 
 Idempotent per run: the gold rows of ``run_id`` are replaced as a whole and the report files are
 rewritten with the same content, so re-running a run (same as-of, same run id) changes nothing.
+Consistent and atomic: the run reads every silver table as the last completed ingest left it (``jobs.ledger``),
+holds the lake's gold lease, publishes its report folder all at once, and records its ledger row
+(gold/reconcile_runs) last.
 The run id defaults to one derived from the as-of time, which itself defaults to the newest snapshot
 in the lake: the job never reads the wall clock to decide what to report.
 """
@@ -21,7 +24,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from jobs import _delta, reports, snapshots, storage
+from jobs import _delta, failpoints, reports, snapshots, storage
 from jobs.topics import DLQ_PREFIX
 from schemas import (
     consumer_offsets,
@@ -75,17 +78,27 @@ def sanitize_run_id(run_id: str) -> str:
 # --------------------------------------------------------------------------------------------- extract
 
 
-def extract(spark: Any, lake: str, groups: list[str] | None) -> dict[str, Any]:
-    """The silver tables the reconciliation needs, restricted to ``groups`` when given."""
+READ_TABLES = {"consumer_offsets": consumer_offsets.TABLE, "queue_bounds": queue_bounds.TABLE,
+               "messages": messages.TABLE, "deliveries": deliveries.TABLE,
+               "subscription_groups": subscription_groups.TABLE}
+
+
+def extract(spark: Any, lake: str, groups: list[str] | None, versions: dict[str, int] | None = None) -> dict[str, Any]:
+    """The silver tables the reconciliation needs, restricted to ``groups`` when given.
+
+    ``versions``: read each table as the last completed ingest left it (``jobs.ledger``); a table it did not
+    have reads empty.
+    """
     from pyspark.sql import functions as F
 
-    frames = {
-        "consumer_offsets": _delta.read(spark, lake, consumer_offsets.TABLE),
-        "queue_bounds": _delta.read(spark, lake, queue_bounds.TABLE),
-        "messages": _delta.read(spark, lake, messages.TABLE),
-        "deliveries": _delta.read(spark, lake, deliveries.TABLE),
-        "subscription_groups": _delta.read(spark, lake, subscription_groups.TABLE),
-    }
+    def read(table: Any) -> Any:
+        if versions is None:
+            return _delta.read(spark, lake, table)
+        if table.qualified not in versions:
+            return spark.createDataFrame([], table.schema)
+        return _delta.read(spark, lake, table, at=versions[table.qualified])
+
+    frames = {name: read(table) for name, table in READ_TABLES.items()}
     if groups:
         for name in ("consumer_offsets", "deliveries", "subscription_groups"):
             frames[name] = frames[name].where(F.col("consumer_group").isin(list(groups)))
@@ -128,15 +141,16 @@ def _with_run_id(df: Any, run_id: str) -> Any:
     return df.withColumn("run_id", F.lit(run_id))
 
 
-def _original_offset_files(lake: str, latest: pd.DataFrame) -> dict[tuple[str, str], str]:
-    """The consumerOffset.json text each broker's latest snapshot held (from bronze/files)."""
+def _original_offset_files(lake: str, latest: pd.DataFrame, version: int | None = None) -> dict[tuple[str, str], str]:
+    """The consumerOffset.json text each broker's latest snapshot held (from bronze/files at ``version``)."""
     if not len(latest) or not _delta.exists(lake, files.TABLE):
         return {}
     wanted = set(latest["source_file"].dropna())
     if not wanted:
         return {}
     df = _delta.read_pandas_columns(lake, files.TABLE, ["cluster", "source_path", "content"],
-                                    filters=[("file_kind", "in", ["consumer_offsets", "backup"])])
+                                    filters=[("file_kind", "in", ["consumer_offsets", "backup"]),
+                                             ("source_path", "in", sorted(wanted))], at=version)
     df = df[df["source_path"].isin(wanted)]
     texts = {(r["cluster"], r["source_path"]): bytes(r["content"]).decode("utf-8", "replace")
              for r in df.to_dict("records") if r["content"] is not None}
@@ -188,29 +202,26 @@ def summarize(run_id: str, as_of: dt.datetime, lake: str, pdfs: dict[str, pd.Dat
 
 
 def write_report_folder(folder: str, run_id: str, as_of: dt.datetime, lake: str, pdfs: dict[str, pd.DataFrame],
-                        agreement: pd.DataFrame, latest_offsets: pd.DataFrame) -> dict[str, Any]:
-    """Write every §5 file of one run into ``folder`` (local or s3://)."""
-    names: list[str] = []
+                        agreement: pd.DataFrame, latest_offsets: pd.DataFrame,
+                        files_version: int | None = None) -> dict[str, Any]:
+    """Write every §5 file of one run into ``folder`` (local or s3://), published all at once."""
+    out: dict[str, str] = {}
     for name, mod in REPORT_MODULES.items():
-        reports.write_text(storage.join(folder, f"{name}.csv"),
-                           reports.to_csv(pdfs[name], mod.REPORT_COLUMNS, mod.SORT_KEY))
-        names.append(f"{name}.csv")
+        out[f"{name}.csv"] = reports.to_csv(pdfs[name], mod.REPORT_COLUMNS, mod.SORT_KEY)
     corr = pdfs["offset_corrections"]
-    reports.write_text(storage.join(folder, "offset_corrections.sh"), reports.corrections_script(corr, run_id))
-    names.append("offset_corrections.sh")
+    out["offset_corrections.sh"] = reports.corrections_script(corr, run_id)
     clustering = corr[corr["client_id"].fillna("") == ""] if len(corr) else corr
-    originals = _original_offset_files(lake, latest_offsets)
+    originals = _original_offset_files(lake, latest_offsets, files_version)
     for (cluster, broker), rows in (clustering.groupby(["cluster", "broker"]) if len(clustering) else []):
-        rel = f"corrected/{cluster}/{broker}/consumerOffset.json"
-        reports.write_text(storage.join(folder, rel),
-                           reports.corrected_offset_file(originals.get((cluster, broker)), rows.to_dict("records")))
-        names.append(rel)
-    summary = summarize(run_id, as_of, lake, pdfs, agreement, names + ["summary.json", "index.html"])
-    reports.write_text(storage.join(folder, "summary.json"), reports.summary_json(summary))
+        out[f"corrected/{cluster}/{broker}/consumerOffset.json"] = reports.corrected_offset_file(
+            originals.get((cluster, broker)), rows.to_dict("records"))
+    summary = summarize(run_id, as_of, lake, pdfs, agreement, list(out) + ["summary.json", "index.html"])
+    out["summary.json"] = reports.summary_json(summary)
     columns = {n: m.REPORT_COLUMNS for n, m in REPORT_MODULES.items()}
     sorted_frames = {n: (pdfs[n].sort_values(m.SORT_KEY, kind="mergesort") if len(pdfs[n]) else pdfs[n])
                      for n, m in REPORT_MODULES.items()}
-    reports.write_text(storage.join(folder, "index.html"), reports.index_html(summary, sorted_frames, columns))
+    out["index.html"] = reports.index_html(summary, sorted_frames, columns)
+    reports.publish_folder(folder, out)
     return summary
 
 
@@ -233,15 +244,26 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
     Returns:
         The summary (counts per table and group) plus ``report_dir`` and ``seconds``.
     """
-    from jobs import _spark
+    from contextlib import ExitStack
+
+    from jobs import _spark, lease, ledger
 
     say = progress or log.info
     t0 = time.time()
-    with _spark.session() as spark:
-        frames = extract(spark, lake, groups)
+    with ExitStack() as stack:
+        if _delta.table_format() == "parquet":
+            # Parquet tables have no versions to pin: read them with no ingest running beside.
+            stack.enter_context(lease.hold(lake, "writer", purpose="reconcile (reading Parquet tables)", say=say))
+        held = stack.enter_context(lease.hold(lake, "gold", purpose="reconcile", say=say))
+        spark = stack.enter_context(_spark.session())
+        _delta.recover_parquet_staging(spark, lake, [m.TABLE for m in REPORT_MODULES.values()])
+        # Temporary files of runs that died: no other reconcile runs while this one holds the gold lease.
+        storage.delete_tree(storage.join(lake, "_tmp"))
+        state = ledger.consistent_state(lake, READ_TABLES.values())
+        frames = extract(spark, lake, groups, state["table_versions"])
         as_of_ts = _as_of(frames, as_of, lake, groups)
         rid = sanitize_run_id(run_id or default_run_id(as_of_ts))
-        say(f"reconcile: run {rid} as of {reports.format_ts(as_of_ts)}")
+        say(f"reconcile: run {rid} as of {reports.format_ts(as_of_ts)} (lake as ingest {state['run_id']} left it)")
         # What several reports read is computed once: the records they read one by one (at 10 M records most
         # are untraced traffic). The replay is one plan that reads its timeline once: nothing to keep.
         tmp = storage.join(lake, "_tmp", f"reconcile-{uuid.uuid4().hex[:12]}")
@@ -252,8 +274,14 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
             r = _reconcile(spark, lake, frames, as_of_ts, rid, window, dlq_warn_retries, blocking_min_age_s, say)
         finally:
             storage.delete_tree(tmp)
-    folder = storage.join(reports_root, rid)
-    summary = write_report_folder(folder, rid, as_of_ts, lake, r["pdfs"], r["agreement"], r["latest_offsets"])
+        folder = storage.join(reports_root, rid)
+        summary = write_report_folder(folder, rid, as_of_ts, lake, r["pdfs"], r["agreement"], r["latest_offsets"],
+                                      state["table_versions"].get(files.TABLE.qualified))
+        failpoints.hit("reconcile.after_publish")
+        held.check()
+        ledger.record_reconcile(spark, lake, run_id=rid, as_of=as_of_ts, report_dir=folder,
+                                ingest_run_id=state["run_id"], rows={n: len(df) for n, df in r["pdfs"].items()},
+                                gold_tables=[m.TABLE for m in REPORT_MODULES.values()], summary=summary)
     summary["report_dir"] = folder
     summary["seconds"] = round(time.time() - t0, 2)
     say(f"reconcile: wrote {folder} in {summary['seconds']} s")
@@ -288,6 +316,7 @@ def _reconcile(spark: Any, lake: str, frames: dict[str, Any], as_of_ts: dt.datet
         pdfs[name] = pdf
         gold = spark.createDataFrame(pdf if len(pdf) else [], _report_schema(mod))
         _delta.replace_run(spark, _with_run_id(gold, rid), lake, mod.TABLE, rid)
+        failpoints.hit("reconcile.after_gold_table")
         say(f"reconcile:   gold/{name}: {len(pdf)} rows")
     agreement = out["_agreement"].toPandas()
     latest_offsets = (

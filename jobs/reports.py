@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from jobs import storage
+from jobs import failpoints, storage
 
 UTC = dt.timezone.utc
 
@@ -133,6 +133,53 @@ def corrected_offset_file(original_text: str | None, rows: Iterable[dict[str, An
 
 def write_text(uri: str, text: str) -> None:
     storage.write_bytes(uri, text.encode("utf-8"))
+
+
+SUCCESS = "_SUCCESS"
+
+
+def publish_folder(folder: str, files: dict[str, str]) -> None:
+    """Make ``folder`` hold exactly ``files`` (relative path -> text), all at once or not at all.
+
+    Local: the files are written to a hidden sibling and swapped in by two renames, so a reader sees the old
+    folder or the new one, never a mix (a run killed between the renames leaves no folder, and the next run
+    writes it). S3 has no rename: ``_SUCCESS`` is removed first and written last, and keys the new run does not
+    write are removed, so a folder without ``_SUCCESS`` is one being written. Leftovers of killed runs go first.
+    """
+    import os
+    import shutil
+    import uuid
+
+    if storage.is_s3(folder):
+        storage.delete_tree(storage.join(folder, SUCCESS))
+        for rel, text in files.items():
+            write_text(storage.join(folder, rel), text)
+        wanted = {storage.join(folder, rel) for rel in files}
+        for uri in storage.list_keys(folder.rstrip("/") + "/"):
+            if uri not in wanted and not uri.endswith("/" + SUCCESS):
+                storage.delete_tree(uri)
+        write_text(storage.join(folder, SUCCESS), "")
+        return
+    parent, name = os.path.split(os.path.abspath(folder))
+    os.makedirs(parent, exist_ok=True)
+    for entry in os.listdir(parent):
+        if entry.startswith((f".{name}.staging-", f".{name}.old-")):
+            shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
+    token = uuid.uuid4().hex[:12]
+    staging = os.path.join(parent, f".{name}.staging-{token}")
+    for rel, text in files.items():
+        path = os.path.join(staging, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+    open(os.path.join(staging, SUCCESS), "w").close()
+    final = os.path.join(parent, name)
+    old = os.path.join(parent, f".{name}.old-{token}")
+    if os.path.exists(final):
+        os.rename(final, old)
+        failpoints.hit("reports.between_renames")
+    os.rename(staging, final)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 _CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222}h1{font-size:20px}h2{font-size:16px;margin-top:28px}

@@ -9,10 +9,12 @@ from schemas import (
     dlq_candidates,
     duplicated_ranges,
     files,
+    ingest_runs,
     messages,
     offset_corrections,
     quarantine,
     queue_bounds,
+    reconcile_runs,
     segments,
     subscription_groups,
     topic_configs,
@@ -25,6 +27,7 @@ ALL_TABLES: list[Table] = [
     files.TABLE,
     quarantine.TABLE,
     segments.TABLE,
+    ingest_runs.TABLE,
     trace_records.TABLE,
     consumer_offsets.TABLE,
     subscription_groups.TABLE,
@@ -38,6 +41,7 @@ ALL_TABLES: list[Table] = [
     offset_corrections.TABLE,
     dlq_candidates.TABLE,
     consumer_status.TABLE,
+    reconcile_runs.TABLE,
 ]
 REPORTS = [duplicated_ranges, unconsumed_ranges, offset_corrections, dlq_candidates, consumer_status]
 
