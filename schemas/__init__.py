@@ -20,6 +20,7 @@ from schemas import (
     topic_configs,
     trace_records,
     unconsumed_ranges,
+    validation_results,
 )
 from schemas._table import Table
 
@@ -42,6 +43,7 @@ ALL_TABLES: list[Table] = [
     dlq_candidates.TABLE,
     consumer_status.TABLE,
     reconcile_runs.TABLE,
+    validation_results.TABLE,
 ]
 REPORTS = [duplicated_ranges, unconsumed_ranges, offset_corrections, dlq_candidates, consumer_status]
 
