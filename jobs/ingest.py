@@ -658,13 +658,19 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
         counts[trace_records.TABLE.qualified] = n_trace
         after = ledger.versions(lake, LEDGER_TABLES)
         held.check()
-        if previous is None or after != previous["table_versions"]:
+        before = previous["table_versions"] if previous else {}
+        run_id = previous["run_id"] if previous else None
+        if previous is None or after != before:
+            run_id = ledger.new_run_id("ingest", started)
             ledger.record_ingest(spark, lake, {
-                "run_id": ledger.new_run_id("ingest", started), "started_at": started,
+                "run_id": run_id, "started_at": started,
                 "completed_at": dt.datetime.now(UTC).replace(microsecond=0), "landing": landing_uri,
                 "snapshots": len(snaps), "files": sum(len(s.files) for s in snaps), "quarantined": len(ex.problems),
                 "changed_rows": {k: int(v) for k, v in counts.items()}, "table_versions": after})
     summary = {
+        # the ledger row of this run (the previous one when nothing changed) and the versions it moved
+        "run_id": run_id,
+        "table_versions": {"before": before, "after": after},
         "landing": landing_uri,
         "lake": lake,
         "snapshots": len(snaps),
