@@ -1,8 +1,8 @@
 """Snapshot RocketMQ broker and client state into the lake.
 
-Ingests every new snapshot folder of the landing zone (broker config files with their .bak, commitlog and
-consumequeue segments, broadcast clients' offsets.json) into bronze and silver Delta tables, then checks the
-silver tables with their Great Expectations suites. Incremental and idempotent: a re-run changes nothing.
+Ingests every new (or late-completed) snapshot folder of the landing zone (broker config files with their .bak,
+commitlog and consumequeue segments, broadcast clients' offsets.json) into bronze and silver Delta tables, then
+checks the silver tables with their Great Expectations suites. Incremental and idempotent: a re-run changes nothing.
 """
 from __future__ import annotations
 
@@ -33,6 +33,10 @@ SILVER_ASSETS = [t.TABLE.asset() for t in (consumer_offsets, queue_bounds, messa
                          description="landing zone root (folder or s3://)"),
         "lake": Param(os.environ.get("RMQ_RECON_LAKE", "var/lake"), type="string",
                       description="lake root (folder or s3://)"),
+        "settle_s": Param(float(os.environ.get("RMQ_RECON_SNAPSHOT_SETTLE_S", "0")), type="number", minimum=0,
+                          description="a snapshot folder without _SUCCESS is taken once unchanged this long"),
+        "require_marker": Param(os.environ.get("RMQ_RECON_REQUIRE_MARKER", "0") in ("1", "true"), type="boolean",
+                                description="take only snapshot folders whose sync job wrote _SUCCESS"),
     },
 )
 def rocketmq_snapshot() -> None:
@@ -40,7 +44,8 @@ def rocketmq_snapshot() -> None:
     def ingest(params: dict | None = None) -> dict:
         from jobs import ingest
 
-        return ingest.run(params["landing"], params["lake"])
+        return ingest.run(params["landing"], params["lake"], settle_s=params["settle_s"],
+                          require_marker=params["require_marker"])
 
     @task
     def validate_silver(summary: dict, params: dict | None = None) -> dict:

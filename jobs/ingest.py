@@ -21,7 +21,9 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
+import os
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -44,6 +46,7 @@ from schemas import (
     topic_configs,
     trace_records,
 )
+from schemas import snapshots as snapshots_table
 
 log = logging.getLogger(__name__)
 UTC = dt.timezone.utc
@@ -256,8 +259,8 @@ def decode_commitlog(snap: Snapshot, state: dict[tuple[str, str, str], SegmentSt
     """Yield (segment state, byte range start, end, decoded records) for what this snapshot adds.
 
     A segment already decoded to its end is skipped without reading it; otherwise only the bytes after
-    ``decoded_to`` are read. A segment followed by a newer one in the snapshot is complete by definition
-    (the broker only rolls to a new file when the old one is full).
+    ``decoded_to`` are read. A segment followed by a newer one in the snapshot, at its full size, is complete by
+    definition (the broker only rolls to a new file when the old one is full).
     """
     base = {"cluster": snap.cluster, "broker": snap.broker, "snapshot_ts": snap.ts}
     segs = sorted(snap.of_kind("commitlog"), key=lambda f: f.start or 0)
@@ -270,7 +273,9 @@ def decode_commitlog(snap: Snapshot, state: dict[tuple[str, str, str], SegmentSt
         key = _segment_state_key(snap.cluster, snap.broker, name)
         st = state.get(key) or SegmentState(snap.cluster, snap.broker, name, f.start or 0, snapshot_ts=snap.ts)
         state[key] = st
-        has_newer = i < len(segs) - 1
+        # Full: a newer segment follows (the broker rolls only when a file is full) and this file has the full
+        # size (the distance to the next one's start), so a segment still being uploaded is read again later.
+        has_newer = i < len(segs) - 1 and f.size >= (segs[i + 1].start or 0) - (f.start or 0)
         begin = st.decoded_to
         row = {**base, "source_path": f.path, "file_kind": "commitlog", "size": f.size, "content": None,
                "used_backup": None, "ingested_at": now}
@@ -551,12 +556,24 @@ def build_deliveries(spark: Any, lake: str) -> int:
 # ------------------------------------------------------------------------------------------------- run
 
 # Every table ingest writes: the versions the ingest ledger records and a reconcile reads at.
-LEDGER_TABLES = [files.TABLE, quarantine.TABLE, segments.TABLE, trace_records.TABLE, consumer_offsets.TABLE,
+LEDGER_TABLES = [files.TABLE, quarantine.TABLE, segments.TABLE, snapshots_table.TABLE, trace_records.TABLE,
+                 consumer_offsets.TABLE,
                  subscription_groups.TABLE, topic_configs.TABLE, delay_offsets.TABLE, queue_bounds.TABLE,
                  messages.TABLE, deliveries.TABLE]
 # What silver/deliveries is derived from (deliveries.deliveries: trace records, the original copies of their
 # messages, the broadcast clients' ids).
 DELIVERIES_INPUTS = [trace_records.TABLE, messages.TABLE, consumer_offsets.TABLE]
+
+
+def _new_layout_problems(lake: str, ex: Extracted) -> bool:
+    """Whether a path off the landing layout is not quarantined yet (a no-op run must still record it)."""
+    paths = sorted({p.source_path for _, _, _, p in ex.problems})
+    if not paths:
+        return False
+    if not _delta.exists(lake, quarantine.TABLE):
+        return True
+    got = _delta.read_pandas_columns(lake, quarantine.TABLE, ["source_path"], filters=[("source_path", "in", paths)])
+    return bool(set(paths) - set(got["source_path"]))
 
 
 def deliveries_stale(lake: str, previous: dict[str, Any] | None) -> bool:
@@ -571,9 +588,24 @@ def deliveries_stale(lake: str, previous: dict[str, Any] | None) -> bool:
 
 
 
+def settle_default() -> float:
+    """Seconds a snapshot folder without the marker must stay unchanged before it is taken (RMQ_RECON_SNAPSHOT_SETTLE_S)."""
+    return float(os.environ.get("RMQ_RECON_SNAPSHOT_SETTLE_S", "0"))
+
+
+def require_marker_default() -> bool:
+    """Take only snapshot folders with the sync job's marker (RMQ_RECON_REQUIRE_MARKER=1)."""
+    return os.environ.get("RMQ_RECON_REQUIRE_MARKER", "0").strip().lower() in ("1", "true", "yes")
+
+
 def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
-        progress: Callable[[str], None] | None = None, now: dt.datetime | None = None) -> dict[str, Any]:
-    """Ingest every snapshot of ``landing_uri`` into ``lake``. Idempotent: a second run changes nothing.
+        progress: Callable[[str], None] | None = None, now: dt.datetime | None = None,
+        settle_s: float | None = None, require_marker: bool | None = None, retake: bool = False) -> dict[str, Any]:
+    """Ingest the new snapshots of ``landing_uri`` into ``lake``. Idempotent: a second run changes nothing.
+
+    A snapshot folder is taken once it is complete (``Snapshot.completed_by``) and its listing differs from the
+    one the snapshot ledger (bronze/snapshots) recorded: new folders, and folders whose files arrived late. With
+    nothing to take and nothing to repair, the run costs a listing and a few ledger reads: no engine starts.
 
     Args:
         landing_uri: the landing zone root (local folder or ``s3://bucket/prefix``).
@@ -581,6 +613,11 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
         snapshot_glob: only snapshot folders matching this fnmatch pattern (relative path), for backfills.
         progress: called with one line per step (default: the module logger).
         now: the ingestion time recorded in bronze rows (default: the wall clock, for provenance only).
+        settle_s: a folder without the marker is complete when no file changed for this long (default
+            :func:`settle_default`).
+        require_marker: take only folders with the marker (default :func:`require_marker_default`).
+        retake: take every complete folder again, whatever the snapshot ledger says (an investigation; the loads
+            are idempotent, so this changes nothing unless the landing zone did).
 
     Returns:
         Counts of snapshots, files, rows new or changed per table, quarantined problems and seconds taken.
@@ -593,22 +630,43 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
     t0 = time.time()
     started = dt.datetime.now(UTC).replace(microsecond=0)
     now = now or started
-    snaps, layout_problems, problem_cluster = landing.discover(landing_uri)
+    settle_s = settle_default() if settle_s is None else settle_s
+    require_marker = require_marker_default() if require_marker is None else require_marker
+    found, layout_problems, problem_cluster = landing.discover(landing_uri)
     if snapshot_glob:
-        snaps = [s for s in snaps if fnmatch.fnmatch(s.folder, snapshot_glob)]
+        found = [s for s in found if fnmatch.fnmatch(s.folder, snapshot_glob)]
     ex = Extracted()
     for p in layout_problems:
         ex.problem(problem_cluster.get(p.source_path, ""), "", None, p)
-    say(f"ingest: {len(snaps)} snapshot(s) under {landing_uri}")
     n_messages = 0
     n_trace = 0
     # One writer at a time (jobs.lease); everything that reads the lake's state is read under the lease.
-    with lease.hold(lake, "writer", purpose=f"ingest of {landing_uri}", say=say) as held, \
-            _spark.session() as spark:
+    with lease.hold(lake, "writer", purpose=f"ingest of {landing_uri}", say=say) as held, ExitStack() as stack:
+        taken = ledger.taken_snapshots(lake)
+        clock = time.time()
+        snaps, completed_by, waiting = [], {}, []
+        for snap in found:
+            by = snap.completed_by(clock, settle_s, require_marker)
+            if by is None:
+                waiting.append(snap.folder)
+            elif retake or taken.get(ledger.snapshot_key(snap.cluster, snap.broker, snap.ts)) != snap.listing_digest():
+                snaps.append(snap)
+                completed_by[snap.folder] = by
+        say(f"ingest: {len(snaps)} new or changed snapshot(s) of {len(found)} under {landing_uri}"
+            + (f"; {len(waiting)} not complete yet (no {landing.MARKER}"
+               + ("" if require_marker else f", changed less than {settle_s:g} s ago") + ")" if waiting else ""))
+        previous = ledger.last_ingest(lake)
+        if (not snaps and previous is not None and not _new_layout_problems(lake, ex)
+                and ledger.versions(lake, LEDGER_TABLES) == previous["table_versions"]):
+            # Nothing new and the last run completed: the listing was the whole cost.
+            return {"run_id": previous["run_id"], "landing": landing_uri, "lake": lake, "snapshots": 0,
+                    "snapshots_seen": len(found), "snapshots_waiting": waiting, "files": 0, "changed_rows": {},
+                    "table_versions": {"before": previous["table_versions"], "after": previous["table_versions"]},
+                    "quarantined": 0, "seconds": round(time.time() - t0, 2)}
+        spark = stack.enter_context(_spark.session())
         recovered = _delta.recover_parquet_staging(spark, lake, LEDGER_TABLES)
         if recovered:
             say(f"ingest: finished the rewrites of {', '.join(recovered)} that a killed run left")
-        previous = ledger.last_ingest(lake)
         state = load_segments_state(lake)
         known = KnownRecords(lake)
         seen_paths = frozenset(
@@ -656,6 +714,10 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
             failpoints.hit("ingest.after_deliveries")
         counts[messages.TABLE.qualified] = n_messages
         counts[trace_records.TABLE.qualified] = n_trace
+        counts[snapshots_table.TABLE.qualified] = ledger.record_snapshots(spark, lake, [
+            {"cluster": sn.cluster, "broker": sn.broker, "snapshot_ts": sn.ts, "folder": sn.folder,
+             "files": len(sn.files), "bytes": sum(f.size for f in sn.files), "listing_digest": sn.listing_digest(),
+             "completed_by": completed_by[sn.folder], "ingested_at": now} for sn in snaps])
         after = ledger.versions(lake, LEDGER_TABLES)
         held.check()
         before = previous["table_versions"] if previous else {}
@@ -674,6 +736,8 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
         "landing": landing_uri,
         "lake": lake,
         "snapshots": len(snaps),
+        "snapshots_seen": len(found),
+        "snapshots_waiting": waiting,
         "files": sum(len(s.files) for s in snaps),
         "changed_rows": counts,
         "quarantined": len(ex.problems),

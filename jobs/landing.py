@@ -14,6 +14,9 @@ from jobs import storage
 from jobs.problems import Problem
 
 SNAPSHOT_FORMAT = "%Y%m%dT%H%M%SZ"
+# The file a sync job writes last into a snapshot folder, to say the folder is complete (optional; see
+# Snapshot.completed_by).
+MARKER = "_SUCCESS"
 _SNAPSHOT_DIR = re.compile(
     r"^cluster=(?P<cluster>[^/]+)/(?:broker=(?P<broker>[^/]+)|(?P<clients>clients))/snapshot_ts=(?P<ts>[^/]*)/(?P<rest>.+)$"
 )
@@ -27,7 +30,7 @@ CONFIG_FILES = {
 }
 FileKind = Literal[
     "consumer_offsets", "subscription_groups", "topics", "delay_offsets", "client_offsets",
-    "commitlog", "consumequeue", "export", "backup", "rocksdb", "other",
+    "commitlog", "consumequeue", "export", "backup", "rocksdb", "marker", "other",
 ]
 
 
@@ -45,6 +48,7 @@ class LandingFile:
     start: int | None = None  # commitlog / consumequeue: the start offset in the file name
     client_id: str | None = None  # clients' offsets.json
     group: str | None = None
+    mtime: float = 0.0  # modification time (epoch s): when the sync job last wrote it
 
 
 @dataclass
@@ -64,6 +68,35 @@ class Snapshot:
     def of_kind(self, kind: str) -> list[LandingFile]:
         return [f for f in self.files if f.kind == kind]
 
+    @property
+    def has_marker(self) -> bool:
+        return any(f.kind == "marker" for f in self.files)
+
+    @property
+    def newest_mtime(self) -> float:
+        return max((f.mtime for f in self.files), default=0.0)
+
+    def listing_digest(self) -> str:
+        """A digest of the folder's listing (paths and sizes): it changes when a file arrives, grows or goes."""
+        import hashlib
+
+        h = hashlib.sha256()
+        for f in sorted(self.files, key=lambda f: f.rel):
+            h.update(f"{f.rel}\0{f.size}\n".encode())
+        return h.hexdigest()
+
+    def completed_by(self, now: float, settle_s: float, require_marker: bool) -> str | None:
+        """``"marker"`` or ``"settle"`` when the snapshot is complete, else None (the sync job may still be writing).
+
+        Complete: the sync job's marker file (:data:`MARKER`) is in the folder, or, unless the marker is required,
+        no file of the folder changed for ``settle_s`` seconds.
+        """
+        if self.has_marker:
+            return "marker"
+        if not require_marker and now - self.newest_mtime >= settle_s:
+            return "settle"
+        return None
+
 
 def parse_snapshot_ts(text: str) -> dt.datetime:
     """``YYYYMMDDTHHMMSSZ`` (UTC) -> an aware datetime; ValueError when malformed."""
@@ -78,6 +111,8 @@ def classify(rel: str, *, clients: bool) -> dict[str, object]:
     """What a path inside a snapshot folder is (RocketMQ's own store layout, formats §1, §2, §6)."""
     parts = rel.split("/")
     name = parts[-1]
+    if rel == MARKER:
+        return {"kind": "marker"}
     if clients:
         # <clientId>/<group>/offsets.json (.bak)
         if len(parts) == 3 and name in ("offsets.json", "offsets.json.bak"):
@@ -136,6 +171,7 @@ def discover(landing: str) -> tuple[list[Snapshot], list[Problem], dict[str, str
         key = (cluster, broker, m["ts"])
         snap = snapshots.setdefault(key, Snapshot(cluster, broker, ts, folder))
         c = classify(m["rest"], clients=m["clients"] is not None)
-        snap.files.append(LandingFile(uri=info.uri, path=path, rel=m["rest"], size=info.size, **c))  # type: ignore[arg-type]
+        snap.files.append(LandingFile(uri=info.uri, path=path, rel=m["rest"], size=info.size, mtime=info.mtime,
+                                      **c))  # type: ignore[arg-type]
     ordered = sorted(snapshots.values(), key=lambda s: (s.cluster, s.broker, s.ts))
     return ordered, problems, problem_cluster

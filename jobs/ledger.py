@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from jobs import _delta
 from jobs.problems import ReconError
-from schemas import ingest_runs, reconcile_runs
+from schemas import ingest_runs, reconcile_runs, snapshots
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
@@ -121,3 +121,31 @@ def completed_reconcile(lake: str, run_id: str) -> dict[str, Any] | None:
     r = df.iloc[-1].to_dict()
     r["table_versions"] = _as_dict(r["table_versions"])
     return r
+
+
+def taken_snapshots(lake: str) -> dict[tuple[str, str, Any], str]:
+    """The snapshot ledger: ``(cluster, broker, snapshot_ts) -> listing digest`` of every snapshot taken."""
+    if not _delta.exists(lake, snapshots.TABLE):
+        return {}
+    df = _delta.read_pandas_columns(lake, snapshots.TABLE, ["cluster", "broker", "snapshot_ts", "listing_digest"])
+    return {(r.cluster, r.broker, _ts_key(r.snapshot_ts)): r.listing_digest for r in df.itertuples(index=False)}
+
+
+def _ts_key(ts: Any) -> str:
+    import pandas as pd
+
+    return pd.Timestamp(ts).tz_convert("UTC").strftime("%Y%m%dT%H%M%SZ") if pd.Timestamp(ts).tzinfo else \
+        pd.Timestamp(ts).strftime("%Y%m%dT%H%M%SZ")
+
+
+def snapshot_key(cluster: str, broker: str, ts: dt.datetime) -> tuple[str, str, str]:
+    return (cluster, broker, ts.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ"))
+
+
+def record_snapshots(spark: "SparkSession", lake: str, rows: list[dict[str, Any]]) -> int:
+    """Record the snapshots a run took (after their rows, before the run's ingest ledger row)."""
+    if not rows:
+        return 0
+    frame = spark.createDataFrame([tuple(r.get(c) for c in snapshots.TABLE.columns) for r in rows],
+                                  snapshots.TABLE.schema)
+    return _delta.merge(spark, frame, lake, snapshots.TABLE)

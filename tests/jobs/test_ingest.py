@@ -73,7 +73,9 @@ def test_second_run_changes_nothing(real_lake: tuple[str, str, dict]) -> None:
     landing, lake, _ = real_lake
     before, versions = _counts(lake), _versions(lake)
     again = ingest.run(landing, lake, now=NOW + dt.timedelta(hours=1))
-    assert set(again["changed_rows"].values()) == {0}
+    assert (again["snapshots"], again["changed_rows"]) == (0, {})  # the snapshot ledger: nothing new to take
+    again = ingest.run(landing, lake, now=NOW + dt.timedelta(hours=1), retake=True)
+    assert (again["snapshots"], set(again["changed_rows"].values())) == (again["snapshots_seen"], {0})
     assert _counts(lake) == before
     assert _versions(lake) == versions  # not even an empty commit
 
