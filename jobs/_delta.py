@@ -83,6 +83,34 @@ def version(lake: str, table: "Table") -> int | None:
     return int.from_bytes(digest.digest(), "big", signed=True)
 
 
+def added_since(spark: "SparkSession", lake: str, table: "Table", since: int | None) -> "DataFrame | None":
+    """The rows of the data files the table gained after version ``since`` (all rows when ``since`` is None).
+
+    For insert-only tables these are exactly the rows added since; a rewrite (a MERGE update, a compaction) adds
+    files holding older rows too, so callers must treat the result as a superset. None for Parquet tables, which
+    have no versions (callers fall back to the whole table).
+    """
+    if table_format() != "delta":
+        return None
+    if not exists(lake, table):
+        return spark.createDataFrame([], table.schema)
+    from deltalake import DeltaTable
+
+    path = table.path(lake)
+    opts = storage_options() if _is_s3(path) else None
+    now = DeltaTable(path, storage_options=opts).file_uris()
+    before = set(DeltaTable(path, version=since, storage_options=opts).file_uris()) if since is not None else set()
+    new = [u for u in now if u not in before]
+    if not new:
+        return spark.createDataFrame([], table.schema)
+    from pyspark.sql import functions as F
+
+    df = spark.read.format("parquet").load(new)
+    have = set(df.columns)
+    return df.select(*[F.col(c) if c in have else F.lit(None).cast(table.schema[c].dataType).alias(c)
+                       for c in table.columns])
+
+
 def read(spark: "SparkSession", lake: str, table: "Table", *, at: int | None = None) -> "DataFrame":
     """The table as a DataFrame with its declared schema; an empty frame when it does not exist yet.
 

@@ -539,8 +539,17 @@ def _load_trace(spark: Any, lake: str, rows: list[dict[str, Any]]) -> int:
     return _delta.merge(spark, frame, lake, trace_records.TABLE, insert_only=True)
 
 
-def build_deliveries(spark: Any, lake: str) -> int:
-    """Re-derive silver/deliveries from all trace records (SubBefore/SubAfter may arrive in different runs)."""
+def build_deliveries(spark: Any, lake: str, since: dict[str, int] | None = None) -> int:
+    """Bring silver/deliveries up to date with the trace records, messages and broadcast clients the lake holds.
+
+    A delivery's row depends only on the trace records of its (cluster, request_id), the original copies of their
+    messages and its group's broadcast client ids (jobs.deliveries). So with ``since`` (the table versions the
+    last completed ingest left) only the requests touched by what was added since are derived again and merged:
+    new trace records, new original copies of traced keys, and groups with a new client id. Without it (no
+    completed ingest, or Parquet tables, which have no versions) every request is.
+    """
+    from pyspark.sql import functions as F
+
     from jobs import deliveries as deliveries_job
 
     if not _delta.exists(lake, trace_records.TABLE):
@@ -549,6 +558,28 @@ def build_deliveries(spark: Any, lake: str) -> int:
     msgs = _delta.read(spark, lake, messages.TABLE)
     offs = _delta.read(spark, lake, consumer_offsets.TABLE)
     client_ids = offs.where("client_id <> ''").select("cluster", "consumer_group", "client_id").distinct()
+    new_trace = new_msgs = None
+    if since is not None and _delta.exists(lake, deliveries.TABLE):
+        new_trace = _delta.added_since(spark, lake, trace_records.TABLE, since.get(trace_records.TABLE.qualified))
+        new_msgs = _delta.added_since(spark, lake, messages.TABLE, since.get(messages.TABLE.qualified))
+    if new_trace is not None and new_msgs is not None:
+        at = since.get(consumer_offsets.TABLE.qualified) if since else None
+        old_clients = (_delta.read(spark, lake, consumer_offsets.TABLE, at=at) if at is not None
+                       else spark.createDataFrame([], consumer_offsets.TABLE.schema))
+        new_groups = client_ids.join(old_clients.where("client_id <> ''").select(
+            "cluster", "consumer_group", "client_id"), ["cluster", "consumer_group", "client_id"], "left_anti") \
+            .select("cluster", F.col("consumer_group").alias("group")).distinct()
+        new_keys = new_msgs.where(F.col("uniq_key").isNotNull()).select(
+            "cluster", F.col("uniq_key").alias("msg_id")).distinct()
+        requests = (
+            new_trace.select("cluster", "request_id")
+            .unionByName(trace.join(new_keys, ["cluster", "msg_id"], "left_semi").select("cluster", "request_id"))
+            .unionByName(trace.join(new_groups, ["cluster", "group"], "left_semi").select("cluster", "request_id"))
+            .where(F.col("request_id").isNotNull()).distinct()
+        )
+        trace = trace.join(requests, ["cluster", "request_id"], "left_semi")
+        msgs = msgs.join(trace.select("cluster", F.col("msg_id").alias("uniq_key")).distinct(),
+                         ["cluster", "uniq_key"], "left_semi")
     df = deliveries_job.deliveries(trace, msgs, client_ids)
     return _delta.merge(spark, df, lake, deliveries.TABLE)
 
@@ -709,8 +740,9 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
         # Derived tables are rebuilt from what the lake holds whenever their inputs moved since the last completed
         # run, not only when this run loaded something: rows a killed run loaded are taken in here.
         if deliveries_stale(lake, previous):
-            say("ingest: building silver/deliveries from all trace records")
-            counts[deliveries.TABLE.qualified] = build_deliveries(spark, lake)
+            say("ingest: bringing silver/deliveries up to date")
+            counts[deliveries.TABLE.qualified] = build_deliveries(
+                spark, lake, previous["table_versions"] if previous else None)
             failpoints.hit("ingest.after_deliveries")
         counts[messages.TABLE.qualified] = n_messages
         counts[trace_records.TABLE.qualified] = n_trace
