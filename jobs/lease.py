@@ -142,6 +142,24 @@ def _s3_error_code(exc: BaseException) -> str:
     return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
 
 
+_FAILED = ("PreconditionFailed", "ConditionalRequestConflict", "412", "409")
+
+
+def _put_if_match(client: Any, bucket: str, key: str, body: bytes, etag: str) -> str:
+    """PUT only if the object's etag is still ``etag``; returns the new etag.
+
+    The standard form quotes the etag (AWS, moto); Ceph RGW (16.x) compares If-Match with the bare etag and
+    refuses the quoted one. A stale etag fails in both forms, so trying the bare form after a refusal is safe.
+    """
+    try:
+        return client.put_object(Bucket=bucket, Key=key, Body=body, IfMatch=etag)["ETag"]
+    except Exception as exc:  # noqa: BLE001
+        bare = etag.strip('"')
+        if _s3_error_code(exc) not in _FAILED or bare == etag:
+            raise
+        return client.put_object(Bucket=bucket, Key=key, Body=body, IfMatch=bare)["ETag"]
+
+
 @contextmanager
 def _hold_s3(lake: str, name: str, purpose: str, wait_s: float, say: Callable[[str], None]) -> Iterator[Lease]:
     uri = storage.join(lake, "_control", f"{name}.lease")
@@ -161,7 +179,7 @@ def _hold_s3(lake: str, name: str, purpose: str, wait_s: float, say: Callable[[s
             etag = client.put_object(Bucket=bucket, Key=key, Body=body(), IfNoneMatch="*")["ETag"]
             break
         except Exception as exc:  # noqa: BLE001 - only a failed precondition means "held"
-            if _s3_error_code(exc) not in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409"):
+            if _s3_error_code(exc) not in _FAILED:
                 raise storage._error("lease", uri, exc) from exc  # noqa: SLF001
         try:
             got = client.get_object(Bucket=bucket, Key=key)
@@ -172,11 +190,11 @@ def _hold_s3(lake: str, name: str, purpose: str, wait_s: float, say: Callable[[s
             raise storage._error("lease", uri, exc) from exc  # noqa: SLF001
         if info and float(info.get("expires_at", 0)) < time.time():
             try:
-                etag = client.put_object(Bucket=bucket, Key=key, Body=body(), IfMatch=current)["ETag"]
+                etag = _put_if_match(client, bucket, key, body(), current)
                 say(f"lease: took over {uri} from {_describe(info)}, which stopped renewing it")
                 break
             except Exception as exc:  # noqa: BLE001 - another taker won
-                if _s3_error_code(exc) not in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409"):
+                if _s3_error_code(exc) not in _FAILED:
                     raise storage._error("lease", uri, exc) from exc  # noqa: SLF001
         waited = time.monotonic() - t0
         if waited >= wait_s:
@@ -190,7 +208,7 @@ def _hold_s3(lake: str, name: str, purpose: str, wait_s: float, say: Callable[[s
     def renew() -> None:
         while not stop.wait(ttl / 4):
             try:
-                state["etag"] = client.put_object(Bucket=bucket, Key=key, Body=body(), IfMatch=state["etag"])["ETag"]
+                state["etag"] = _put_if_match(client, bucket, key, body(), state["etag"])
             except Exception as exc:  # noqa: BLE001
                 if _s3_error_code(exc) in ("PreconditionFailed", "412"):
                     lease._lost.set()  # noqa: SLF001
@@ -205,11 +223,12 @@ def _hold_s3(lake: str, name: str, purpose: str, wait_s: float, say: Callable[[s
     finally:
         stop.set()
         thread.join(timeout=5)
+        # Released only if still ours (conditional deletes are not everywhere: RGW 16 ignores If-Match on DELETE,
+        # so the holder's token is checked first; the gap is a few ms against a TTL of minutes).
         if not lease._lost.is_set():  # noqa: SLF001
             try:
-                client.delete_object(Bucket=bucket, Key=key, IfMatch=state["etag"])
-            except Exception:  # noqa: BLE001 - an unreleased lease expires after its TTL
-                try:
+                got = client.get_object(Bucket=bucket, Key=key)
+                if json.loads(got["Body"].read() or b"null").get("token") == holder["token"]:
                     client.delete_object(Bucket=bucket, Key=key)
-                except Exception:  # noqa: BLE001
-                    log.warning("lease %s not released; it expires in %.0f s", uri, ttl)
+            except Exception:  # noqa: BLE001 - an unreleased lease expires after its TTL
+                log.warning("lease %s not released; it expires in %.0f s", uri, ttl)

@@ -157,3 +157,24 @@ def test_wrong_secret_is_refused_with_a_named_error_that_hides_it(
         "Set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY to a key pair of that store"
     )
     assert "not-the-secret-42" not in str(err.value)
+
+
+def test_lease_is_exclusive_and_a_dead_holders_expires(store: object, lake: str) -> None:
+    """jobs.lease on the store's own conditional writes (If-None-Match / If-Match): Ceph RGW as moto."""
+    import json
+
+    from jobs import lease
+
+    with lease.hold(lake, "writer", purpose="first") as held:
+        with pytest.raises(lease.LeaseBusy, match="held by first"):
+            with lease.hold(lake, "writer", purpose="second", wait_s=0.5, say=lambda _: None):
+                pass
+        held.check()
+    uri = storage.join(lake, "_control", "writer.lease")
+    assert storage.read_bytes(uri) is None
+    storage.write_bytes(uri, json.dumps({"purpose": "dead", "pid": 1, "host": "h", "expires_at": 0}).encode())
+    lines: list[str] = []
+    with lease.hold(lake, "writer", purpose="next", wait_s=5, say=lines.append):
+        assert json.loads(storage.read_bytes(uri))["purpose"] == "next"
+    assert [line.split(" from ")[1] for line in lines if "took over" in line] == [
+        "dead (pid 1 on h, since None), which stopped renewing it"]
