@@ -158,11 +158,12 @@ def broadcast_dropped(deliveries: DataFrame, messages: DataFrame) -> DataFrame:
     w = Window.partitionBy("cluster", "consumer_group", "client_id", "uniq_key").orderBy(
         F.col("start_ts").desc(), F.col("request_id").desc())
     last = failed.withColumn("_rn", F.row_number().over(w)).where("_rn = 1").select(
-        "cluster", "consumer_group", "client_id", "uniq_key", "retry_times", "start_ts")
+        "cluster", "consumer_group", "client_id", "uniq_key", "start_ts")
     j = last.join(first_original(messages), on=["cluster", "uniq_key"], how="inner")
     return _typed(j.select(
         "cluster", "consumer_group", "client_id", *QUEUE[1:], "queue_offset", "uniq_key", "keys",
-        F.col("retry_times").alias("reconsume_times"), F.lit(None).cast("int").alias("max_reconsume_times"),
+        # broadcast mode never retries (spec §4): 0 reconsumes of at most 0
+        F.lit(0).alias("reconsume_times"), F.lit(0).alias("max_reconsume_times"),
         F.lit("BROADCAST_DROPPED").alias("reason"), F.col("start_ts").alias("last_attempt_ts"),
         F.lit(None).cast("timestamp").alias("dlq_eta_ts"),
     ))

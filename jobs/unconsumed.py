@@ -3,7 +3,8 @@
 * ``BACKLOG`` (rule 14): ``[max(C_S, Min_S), Max_S - 1]`` at the latest snapshot, when not empty.
 * ``EXPIRED`` (rule 13): the union of ``[C_s, Min_s - 1]`` over the snapshots with ``C_s < Min_s``.
 * ``SKIPPED`` (rule 15, needs deliveries): offsets in ``[max(Min_S, first delivered offset), C_S - 1]`` whose
-  message is known and was never consumed successfully, with no retry, DLQ or scheduled retry copy.
+  message is known and was never consumed successfully, with no retry, DLQ or scheduled retry copy, and that are
+  not BROADCAST_DROPPED for the same client (an offset has one kind).
 * ``BROADCAST_DROPPED`` (rule 16): a broadcast group's failed deliveries, per client.
 """
 from __future__ import annotations
@@ -84,18 +85,27 @@ def skipped(series: DataFrame, deliveries: DataFrame, messages: DataFrame) -> Da
     ok = deliveries.where(F.col("success") == F.lit(True)).select("cluster", "consumer_group", "client_id",
                                                                   "uniq_key").distinct()
     pending = copies_in_flight(messages).withColumn("_copy", F.lit(True))
+    # An offset has one kind: a broadcast client's dropped offset is BROADCAST_DROPPED, not also SKIPPED.
+    dropped = dropped_offsets(deliveries, messages).withColumnRenamed("queue_offset", "offset")
     lost = (
         cand.join(ok, on=["cluster", "consumer_group", "client_id", "uniq_key"], how="left_anti")
         .join(pending, on=["cluster", "consumer_group", "uniq_key"], how="left")
         .where((F.col("client_id") != "") | F.col("_copy").isNull())
+        .join(dropped, on=[*SERIES_KEY, "offset"], how="left_anti")
     )
     return _typed(offset_runs(lost, keys=SERIES_KEY, offset="offset"), "SKIPPED")
 
 
+def dropped_offsets(deliveries: DataFrame, messages: DataFrame) -> DataFrame:
+    """(SERIES_KEY..., queue_offset) of a broadcast group's failed deliveries, at the original copy, per client."""
+    failed = with_original(deliveries.where(F.col("is_broadcast") & (F.col("success") == F.lit(False))), messages)
+    return failed.select(*SERIES_KEY, "queue_offset").distinct()
+
+
 def broadcast_dropped(deliveries: DataFrame, messages: DataFrame) -> DataFrame:
     """``BROADCAST_DROPPED``: failed deliveries of a broadcast group (no retry exists), per client (rule 16)."""
-    failed = with_original(deliveries.where(F.col("is_broadcast") & (F.col("success") == F.lit(False))), messages)
-    return _typed(offset_runs(failed, keys=SERIES_KEY, offset="queue_offset"), "BROADCAST_DROPPED")
+    return _typed(offset_runs(dropped_offsets(deliveries, messages), keys=SERIES_KEY, offset="queue_offset"),
+                  "BROADCAST_DROPPED")
 
 
 def unconsumed_ranges(series: DataFrame, deliveries: DataFrame, messages: DataFrame, *,

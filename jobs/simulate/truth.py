@@ -237,6 +237,14 @@ class Truth:
     def unconsumed_ranges(self) -> list[dict[str, Any]]:
         out = []
         series_by = {(s.group, s.client_id, s.topic, s.broker, s.qid): s for s in self.series}
+        dropped: dict[tuple[str, str, str, str, int], set[int]] = defaultdict(set)
+        for g, ds in self.deliveries.items():
+            if not self.w.group_info.get(g, {}).get("broadcast"):
+                continue
+            for d in ds:
+                m = self.original(d.uniq)
+                if d.success is False and m is not None:
+                    dropped[(g, d.client_id, m.topic, m.broker, m.queue_id)].add(m.queue_offset)
         for s in self.series:
             _, c, lo, hi = s.points[-1]
             if max(c, lo) <= hi - 1:
@@ -247,16 +255,10 @@ class Truth:
                     expired.update(range(cs, mins))
             for a, b in ranges(expired):
                 out.append(self._range(s, a, b, kind="EXPIRED"))
-            for a, b in ranges(self._skipped(s)):
+            # an offset has one kind: a broadcast client's dropped offset is BROADCAST_DROPPED, not also SKIPPED
+            own_drops = dropped.get((s.group, s.client_id, s.topic, s.broker, s.qid), set())
+            for a, b in ranges(self._skipped(s) - own_drops):
                 out.append(self._range(s, a, b, kind="SKIPPED"))
-        dropped: dict[tuple[str, str, str, str, int], set[int]] = defaultdict(set)
-        for g, ds in self.deliveries.items():
-            if not self.w.group_info.get(g, {}).get("broadcast"):
-                continue
-            for d in ds:
-                m = self.original(d.uniq)
-                if d.success is False and m is not None:
-                    dropped[(g, d.client_id, m.topic, m.broker, m.queue_id)].add(m.queue_offset)
         for (g, cid, topic, broker, qid), offs in sorted(dropped.items()):
             s = series_by.get((g, cid, topic, broker, qid)) or Series(self.cluster, g, cid, topic, broker, qid, [])
             for a, b in ranges(offs):
@@ -376,8 +378,9 @@ class Truth:
                     if orig is None:
                         continue
                     last = max(fs, key=lambda d: d.start)
-                    out.append(self._dlq_row(g, cid, orig, uniq, orig.keys, last.retry_times, None,
-                                             "BROADCAST_DROPPED", last.start, None))
+                    # broadcast mode never retries: 0 reconsumes of at most 0
+                    out.append(self._dlq_row(g, cid, orig, uniq, orig.keys, 0, 0, "BROADCAST_DROPPED", last.start,
+                                             None))
                 continue
             for uniq, dd in sorted(by_key.items()):
                 if any(d.success for d in dd) or uniq in in_dlq:

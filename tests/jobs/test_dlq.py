@@ -97,8 +97,8 @@ CASES = [
         [dl("x1", "K3", 0, 10, 11, False, group="GB", client=C5, host="10.0.0.5"),
          dl("x2", "K3", 0, 20, 21, False, group="GB", client=C5, host="10.0.0.5"),
          dl("y1", "K3", 0, 10, 11, True, group="GB", client=C6, host="10.0.0.6")], [],
-        [out(3, "K3", 0, None, "BROADCAST_DROPPED", 20, None, group="GB", client=C5)],
-        id="a_broadcast_failure_is_dropped_per_client_at_its_latest_attempt"),
+        [out(3, "K3", 0, 0, "BROADCAST_DROPPED", 20, None, group="GB", client=C5)],
+        id="a_broadcast_failure_is_dropped_per_client_at_its_latest_attempt_with_0_of_0_reconsumes"),
 ]
 
 
