@@ -50,7 +50,7 @@ export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=True
 export AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK=False
 export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL=5
 export AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC=2
-export RUST_LOG=warn
+export RUST_LOG="${RUST_LOG:-warn,sail_common::actor=error}"  # Sail's warnings, not its shutdown notice
 export PYTHONPATH="$ROOT\${PYTHONPATH:+:\$PYTHONPATH}"
 ENV
   # shellcheck disable=SC1091

@@ -26,6 +26,10 @@ if TYPE_CHECKING:  # pragma: no cover
 Engine = Literal["sail", "connect", "classic", "submit"]
 log = logging.getLogger(__name__)
 
+# Sail's log: warnings, but not the one its actor system writes on every orderly shutdown ("aborting N task(s) for
+# SessionManagerActor"), which Airflow showed as a red ERROR line in every task log.
+RUST_LOG_DEFAULT = "warn,sail_common::actor=error"
+
 _S3_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ALLOW_HTTP")
 
 
@@ -76,7 +80,7 @@ def session(engine: Engine | None = None, *, remote: str | None = None) -> Itera
     _normalise_s3_env()
     server = None
     if engine == "sail":
-        os.environ.setdefault("RUST_LOG", "warn")
+        os.environ.setdefault("RUST_LOG", RUST_LOG_DEFAULT)
         from pysail.spark import SparkConnectServer
 
         server = SparkConnectServer(ip="127.0.0.1", port=0)

@@ -6,7 +6,7 @@ import json
 import logging
 import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 
 def _print_json(obj: Any) -> None:
@@ -20,14 +20,16 @@ def _progress(line: str) -> None:
 def cmd_simulate(a: argparse.Namespace) -> int:
     from jobs import simulate
 
-    _print_json(simulate.run(a.scenario, a.out, seed=a.seed, scale=a.scale, bulk_messages=a.bulk_messages))
+    _print_json(simulate.run(a.scenario, a.out, seed=a.seed, scale=a.scale, bulk_messages=a.bulk_messages,
+                             progress=_progress))
     return 0
 
 
 def cmd_ingest(a: argparse.Namespace) -> int:
     from jobs import ingest
 
-    _print_json(ingest.run(a.landing, a.lake, snapshot_glob=a.snapshots, progress=_progress))
+    _print_json(ingest.run(a.landing, a.lake, snapshot_glob=a.snapshots, progress=_progress, settle_s=a.settle_s,
+                           require_marker=a.require_marker or None, retake=a.retake))
     return 0
 
 
@@ -48,13 +50,53 @@ def cmd_demo(a: argparse.Namespace) -> int:
     return demo.main(workdir=a.workdir, scenario=a.scenario, seed=a.seed, scale=a.scale)
 
 
+def _window(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; give 2 or more (default 10)") from None
+    if n < 2:
+        raise argparse.ArgumentTypeError(f"{n}: the status needs at least 2 snapshots; give 2 or more (default 10)")
+    return n
+
+
+def _as_of(text: str) -> str:
+    from jobs.reconcile import AS_OF_FORMATS, parse_as_of
+
+    try:
+        parse_as_of(text)
+    except (ValueError, TypeError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time; expected {AS_OF_FORMATS}") from None
+    return text
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rmq-recon")
+    except PackageNotFoundError:  # pragma: no cover - running from a checkout without install
+        return "unknown"
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An option error is one line (``rmq-recon reconcile: error: argument --window: ...``) and exit code 2."""
+
+    def error(self, message: str) -> "NoReturn":  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rmq-recon", description="RocketMQ consumer-progress reconciliation")
+    from jobs.simulate import SCENARIO_NAMES
+
+    p = OneLineParser(prog="rmq-recon", description="RocketMQ consumer-progress reconciliation")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = p.add_subparsers(dest="command", required=True)
+    p.add_argument("--version", action="version", version=f"rmq-recon {_version()}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     s = sub.add_parser("simulate", help="write a simulated landing zone and its _truth/ reports")
-    s.add_argument("--scenario", required=True)
+    s.add_argument("--scenario", required=True, choices=SCENARIO_NAMES, metavar="NAME",
+                   help="one of: " + ", ".join(SCENARIO_NAMES))
     s.add_argument("--out", required=True, help="landing zone to write (local dir)")
     s.add_argument("--seed", type=int, default=7)
     s.add_argument("--scale", type=int, default=1,
@@ -67,14 +109,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--landing", required=True, help="landing zone root: a folder or s3://bucket/prefix")
     s.add_argument("--lake", required=True, help="lake root: a folder or s3://bucket/prefix")
     s.add_argument("--snapshots", default=None, help="only snapshot folders matching this glob")
+    s.add_argument("--settle-s", type=float, default=None,
+                   help="take a snapshot folder without _SUCCESS once unchanged this long (default "
+                        "RMQ_RECON_SNAPSHOT_SETTLE_S or 0)")
+    s.add_argument("--require-marker", action="store_true", help="take only folders with the sync job's _SUCCESS")
+    s.add_argument("--retake", action="store_true", help="take every complete folder again (ignore bronze/snapshots)")
     s.set_defaults(func=cmd_ingest)
 
     s = sub.add_parser("reconcile", help="silver -> gold tables and a report folder")
     s.add_argument("--lake", required=True)
     s.add_argument("--reports", required=True, help="report root; the run writes <reports>/<run_id>/")
-    s.add_argument("--as-of", default=None, help="ISO-8601 UTC or YYYYMMDDTHHMMSSZ; default: newest snapshot")
+    s.add_argument("--as-of", default=None, type=_as_of,
+                   help="ISO-8601 UTC or YYYYMMDDTHHMMSSZ; default: newest snapshot")
     s.add_argument("--run-id", default=None, help="default: asof-<YYYYMMDDTHHMMSSZ>")
-    s.add_argument("--window", type=int, default=10, help="snapshots per queue for consumer status (default 10)")
+    s.add_argument("--window", type=_window, default=10,
+                   help="snapshots per queue for consumer status (default 10, at least 2)")
     s.add_argument("--groups", default=None, help="comma-separated consumer groups (default: all)")
     s.add_argument("--dlq-warn-retries", type=int, default=3)
     s.add_argument("--blocking-min-age", type=int, default=900, help="seconds (default 900 = consumeTimeout)")
@@ -92,9 +141,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+    # Progress goes to stderr as plain lines; the log shows warnings (everything with -v).
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    os.environ.setdefault("RUST_LOG", "warn")
+    from jobs._spark import RUST_LOG_DEFAULT
+
+    os.environ.setdefault("RUST_LOG", RUST_LOG_DEFAULT)
     try:
         return int(args.func(args) or 0)
     except Exception as exc:  # noqa: BLE001 - one clear line for people, the traceback with -v

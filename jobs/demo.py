@@ -1,7 +1,8 @@
 """``rmq-recon demo`` / ``make demo``: simulated fleet -> Airflow snapshot DAG -> reconcile DAG -> reports.
 
 Runs both DAGs through Airflow itself (``airflow dags test``: the real DAG files, tasks and Params, with an
-embedded SQLite metadata DB under ``<workdir>/airflow``), then prints what an operator looks at first.
+embedded SQLite metadata DB under ``var/airflow``, the home ``infra/airflow.sh`` serves, so its UI shows the demo's
+runs), then prints what an operator looks at first.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def airflow_env(airflow_home: pathlib.Path) -> dict[str, str]:
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{airflow_home / 'airflow.db'}",
         "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
-        "RUST_LOG": env.get("RUST_LOG", "warn"),
+        "RUST_LOG": env.get("RUST_LOG", "warn,sail_common::actor=error"),
         "PYTHONPATH": str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
     })
     return env
@@ -89,7 +90,8 @@ def main(*, workdir: str = "var/demo", scenario: str = "mixed", seed: int = 7, s
     t0 = time.time()
     work = (ROOT / workdir).resolve() if not os.path.isabs(workdir) else pathlib.Path(workdir)
     landing, lake, reports_root = work / "landing", work / "lake", work / "reports"
-    airflow_home = work / "airflow"
+    # The Airflow home infra/airflow.sh serves: the UI it starts shows the demo's runs.
+    airflow_home = pathlib.Path(os.environ.get("AIRFLOW_HOME") or ROOT / "var" / "airflow")
     for p in (landing, lake, reports_root):
         shutil.rmtree(p, ignore_errors=True)
     airflow_home.mkdir(parents=True, exist_ok=True)
@@ -124,5 +126,7 @@ def main(*, workdir: str = "var/demo", scenario: str = "mixed", seed: int = 7, s
     print(f"\nReport folder: {runs[-1].parent}")
     print(f"Dashboard:     {runs[-1].parent / 'index.html'}")
     print(f"Lake:          {lake}")
+    print(f"Airflow UI:    infra/airflow.sh start, then open the URL it prints (AIRFLOW_HOME={airflow_home}; "
+          "the demo's DAG runs are there)")
     print(f"demo: done in {time.time() - t0:.0f} s (Airflow log: {log_path})")
     return 0

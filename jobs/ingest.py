@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from jobs import _delta, configs, landing, storage
 from jobs.landing import LandingFile, Snapshot
-from jobs.problems import Problem
+from jobs.problems import Problem, UsageError
 from schemas import (
     consumer_offsets,
     delay_offsets,
@@ -619,6 +619,17 @@ def deliveries_stale(lake: str, previous: dict[str, Any] | None) -> bool:
 
 
 
+def check_inputs(landing_uri: str, lake: str) -> None:
+    """Refuse, before any engine starts, a landing zone that is not there and a lake that is a file (spec §6)."""
+    if not storage.is_s3(lake) and os.path.isfile(lake):
+        raise UsageError(f"--lake {lake}: is a file; give a folder (created if missing) or an s3:// URI")
+    if not storage.is_s3(landing_uri) and os.path.isfile(landing_uri):
+        raise UsageError(f"--landing {landing_uri}: is a file; give the landing zone's root folder or s3:// URI")
+    if not storage.exists(landing_uri):
+        raise UsageError(f"--landing {landing_uri}: no such folder or prefix; give the landing zone's root (the sync "
+                         "job's destination)")
+
+
 def settle_default() -> float:
     """Seconds a snapshot folder without the marker must stay unchanged before it is taken (RMQ_RECON_SNAPSHOT_SETTLE_S)."""
     return float(os.environ.get("RMQ_RECON_SNAPSHOT_SETTLE_S", "0"))
@@ -661,11 +672,19 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
     t0 = time.time()
     started = dt.datetime.now(UTC).replace(microsecond=0)
     now = now or started
+    check_inputs(landing_uri, lake)
     settle_s = settle_default() if settle_s is None else settle_s
     require_marker = require_marker_default() if require_marker is None else require_marker
     found, layout_problems, problem_cluster = landing.discover(landing_uri)
+    if not found and not layout_problems:
+        raise UsageError(f"--landing {landing_uri}: no snapshot folder (expected cluster=<c>/broker=<b>/snapshot_ts="
+                         "<YYYYMMDDTHHMMSSZ>/store/... or cluster=<c>/clients/snapshot_ts=...); point it at the sync "
+                         "job's destination")
     if snapshot_glob:
         found = [s for s in found if fnmatch.fnmatch(s.folder, snapshot_glob)]
+        if not found:
+            raise UsageError(f"--snapshots {snapshot_glob!r}: matches no snapshot folder under {landing_uri}; the "
+                             "pattern is matched against cluster=<c>/broker=<b>/snapshot_ts=<ts>")
     ex = Extracted()
     for p in layout_problems:
         ex.problem(problem_cluster.get(p.source_path, ""), "", None, p)

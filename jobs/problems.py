@@ -45,3 +45,8 @@ class CorruptSegmentError(ReconError, ValueError):
 
 class LandingLayoutError(ReconError, ValueError):
     """A landing-zone path that does not follow the layout of spec §3."""
+
+
+class UsageError(ReconError, ValueError):
+    """An option value that cannot work (a missing lake, a malformed time, an unknown group): one line that names
+    the option, the value and what to do; the command line exits 2."""

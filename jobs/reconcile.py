@@ -25,6 +25,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from jobs import _delta, failpoints, reports, snapshots, storage
+from jobs.problems import UsageError
 from jobs.topics import DLQ_PREFIX
 from schemas import (
     consumer_offsets,
@@ -64,6 +65,49 @@ def parse_as_of(value: str | dt.datetime | None) -> dt.datetime | None:
     ts = pd.Timestamp(text)
     ts = ts.tz_localize(UTC) if ts.tzinfo is None else ts.tz_convert(UTC)
     return ts.to_pydatetime()
+
+
+AS_OF_FORMATS = "ISO-8601 UTC such as 2026-01-05T02:00:00Z, or the snapshot folder form 20260105T020000Z"
+
+
+def check_inputs(lake: str, reports_root: str, *, as_of: str | dt.datetime | None, window: int) -> None:
+    """Refuse, before any engine starts, option values that cannot give a report (one line each, spec §6)."""
+    import os
+
+    if window < 2:
+        raise UsageError(f"--window {window}: the status needs at least 2 snapshots (Burrow's evaluator); "
+                         "give --window 2 or more (default 10)")
+    try:
+        parse_as_of(as_of)
+    except (ValueError, TypeError):
+        raise UsageError(f"--as-of {as_of!r}: not a time; expected {AS_OF_FORMATS}") from None
+    for option, uri in (("--lake", lake), ("--reports", reports_root)):
+        if not storage.is_s3(uri) and os.path.isfile(uri):
+            raise UsageError(f"{option} {uri}: is a file; give a folder (or an s3:// URI)")
+    if not storage.exists(lake):
+        raise UsageError(f"--lake {lake}: no such lake; give the folder or s3:// URI that `rmq-recon ingest --lake` "
+                         "wrote")
+
+
+def check_groups(frames: dict[str, Any], groups: list[str] | None) -> None:
+    """Refuse ``--groups`` names the lake knows nothing of (offsets, subscriptions, deliveries or a DLQ topic)."""
+    from pyspark.sql import functions as F
+
+    if not groups:
+        return
+    known = (
+        frames["consumer_offsets"].select("consumer_group")
+        .unionByName(frames["subscription_groups"].select("consumer_group"))
+        .unionByName(frames["deliveries"].select("consumer_group"))
+        .unionByName(frames["messages"].where(F.col("topic").isin([DLQ_PREFIX + g for g in groups]))
+                     .select(F.expr(f"substring(topic, {len(DLQ_PREFIX) + 1})").alias("consumer_group")))
+        .where(F.col("consumer_group").isin(list(groups))).distinct()
+    )
+    found = {r[0] for r in known.collect()}
+    missing = [g for g in groups if g not in found]
+    if missing:
+        raise UsageError(f"--groups {','.join(missing)}: not in the lake (no offsets, subscription, delivery or DLQ "
+                         "record of that group); check the names (case matters) or drop them")
 
 
 def default_run_id(as_of: dt.datetime) -> str:
@@ -250,6 +294,7 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
 
     say = progress or log.info
     t0 = time.time()
+    check_inputs(lake, reports_root, as_of=as_of, window=window)
     with ExitStack() as stack:
         if _delta.table_format() == "parquet":
             # Parquet tables have no versions to pin: read them with no ingest running beside.
@@ -261,6 +306,7 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
         storage.delete_tree(storage.join(lake, "_tmp"))
         state = ledger.consistent_state(lake, READ_TABLES.values())
         frames = extract(spark, lake, groups, state["table_versions"])
+        check_groups(frames, groups)
         as_of_ts = _as_of(frames, as_of, lake, groups)
         rid = sanitize_run_id(run_id or default_run_id(as_of_ts))
         say(f"reconcile: run {rid} as of {reports.format_ts(as_of_ts)} (lake as ingest {state['run_id']} left it)")
@@ -292,6 +338,12 @@ def _as_of(frames: dict[str, Any], as_of: str | dt.datetime | None, lake: str,
            groups: list[str] | None = None) -> dt.datetime:
     """The run's as-of time: the one given, else the newest snapshot with consumer offsets."""
     as_of_ts = parse_as_of(as_of)
+    if as_of_ts is not None:
+        first = frames["consumer_offsets"].agg({"snapshot_ts": "min"}).collect()[0][0]
+        if first is None or parse_as_of(first) > as_of_ts:  # type: ignore[operator]
+            raise UsageError(f"--as-of {reports.format_ts(as_of_ts)}: before the first snapshot with consumer offsets "
+                             f"in {lake} ({reports.format_ts(first) or 'none'}): nothing to reconcile then; give a "
+                             "later time")
     if as_of_ts is None:
         latest = frames["consumer_offsets"].agg({"snapshot_ts": "max"}).collect()[0][0]
         if latest is None:

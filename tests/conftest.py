@@ -13,7 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 REAL = FIXTURES / "real"
 
-os.environ.setdefault("RUST_LOG", "warn")
+os.environ.setdefault("RUST_LOG", "warn,sail_common::actor=error")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 # Airflow reads its configuration at import: an isolated home with SQLite, this project's dags, no examples.
 AIRFLOW_HOME = ROOT / "var" / "airflow-test"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 __all__ = ["run", "tree_size", "SCENARIO_NAMES"]
 
@@ -36,8 +36,8 @@ def tree_size(root: str | os.PathLike[str]) -> tuple[int, int, int]:
     return files, logical, disk
 
 
-def run(scenario: str, out: str, *, seed: int = 7, scale: int = 1, bulk_messages: int | None = None
-        ) -> dict[str, Any]:
+def run(scenario: str, out: str, *, seed: int = 7, scale: int = 1, bulk_messages: int | None = None,
+        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Simulate ``scenario`` and write its landing zone and ``_truth/`` to the local folder ``out``.
 
     Args:
@@ -47,6 +47,7 @@ def run(scenario: str, out: str, *, seed: int = 7, scale: int = 1, bulk_messages
         scale: ``mixed`` only: size multiplier (1 = a few brokers and ~100k messages; past 3 the extra volume is
             the vectorised healthy traffic of ``jobs.simulate.bulk``, ~98k messages per unit).
         bulk_messages: ``mixed`` only: that many bulk messages instead of the scale's.
+        progress: called with a line per step and per snapshot written (the CLI prints them on stderr).
 
     Returns:
         a summary: scenario, seed, scale, messages stored, snapshots, files and bytes written, truth row
@@ -56,16 +57,25 @@ def run(scenario: str, out: str, *, seed: int = 7, scale: int = 1, bulk_messages
     from jobs.simulate.scenarios import SCENARIOS
     from jobs.simulate.truth import Truth
 
-    started = time.perf_counter()
-    if scenario == "mixed":
-        from jobs.simulate.mixed import mixed
+    from jobs.simulate import engine
 
-        world = mixed(out, seed, scale, bulk_messages)
-    elif scenario in SCENARIOS:
-        world = SCENARIOS[scenario](out, seed, scale)
-    else:
+    say = progress or (lambda line: None)
+    started = time.perf_counter()
+    if scenario != "mixed" and scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}; expected one of {SCENARIO_NAMES}")
+    say(f"simulate: {scenario} (seed {seed}, scale {scale}) into {out}")
+    engine.PROGRESS = progress
+    try:
+        if scenario == "mixed":
+            from jobs.simulate.mixed import mixed
+
+            world = mixed(out, seed, scale, bulk_messages)
+        else:
+            world = SCENARIOS[scenario](out, seed, scale)
+    finally:
+        engine.PROGRESS = None
     simulated = time.perf_counter() - started
+    say(f"simulate: {world.message_count()} messages stored in {simulated:.1f} s; computing the truth")
     truth_dir = os.path.join(out, "_truth")
     counts = Truth(world).write(truth_dir)
     messages = world.message_count()

@@ -18,6 +18,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from jobs.simulate.bulk import BulkFleet
 
 
+
+# Where simulate.run sends progress lines while a world runs (None: silent). A module setting, not a World
+# argument, so the scenario builders stay as they are.
+PROGRESS: Callable[[str], None] | None = None
+
 class World:
     """One simulated cluster (or several) on one virtual clock."""
 
@@ -128,6 +133,10 @@ class World:
         for c in self.consumers:
             if c.broadcast:
                 self.writer.client(self.cluster, c, t)
+        if PROGRESS is not None:
+            done = sum(1 for x in self.snapshot_times if x <= t)
+            PROGRESS(f"simulate: snapshot {done}/{len(self.snapshot_times)} at {iso_ms(t)}: "
+                     f"{self.writer.files_written} files, {self.writer.bytes_written / 2**20:.0f} MiB written")
 
     def inject(self, kind: str, **detail: Any) -> None:
         self.injected.append({"kind": kind, "at": iso_ms(self.loop.now), **detail})

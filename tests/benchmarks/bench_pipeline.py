@@ -25,7 +25,7 @@ What it does:
 4. Prints the figures table with PASS/MISS per target and writes it to ``<workdir>/figures.md`` (and
    ``figures.json``). ``--stages`` runs a subset; figures of earlier stages are taken from ``figures.json``.
 
-DuckDB is a benchmark-only dependency: ``.venv/bin/pip install duckdb``. The machine (2 cores, 24 GiB) may be
+DuckDB is a benchmark-only dependency, pinned in requirements.lock (``make install`` installs it). The machine (2 cores, 24 GiB) may be
 shared with other workloads: the load average is printed with the figures, and the ratios come from one run.
 This file is not collected by pytest (bench_*.py).
 """
