@@ -27,7 +27,8 @@ GOLD_READY = consumer_offsets.TABLE.asset() & queue_bounds.TABLE.asset()
     catchup=False,
     max_active_runs=1,
     tags=["rocketmq", "reconcile"],
-    default_args={"retries": 2, "retry_delay": pendulum.duration(seconds=30)},
+    default_args={"retries": 2, "retry_delay": pendulum.duration(seconds=30),
+                  "execution_timeout": pendulum.duration(hours=2)},
     params={
         "lake": Param(os.environ.get("RMQ_RECON_LAKE", "var/lake"), type="string"),
         "reports": Param(os.environ.get("RMQ_RECON_REPORTS", "var/reports"), type="string"),

@@ -27,7 +27,8 @@ SILVER_ASSETS = [t.TABLE.asset() for t in (consumer_offsets, queue_bounds, messa
     catchup=False,
     max_active_runs=1,
     tags=["rocketmq", "ingest"],
-    default_args={"retries": 2, "retry_delay": pendulum.duration(seconds=30)},
+    default_args={"retries": 2, "retry_delay": pendulum.duration(seconds=30),
+                  "execution_timeout": pendulum.duration(hours=2)},
     params={
         "landing": Param(os.environ.get("RMQ_RECON_LANDING", "var/landing"), type="string",
                          description="landing zone root (folder or s3://)"),

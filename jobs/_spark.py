@@ -84,6 +84,7 @@ def session(engine: Engine | None = None, *, remote: str | None = None) -> Itera
         from pysail.spark import SparkConnectServer
 
         server = SparkConnectServer(ip="127.0.0.1", port=0)
+        handlers = _signal_handlers()
         server.start(background=True)
         host, port = server.listening_address
         builder = SparkSession.builder.remote(f"sc://{host}:{port}")
@@ -122,15 +123,117 @@ def session(engine: Engine | None = None, *, remote: str | None = None) -> Itera
         # IPython` each time): about 0.1 ms per call, 20 ms to build the replay's plan. Errors still name the
         # failing expression without it. A Spark server holds it as a static setting: only our own server here.
         builder = builder.config("spark.python.sql.dataFrameDebugging.enabled", "false")
-    spark = builder.create() if engine in ("sail", "connect") else builder.getOrCreate()
+    address = f"sc://{server.listening_address[0]}:{server.listening_address[1]}" if server is not None else (
+        remote or os.environ.get("SPARK_REMOTE") or engine)
     try:
+        spark = builder.create() if engine in ("sail", "connect") else builder.getOrCreate()
+    except BaseException:
+        _stop_server(server)
+        raise
+    try:
+        if engine in ("sail", "connect"):
+            _bound_retries(spark)
         spark.conf.set("spark.sql.session.timeZone", "UTC")
+        if server is not None:
+            # The server answered a call, so it has registered its own Ctrl-C handling by now: take it back.
+            _restore_signal_handlers(handlers)
         log.info("spark session on engine %s", engine)
         yield spark
-    finally:
-        spark.stop()
-        if server is not None:
-            server.stop()
+    except Exception as exc:
+        _let_go(spark, server)
+        if _engine_lost(exc):
+            raise EngineLost(f"the {engine} engine at {address} stopped answering ({_short(exc)}); check the engine "
+                             "and its log, then rerun (the writes are idempotent)") from exc
+        raise
+    except BaseException:  # an interrupt: no goodbye to a server that may be gone, no waiting
+        _let_go(spark, server)
+        raise
+    else:
+        _let_go(spark, server, release=True)
+
+
+def _signal_handlers() -> dict:
+    import signal
+
+    return {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+def _restore_signal_handlers(saved: dict) -> None:
+    """Give SIGINT/SIGTERM back to Python: pysail's server takes SIGINT and shuts itself down, and the client then
+    retried its calls to the dead server for minutes. Ours (the CLI's, or Airflow's in a task) stop the run and
+    then the server, in that order."""
+    import signal
+
+    for sig, handler in saved.items():
+        try:
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        except (ValueError, TypeError, OSError):  # not the main thread: nothing was taken from it either
+            pass
+
+
+class EngineLost(RuntimeError):
+    """The Spark Connect server went away (killed, out of memory, network) while the run needed it."""
+
+
+def engine_timeout_s() -> float:
+    """How long a call may wait for a Spark Connect server that stopped answering (RMQ_RECON_ENGINE_TIMEOUT_S)."""
+    return float(os.environ.get("RMQ_RECON_ENGINE_TIMEOUT_S", "120"))
+
+
+def _bound_retries(spark: SparkSession) -> None:
+    """Retry an unavailable server for about :func:`engine_timeout_s` in all, not the client's default 10 minutes."""
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    budget_ms, backoff, total, retries = engine_timeout_s() * 1000, 50.0, 0.0, 0
+    while total + min(backoff, 15000) <= budget_ms and retries < 100:
+        total += min(backoff, 15000)
+        backoff *= 4
+        retries += 1
+    spark.client.set_retry_policies([DefaultPolicy(max_retries=retries, max_backoff=15000,
+                                                   max_server_retry_delay=15000)])
+
+
+def _run_bounded(fn: "object", seconds: float) -> None:
+    import threading
+
+    t = threading.Thread(target=fn, daemon=True)  # type: ignore[arg-type]
+    t.start()
+    t.join(seconds)
+
+
+def _let_go(spark: SparkSession, server: "object | None", *, release: bool = False) -> None:
+    """Stop the session, then the embedded server (in that order, or the process hangs at exit), each bounded.
+
+    ``release``: say goodbye to the server (a normal end); after an error or an interrupt the server may be gone, and
+    the client would retry the goodbye for minutes.
+    """
+    if not release:
+        try:
+            spark.release_session_on_close = False  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - classic sessions have no such flag
+            pass
+    _run_bounded(spark.stop, 20 if release else 3)
+    _stop_server(server)
+
+
+def _stop_server(server: "object | None") -> None:
+    if server is not None:
+        _run_bounded(server.stop, 5)  # type: ignore[attr-defined]
+
+
+def _engine_lost(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__} {exc}"
+    return any(s in text for s in ("UNAVAILABLE", "RetriesExceeded", "Connection refused", "failed to connect",
+                                   "Socket closed", "Connection reset"))
+
+
+def _short(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    for marker in ("details = \"", "StatusCode."):
+        if marker in text:
+            text = text.split(marker, 1)[1].split('"', 1)[0]
+            break
+    return f"{type(exc).__name__}: {text[:200]}"
 
 
 def table_format() -> str:

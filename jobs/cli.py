@@ -147,12 +147,20 @@ def main(argv: list[str] | None = None) -> int:
     from jobs._spark import RUST_LOG_DEFAULT
 
     os.environ.setdefault("RUST_LOG", RUST_LOG_DEFAULT)
+    from jobs import interrupts
+
+    interrupts.install()
     try:
         return int(args.func(args) or 0)
+    except interrupts.Interrupted as stop:
+        print(f"rmq-recon {args.command}: stopped by {stop}; the engine is stopped, and a rerun completes the work "
+              "(every write is idempotent)", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(stop.exit_code)  # no exit handler may wait on the engine now
     except Exception as exc:  # noqa: BLE001 - one clear line for people, the traceback with -v
         if args.verbose:
             raise
-        print(f"rmq-recon {args.command}: error: {exc}", file=sys.stderr)
+        print(f"rmq-recon {args.command}: error: {' '.join(str(exc).split())[:2000]}", file=sys.stderr)
         return 2
 
 
