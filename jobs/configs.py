@@ -8,6 +8,7 @@ the file still lands; a file that cannot be read at all falls back to ``.bak`` e
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -58,6 +59,19 @@ def _offset_value(v: Any) -> int | None:
     return v if v >= 0 else None
 
 
+def _entry_position(text: str, start: int, qid: Any) -> int:
+    """Where the queue's entry starts after its group's key: each bad entry has its own position (the quarantine's
+    key), so two bad queues of one group are both kept."""
+    m = re.compile(r'[{,]\s*("?' + re.escape(str(qid)) + r'"?)\s*:').search(text, start)
+    return m.start(1) if m else start
+
+
+def _not_an_offset(v: Any) -> str:
+    if isinstance(v, fastjson.BigNumber) and not v.startswith("-"):
+        return "is beyond 2^63-1 (a Java long)"
+    return "is not a non-negative integer"
+
+
 def _top(doc: Any, kind: str, path: str, text: str) -> tuple[dict[Any, Any], list[Problem]]:
     if not isinstance(doc, dict):
         raise ConfigParseError(path, 0, f"expected a JSON object at the top, found {type(doc).__name__}")
@@ -92,14 +106,15 @@ def parse_consumer_offsets(text: str, source_path: str) -> tuple[Rows, list[Prob
                 problems.append(Problem(source_path, pos, f"'{key}': expected a map of queueId to offset"))
                 continue
             for qid, off in queues.items():
-                if isinstance(qid, bool) or not isinstance(qid, int) or qid < 0:
-                    problems.append(Problem(source_path, pos, f"'{key}': queue id {qid!r} is not a non-negative "
+                at = _entry_position(text, pos, qid)
+                if isinstance(qid, bool) or not isinstance(qid, int) or not 0 <= qid < (1 << 31):
+                    problems.append(Problem(source_path, at, f"'{key}': queue id {qid!r} is not a non-negative "
                                             "integer: entry skipped"))
                     continue
                 value = _offset_value(off)
                 if value is None:
-                    problems.append(Problem(source_path, pos, f"'{key}' queue {qid}: offset {off!r} is not a "
-                                            "non-negative integer: entry skipped"))
+                    problems.append(Problem(source_path, at, f"'{key}' queue {qid}: offset {off!r} "
+                                            f"{_not_an_offset(off)}: entry skipped"))
                     continue
                 rows.append({"consumer_group": group, "topic": topic, "queue_id": qid, "committed_offset": value,
                              "is_retry_topic": topic.startswith("%RETRY%")})
@@ -111,7 +126,8 @@ def _bool(v: Any, default: bool) -> bool:
 
 
 def _int(v: Any, default: int | None) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else default
+    """A Java int field: anything else (a string, a number past 32 bits) takes the broker's default."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and -(1 << 31) <= v < (1 << 31) else default
 
 
 def parse_subscription_groups(text: str, source_path: str) -> tuple[Rows, list[Problem]]:
@@ -161,7 +177,7 @@ def parse_delay_offsets(text: str, source_path: str) -> tuple[Rows, list[Problem
     rows: Rows = []
     for level, off in (doc.get("offsetTable") or {}).items():
         value = _offset_value(off)
-        if not isinstance(level, int) or value is None:
+        if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level < (1 << 31) or value is None:
             problems.append(Problem(source_path, _position(text, f"{level}:"),
                                     f"delay level {level!r}: offset {off!r} is not a non-negative integer: skipped"))
             continue
@@ -176,7 +192,8 @@ def parse_client_offsets(text: str, source_path: str) -> tuple[Rows, list[Proble
     for key, off in (doc.get("offsetTable") or {}).items():
         mq = key.as_dict() if isinstance(key, fastjson.ObjectKey) else None
         value = _offset_value(off)
-        if mq is None or not {"brokerName", "queueId", "topic"} <= set(mq) or not isinstance(mq["queueId"], int):
+        if (mq is None or not {"brokerName", "queueId", "topic"} <= set(mq) or isinstance(mq["queueId"], bool)
+                or not isinstance(mq["queueId"], int) or not 0 <= mq["queueId"] < (1 << 31)):
             problems.append(Problem(source_path, 0, f"key {key!r} is not a MessageQueue "
                                     "{brokerName, queueId, topic}: entry skipped"))
             continue
@@ -198,9 +215,17 @@ PARSERS: dict[str, Callable[[str, str], tuple[Rows, list[Problem]]]] = {
 }
 
 
+def unreadable(exc: OSError) -> str:
+    """``[Errno 13] Permission denied``: the error without the local path (the problem names the file)."""
+    return f"[Errno {exc.errno}] {exc.strerror}" if exc.errno else str(exc)
+
+
 def _try(read: Callable[[str], bytes | None], path: str, kind: str) -> tuple[Parsed | None, Problem | None, bool]:
     """Parse one file; (result, problem, present)."""
-    data = read(path)
+    try:
+        data = read(path)
+    except OSError as exc:  # a permission, a symlink loop, an I/O error: this file only
+        return None, Problem(path, 0, f"unreadable ({unreadable(exc)})"), True
     if data is None:
         return None, None, False
     if not data.strip():

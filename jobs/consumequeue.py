@@ -98,9 +98,21 @@ def read_queue_files(directory: str) -> list[tuple[int, bytes]]:
     return out
 
 
+def truncate_dirty(data: bytes, file_start_byte: int, commitlog_end: int) -> tuple[bytes, int | None]:
+    """The file with its entries from the first one that points at or past ``commitlog_end`` zeroed, and that
+    entry's byte position (None when every entry is inside). A broker drops such entries on recovery
+    (``truncateDirtyLogicFiles``): they name messages its commitlog does not hold."""
+    d = decode_cq(data, file_start_byte=file_start_byte)
+    past = np.flatnonzero(d.commit_offset >= commitlog_end)
+    if not len(past):
+        return data, None
+    at = int(past[0]) * CQ_STORE_UNIT_SIZE
+    return data[:at] + bytes(len(data) - at), at
+
+
 def dangling_entries(cq: CQDecode, record_offsets: np.ndarray, record_sizes: np.ndarray,
                      commitlog_range: tuple[int, int]) -> list[tuple[int, str]]:
-    """Entries that point inside the decoded commitlog range but at no record, or at one of another size.
+    """Entries that point into a decoded record but not at its start, or at a record of another size.
 
     Returns (byte position in the CQ file, reason) for each, for the quarantine.
     """
@@ -112,8 +124,14 @@ def dangling_entries(cq: CQDecode, record_offsets: np.ndarray, record_sizes: np.
     k = np.searchsorted(record_offsets, offs)
     k_clip = np.minimum(k, max(len(record_offsets) - 1, 0))
     found = (len(record_offsets) > 0) & (record_offsets[k_clip] == offs) if len(record_offsets) else np.zeros(len(offs), bool)
+    # An entry that points between records (bytes that were not decoded: a damaged or unreadable stretch, already
+    # quarantined with its own position) is not reported again; one that points into a record's bytes is.
+    prev = np.searchsorted(record_offsets, offs, side="right") - 1
+    prev_clip = np.maximum(prev, 0)
+    in_record = (prev >= 0) & (offs < record_offsets[prev_clip] + record_sizes[prev_clip]) if len(record_offsets) \
+        else np.zeros(len(offs), bool)
     out = []
-    for j in np.flatnonzero(~found):
+    for j in np.flatnonzero(~found & in_record):
         i = int(inside[j])
         out.append((i * CQ_STORE_UNIT_SIZE, f"entry {cq.first_index + i} points at commitlog offset "
                     f"{int(cq.commit_offset[i])}, where no message starts; entry ignored"))

@@ -13,7 +13,26 @@ from typing import Any
 
 from jobs.problems import ConfigParseError
 
-__all__ = ["ObjectKey", "loads", "dumps"]
+__all__ = ["BigNumber", "ObjectKey", "loads", "dumps"]
+
+MAX_DEPTH = 200  # nesting beyond this is no broker's file (and would exhaust the parser's stack)
+
+
+class BigNumber(str):
+    """An integer literal outside a Java long: kept as its text (Python would refuse to convert 5,000 digits, and
+    no RocketMQ field can hold it)."""
+
+    def __repr__(self) -> str:
+        digits = len(self.lstrip("-"))
+        return str(self) if digits <= 40 else f"{self[:12]}... ({digits} digits)"
+
+
+def _integer(text: str) -> int | BigNumber:
+    digits = len(text.lstrip("-"))
+    if digits > 19:
+        return BigNumber(text)
+    v = int(text)
+    return v if -(1 << 63) <= v < (1 << 63) else BigNumber(text)
 
 
 class ObjectKey(tuple):  # type: ignore[type-arg]
@@ -38,6 +57,7 @@ class _Parser:
         self.s = text
         self.i = 0
         self.path = source_path
+        self.depth = 0
 
     def fail(self, reason: str, at: int | None = None) -> ConfigParseError:
         return ConfigParseError(self.path, self.i if at is None else at, reason)
@@ -63,7 +83,7 @@ class _Parser:
         if m:
             self.i = m.end()
             text = m.group()
-            return float(text) if any(ch in text for ch in ".eE") else int(text)
+            return float(text) if any(ch in text for ch in ".eE") else _integer(text)
         m = _BARE.match(self.s, self.i)
         if m:
             word = m.group()
@@ -113,19 +133,26 @@ class _Parser:
         m = _NUMBER.match(self.s, self.i)
         if m:
             self.i = m.end()
-            return int(m.group()) if m.group().lstrip("-").isdigit() else float(m.group())
+            return _integer(m.group()) if m.group().lstrip("-").isdigit() else float(m.group())
         m = _BARE.match(self.s, self.i)
         if m:
             self.i = m.end()
             return m.group()
         raise self.fail(f"expected a key, found {c!r}")
 
+    def nest(self) -> None:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise self.fail(f"nesting deeper than {MAX_DEPTH} levels")
+
     def obj(self) -> dict[Any, Any]:
+        self.nest()
         self.i += 1
         out: dict[Any, Any] = {}
         self.ws()
         if self.peek() == "}":
             self.i += 1
+            self.depth -= 1
             return out
         while True:
             k = self.key()
@@ -141,15 +168,18 @@ class _Parser:
                 continue
             if c == "}":
                 self.i += 1
-                return out
+                self.depth -= 1
+            return out
             raise self.fail(f"expected ',' or '}}', found {c!r}")
 
     def arr(self) -> list[Any]:
+        self.nest()
         self.i += 1
         out: list[Any] = []
         self.ws()
         if self.peek() == "]":
             self.i += 1
+            self.depth -= 1
             return out
         while True:
             out.append(self.value())
@@ -160,7 +190,8 @@ class _Parser:
                 continue
             if c == "]":
                 self.i += 1
-                return out
+                self.depth -= 1
+            return out
             raise self.fail(f"expected ',' or ']', found {c!r}")
 
 

@@ -92,6 +92,9 @@ class Extracted:
     def add(self, table: str, row: dict[str, Any]) -> None:
         self.rows.setdefault(table, []).append(row)
 
+    def has_problem(self, path: str) -> bool:
+        return any(p.source_path == path for *_, p in self.problems)
+
     def problem(self, cluster: str, broker: str, ts: dt.datetime | None, p: Problem) -> None:
         self.problems.append((cluster, broker, ts, p))
 
@@ -106,6 +109,9 @@ def _reader(landing_root: str) -> Callable[[str], bytes | None]:
         return storage.read_bytes(storage.join(landing_root, path))
 
     return read
+
+
+UNREADABLE_HINT = "not read; fix it, then run ingest --retake"
 
 
 def _sha(data: bytes) -> str:
@@ -152,7 +158,13 @@ def extract_configs(snap: Snapshot, landing_root: str, out: Extracted, now: dt.d
                 "export them with mqadmin or switch the sync job to the JSON config files"))
         if f.kind in _CONFIG_TABLES or f.kind in ("backup", "other", "rocksdb"):
             # Every file is recorded with its digest; bytes are kept for the JSON files (replayable raw layer).
-            data = read(f.path) or b""
+            try:
+                data = read(f.path) or b""
+            except OSError as exc:
+                if not out.has_problem(f.path):  # a config's own load already said so
+                    out.problem(snap.cluster, snap.broker, snap.ts, Problem(
+                        f.path, 0, f"unreadable ({configs.unreadable(exc)}): {UNREADABLE_HINT}"))
+                continue
             is_json = f.kind != "other" or f.path.endswith((".json", ".json.bak"))
             out.add(files.NAME, {**base, "source_path": f.path, "file_kind": f.kind, "size": len(data),
                                  "sha256": _sha(data), "content": data if is_json and f.kind != "rocksdb" else None,
@@ -169,6 +181,8 @@ def extract_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, now:
 
     commitlogs = snap.of_kind("commitlog")
     oldest = min((f.start for f in commitlogs if f.start is not None), default=None)
+    # the end of the commitlog files (preallocated size included): no entry can point past it
+    cl_end = max(((f.start or 0) + f.size for f in commitlogs), default=None)
     by_queue: dict[tuple[str, int], list[LandingFile]] = {}
     for f in cq_files:
         by_queue.setdefault((f.topic or "", f.queue_id or 0), []).append(f)
@@ -176,8 +190,26 @@ def extract_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, now:
     for (topic, qid), fs in sorted(by_queue.items()):
         fs = sorted(fs, key=lambda f: f.start or 0)
         blobs = []
-        for f in fs:
-            data = storage.read_bytes(f.uri) or b""
+        try:
+            raw = [storage.read_bytes(f.uri) or b"" for f in fs]
+        except OSError as exc:
+            out.problem(snap.cluster, snap.broker, snap.ts, Problem(
+                fs[0].path, 0, f"a file of queue {topic}/{qid} is unreadable ({configs.unreadable(exc)}): the queue's "
+                f"bounds are not taken from this snapshot; fix it, then run ingest --retake"))
+            continue
+        ended = False
+        for f, data in zip(fs, raw):
+            if cl_end is not None and not ended:
+                data, at = consumequeue.truncate_dirty(data, f.start or 0, cl_end)
+                if at is not None:
+                    ended = True
+                    entry = consumequeue.decode_cq(raw[fs.index(f)][at:at + 20], file_start_byte=(f.start or 0) + at)
+                    out.problem(snap.cluster, snap.broker, snap.ts, Problem(
+                        f.path, at, f"entry {((f.start or 0) + at) // 20} points at commitlog offset "
+                        f"{int(entry.commit_offset[0])}, past the end of the commitlog ({cl_end}): the queue ends "
+                        "before it (as the broker's truncateDirtyLogicFiles does)"))
+            elif ended:
+                data = bytes(len(data))
             blobs.append((f.start or 0, data))
             out.add(files.NAME, {**base, "source_path": f.path, "file_kind": "consumequeue", "size": len(data),
                                  "sha256": _sha(data), "content": None, "used_backup": None,
@@ -270,6 +302,12 @@ def decode_commitlog(snap: Snapshot, state: dict[tuple[str, str, str], SegmentSt
 
     for i, f in enumerate(segs):
         name = f.rel.rsplit("/", 1)[-1]
+        if f.size == 0 and i < len(segs) - 1:
+            # The newest segment may be empty (just created); one followed by another has lost its records.
+            out.problem(snap.cluster, snap.broker, snap.ts, Problem(
+                f.path, 0, "empty commitlog segment (0 bytes) followed by a newer one: its records are missing from "
+                "this copy; nothing read"))
+            continue
         key = _segment_state_key(snap.cluster, snap.broker, name)
         st = state.get(key) or SegmentState(snap.cluster, snap.broker, name, f.start or 0, snapshot_ts=snap.ts)
         state[key] = st
@@ -288,11 +326,17 @@ def decode_commitlog(snap: Snapshot, state: dict[tuple[str, str, str], SegmentSt
             continue
         pos = begin
         digest = hashlib.sha256()
-        complete = False
+        complete = failed = False
         end_abs = begin
         while pos < f.size:
             hi = min(f.size, pos + CHUNK_BYTES)
-            data = storage.read_bytes(f.uri, pos, hi) or b""
+            try:
+                data = storage.read_bytes(f.uri, pos, hi) or b""
+            except OSError as exc:  # this segment only; the next snapshot's copy is read from the same position
+                out.problem(snap.cluster, snap.broker, snap.ts, Problem(
+                    f.path, pos, f"unreadable ({configs.unreadable(exc)}): {UNREADABLE_HINT}"))
+                failed = True
+                break
             final = hi >= f.size
             res = commitlog.decode_segment(data, segment_start=st.start_offset + pos, segment=f.path, final=final)
             for p in res.problems:
@@ -321,6 +365,8 @@ def decode_commitlog(snap: Snapshot, state: dict[tuple[str, str, str], SegmentSt
             if final or res.end == 0 or (res.end < len(data) and not tbl.num_rows):
                 break
             pos += res.end
+        if failed:
+            continue  # the segment's state stays as it was: a later copy is read from the same position
         digest_hex = digest.hexdigest()
         st.decoded_to = max(st.decoded_to, end_abs)
         st.segment_size = f.size
@@ -471,8 +517,8 @@ def load_messages(spark: Any, lake: str, snap: Snapshot, lo: int, hi: int, tbl: 
 
 def _load_ranges(spark: Any, lake: str, snap: Snapshot, pending: list[tuple[int, int, pa.Table]]) -> None:
     """One ``load_messages`` for several decoded ranges of one broker snapshot (the span covers them all)."""
-    if not pending:
-        return
+    if not any(r[2].num_rows for r in pending):
+        return  # ranges where only problems were found (a damaged segment): nothing to write
     lo = min(r[0] for r in pending)
     hi = max(r[1] for r in pending)
     load_messages(spark, lake, snap, lo, hi, pa.concat_tables([r[2] for r in pending], promote_options="default"))

@@ -137,6 +137,26 @@ def classify(rel: str, *, clients: bool) -> dict[str, object]:
     return {"kind": "other"}
 
 
+_FILE_KINDS = {"consumer_offsets", "subscription_groups", "topics", "delay_offsets", "client_offsets", "commitlog",
+               "consumequeue", "backup", "marker"}
+
+
+def misplaced(rel: str, *, clients: bool) -> str | None:
+    """Why a path inside a snapshot folder breaks RocketMQ's store layout (quarantined, not read), or None."""
+    parts = rel.split("/")
+    for k in range(1, len(parts)):
+        folder = "/".join(parts[:k])
+        if classify(folder, clients=clients)["kind"] in _FILE_KINDS:
+            return f"'{folder}' is a folder where RocketMQ writes a file: file ignored"
+    if clients:
+        return None
+    if len(parts) == 3 and parts[:2] == ["store", "commitlog"] and not _SEGMENT.match(parts[2]):
+        return "commitlog file name is not 20 digits (the segment's start offset): not read"
+    if len(parts) == 5 and parts[:2] == ["store", "consumequeue"] and not _SEGMENT.match(parts[4]):
+        return "consume queue file name is not 20 digits (the file's start byte): not read"
+    return None
+
+
 def discover(landing: str) -> tuple[list[Snapshot], list[Problem], dict[str, str]]:
     """List the landing zone and group its files into snapshots.
 
@@ -170,6 +190,11 @@ def discover(landing: str) -> tuple[list[Snapshot], list[Problem], dict[str, str
             continue
         key = (cluster, broker, m["ts"])
         snap = snapshots.setdefault(key, Snapshot(cluster, broker, ts, folder))
+        wrong = misplaced(m["rest"], clients=m["clients"] is not None)
+        if wrong:
+            problems.append(Problem(path, 0, wrong))
+            problem_cluster[path] = cluster
+            continue
         c = classify(m["rest"], clients=m["clients"] is not None)
         snap.files.append(LandingFile(uri=info.uri, path=path, rel=m["rest"], size=info.size, mtime=info.mtime,
                                       **c))  # type: ignore[arg-type]

@@ -129,7 +129,10 @@ def relative(uri: str, root_uri: str) -> str:
         if b1 != b2 or not (not k2 or k1 == k2 or k1.startswith(k2 + "/")):
             raise ValueError(f"{uri} is not below {root_uri}")
         return k1[len(k2):].strip("/")
-    rel = pathlib.Path(uri).resolve().relative_to(pathlib.Path(root_uri).resolve()).as_posix()
+    # the file's own name is not resolved: it may be a symlink loop, which is listed and then quarantined
+    rel = (pathlib.Path(uri).parent.resolve() / pathlib.Path(uri).name).relative_to(
+        pathlib.Path(root_uri).resolve()).as_posix() if pathlib.Path(uri).name not in ("", ".", "..") else \
+        pathlib.Path(uri).resolve().relative_to(pathlib.Path(root_uri).resolve()).as_posix()
     return "" if rel == "." else rel
 
 
@@ -246,7 +249,12 @@ def list_files(prefix_uri: str) -> list[FileInfo]:
     for dirpath, _dirs, names in os.walk(root):
         for n in names:
             p = pathlib.Path(dirpath) / n
-            st = p.stat()
+            try:
+                st = p.stat()
+            except OSError:
+                # a symlink loop or a dangling link: listed (from the link itself), so that reading it fails and
+                # the file is quarantined by name instead of vanishing from the listing
+                st = p.lstat()
             files.append(FileInfo(str(p), st.st_size, st.st_mtime))
     return sorted(files, key=lambda f: f.uri)
 
@@ -309,6 +317,7 @@ def read_bytes(uri: str, start: int = 0, end: int | None = None) -> bytes | None
     Raises:
         BucketNotFoundError: the bucket does not exist (a missing bucket is a setup error, not a missing file).
         S3EndpointError, S3AccessError: the endpoint is unreachable or refuses the credentials.
+        OSError: a local file that exists but cannot be read (permissions, a symlink loop, an I/O error).
     """
     if start < 0:
         raise ValueError(f"read_bytes({uri!r}): start must be >= 0, got {start}")
@@ -334,6 +343,8 @@ def read_bytes(uri: str, start: int = 0, end: int | None = None) -> bytes | None
                 f.seek(start)
             return f.read() if end is None else f.read(end - start)
     except (FileNotFoundError, IsADirectoryError):
+        if os.path.islink(uri) and not os.path.exists(uri):
+            raise  # a dangling link is listed but cannot be read: an unreadable file, not a missing one
         return None
 
 

@@ -184,8 +184,9 @@ def test_property_pairs_without_a_name_or_a_value_are_dropped_as_the_broker_does
     assert (r["uniq_key"], r["keys"], r["tags"], r["properties"]) == (None, "k", "t", [("KEYS", "k"), ("TAGS", "t")])
 
 
-def test_a_kept_body_whose_crc_does_not_match_is_dropped_with_a_problem() -> None:
-    """BODYCRC = CRC32(body) & 0x7FFFFFFF (the broker checks it on recovery); a corrupted trace body is not decoded."""
+def test_a_body_whose_crc_does_not_match_is_dropped_with_a_problem() -> None:
+    """BODYCRC = CRC32(body) & 0x7FFFFFFF (the broker checks it on recovery, for every record); a corrupted body is
+    not decoded, the record's header is kept."""
     rec = bytearray(commitlog.encode_message(
         topic=commitlog.TRACE_TOPIC, queue_id=0, queue_offset=0, physical_offset=0, body=b"SubBefore\x011\x02",
         properties={"UNIQ_KEY": "AB"}, born_ts_ms=1, store_ts_ms=2, born_host=("10.0.0.1", 1),
@@ -198,7 +199,7 @@ def test_a_kept_body_whose_crc_does_not_match_is_dropped_with_a_problem() -> Non
     assert bad.table.column("body").to_pylist() == [None]
     assert [p.reason for p in bad.problems] == [
         f"record at byte 0: body CRC {zlib.crc32(b'XubBefore' + bytes([1]) + b'1' + bytes([2])) & 0x7FFFFFFF} "
-        f"does not match the stored {crc}; body dropped"]
+        f"does not match the stored {crc} (body or CRC damaged in this copy); header kept, body not used"]
 
 
 def test_every_body_of_the_real_segments_matches_its_crc() -> None:

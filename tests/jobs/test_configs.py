@@ -116,10 +116,10 @@ GOOD_ROWS = [{"consumer_group": "G", "topic": "T", "queue_id": 0, "committed_off
                      [Problem("c.json", 21, "key 'TG' is not 'topic@group' with exactly one '@': entry skipped "
                               "(as the broker's whichTopicByConsumer does)")], id="key_without_at_is_skipped"),
         pytest.param({"c.json": GOOD.replace(b"0:5", b"0:-5")}, False, GOOD_ROWS[1:],
-                     [Problem("c.json", 21, "'T@G' queue 0: offset -5 is not a non-negative integer: entry skipped")],
+                     [Problem("c.json", 28, "'T@G' queue 0: offset -5 is not a non-negative integer: entry skipped")],
                      id="negative_offset_is_skipped_rest_lands"),
         pytest.param({"c.json": GOOD.replace(b"0:5", b'0:"x"')}, False, GOOD_ROWS[1:],
-                     [Problem("c.json", 21, "'T@G' queue 0: offset 'x' is not a non-negative integer: entry skipped")],
+                     [Problem("c.json", 28, "'T@G' queue 0: offset 'x' is not a non-negative integer: entry skipped")],
                      id="non_numeric_offset_is_skipped_rest_lands"),
         pytest.param({"c.json": GOOD.replace(b'"offsetTable"', b'"extra":1,"offsetTable"')}, False, GOOD_ROWS,
                      [Problem("c.json", 3, "unknown field 'extra' ignored")], id="unknown_field_is_noted_data_lands"),

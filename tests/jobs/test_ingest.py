@@ -111,11 +111,11 @@ TOPICS = b'{"topicConfigTable":{"T":{"perm":6,"readQueueNums":2,"topicName":"T",
                      {("store/config/consumerOffset.json", 21, "key 'TG' is not 'topic@group' with exactly one '@': "
                        "entry skipped (as the broker's whichTopicByConsumer does)")}, id="key_without_at"),
         pytest.param({"consumerOffset.json": GOOD.replace(b"0:5", b"0:-5"), "topics.json": TOPICS}, [("G", "T", 1, 7)],
-                     {("store/config/consumerOffset.json", 21, "'T@G' queue 0: offset -5 is not a non-negative "
+                     {("store/config/consumerOffset.json", 28, "'T@G' queue 0: offset -5 is not a non-negative "
                        "integer: entry skipped")}, id="negative_offset"),
         pytest.param({"consumerOffset.json": GOOD.replace(b"1:7", b"1:\"7x\""), "topics.json": TOPICS},
                      [("G", "T", 0, 5)],
-                     {("store/config/consumerOffset.json", 21, "'T@G' queue 1: offset '7x' is not a non-negative "
+                     {("store/config/consumerOffset.json", 32, "'T@G' queue 1: offset '7x' is not a non-negative "
                        "integer: entry skipped")}, id="non_numeric_offset"),
         pytest.param({"consumerOffset.json": GOOD.replace(b'"offsetTable"', b'"zzz":[],"offsetTable"'),
                       "topics.json": TOPICS}, [("G", "T", 0, 5), ("G", "T", 1, 7)],
