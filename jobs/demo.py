@@ -95,6 +95,7 @@ def main(*, workdir: str = "var/demo", scenario: str = "mixed", seed: int = 7, s
     for p in (landing, lake, reports_root):
         shutil.rmtree(p, ignore_errors=True)
     airflow_home.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
     log_path = work / "airflow.log"
     log_path.write_text("")
     print(f"demo: landing zone '{scenario}' (seed {seed}, scale {scale}) -> {landing}", flush=True)
