@@ -20,19 +20,24 @@ AUDIT_HOURS = 72
 
 
 def stored_hours(messages: DataFrame, *, as_of: dt.datetime, hours: int = AUDIT_HOURS) -> DataFrame:
-    """(QUEUE, hour, first_offset, last_offset, stored): the offsets each queue stored per hour, last ``hours``.
+    """(QUEUE, hour, first_offset, last_offset, stored): the offsets each queue stored per hour, in the last ``hours``
+    hours up to the newest store hour at or before ``as_of`` (not the as-of time itself: a run as of today over a
+    lake whose traffic stopped last week still audits that traffic).
 
     ``messages`` must already be the records the run sees (:func:`jobs.snapshots.messages_as_of`).
     """
-    since = as_of - dt.timedelta(hours=hours)
-    return (
+    per_hour = (
         messages.where(~is_system_topic_col(F.col("topic")) & F.col("queue_offset").isNotNull()
-                       & (F.col("store_ts") > _ts(since)) & (F.col("store_ts") <= _ts(as_of)))
+                       & (F.col("store_ts") <= _ts(as_of)))
         .groupBy(*QUEUE, F.date_trunc("hour", F.col("store_ts")).alias("hour"))
         .agg(F.min(F.col("queue_offset").cast("long")).alias("first_offset"),
              F.max(F.col("queue_offset").cast("long")).alias("last_offset"),
              F.count(F.lit(1)).alias("stored"))
     )
+    newest = per_hour.agg(F.max("hour").alias("_newest"))
+    return (newest.crossJoin(per_hour)
+            .where(F.col("hour") > F.col("_newest") - F.expr(f"INTERVAL {int(hours)} HOURS"))
+            .drop("_newest"))
 
 
 def audit_hours(series: DataFrame, deliveries: DataFrame, messages: DataFrame, *, as_of: dt.datetime,

@@ -4,7 +4,7 @@ The hourly audit of the dashboard starts here. In a consume queue offsets grow w
 stored in one hour are one offset interval ``[first_offset, last_offset]`` (``stored`` of them); the dashboard
 intersects it with the run's committed offset and its duplicated and unconsumed ranges. ``delivered`` counts the
 distinct offsets of the interval with a trace delivery by the group (by the client, for a broadcast group).
-Only the hours of the last 72 before the run's as-of time: bounded by queues and hours, never by messages.
+Only the last 72 store hours up to the run's as-of time: bounded by queues and hours, never by messages.
 """
 from __future__ import annotations
 
