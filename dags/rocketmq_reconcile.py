@@ -2,7 +2,8 @@
 
 Runs when the snapshot DAG updates the silver tables (and hourly, so that backfills have intervals):
 replays the min-offset commits, finds duplicated and unconsumed offset ranges, offset corrections and DLQ
-candidates, writes the gold tables and the report folder, then checks the gold tables. A re-run of the same
+candidates, writes the gold tables and the report folder, then checks the gold tables and rebuilds the dashboard
+(``<reports>/dashboard/``, also after a failed check: it shows the failures). A re-run of the same
 logical date replaces its own rows and files, nothing else.
 """
 from __future__ import annotations
@@ -54,7 +55,13 @@ def rocketmq_reconcile() -> None:
 
         return quality.validate_layer(params["lake"], "gold")
 
-    validate_gold(reconcile())
+    @task(trigger_rule="all_done")
+    def dashboard(params: dict | None = None) -> dict:
+        from jobs import dashboard
+
+        return dashboard.run(params["lake"], params["reports"])
+
+    validate_gold(reconcile()) >> dashboard()
 
 
 rocketmq_reconcile()

@@ -44,6 +44,13 @@ def cmd_reconcile(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dashboard(a: argparse.Namespace) -> int:
+    from jobs import dashboard
+
+    _print_json(dashboard.run(a.lake, a.reports, run_id=a.run_id, recent_runs=a.runs, progress=_progress))
+    return 0
+
+
 def cmd_demo(a: argparse.Namespace) -> int:
     from jobs import demo
 
@@ -128,6 +135,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dlq-warn-retries", type=int, default=3)
     s.add_argument("--blocking-min-age", type=int, default=900, help="seconds (default 900 = consumeTimeout)")
     s.set_defaults(func=cmd_reconcile)
+
+    s = sub.add_parser("dashboard", help="gold tables -> <reports>/dashboard/, a static site across runs")
+    s.add_argument("--lake", required=True)
+    s.add_argument("--reports", required=True, help="report root; the site goes to <reports>/dashboard/")
+    s.add_argument("--run-id", default=None, help="the run the pages describe (default: the newest completed)")
+    s.add_argument("--runs", type=int, default=30, help="how many recent runs the trends show (default 30)")
+    s.set_defaults(func=cmd_dashboard)
 
     s = sub.add_parser("demo", help="simulate a fleet, run the Airflow DAGs on it, print the summary")
     s.add_argument("--workdir", default=os.environ.get("RMQ_RECON_DEMO_DIR", "var/demo"))

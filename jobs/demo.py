@@ -95,6 +95,7 @@ def main(*, workdir: str = "var/demo", scenario: str = "mixed", seed: int = 7, s
     for p in (landing, lake, reports_root):
         shutil.rmtree(p, ignore_errors=True)
     airflow_home.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
     log_path = work / "airflow.log"
     log_path.write_text("")
     print(f"demo: landing zone '{scenario}' (seed {seed}, scale {scale}) -> {landing}", flush=True)
@@ -124,7 +125,11 @@ def main(*, workdir: str = "var/demo", scenario: str = "mixed", seed: int = 7, s
         print(f"  {g:40} {info.get('status', '-'):7} dup {info.get('duplicated_messages', 0):>6}  "
               f"unconsumed {info.get('unconsumed_messages', 0):>7}  dlq {info.get('dlq_candidates', 0):>4}")
     print(f"\nReport folder: {runs[-1].parent}")
-    print(f"Dashboard:     {runs[-1].parent / 'index.html'}")
+    dashboard = reports_root / "dashboard" / "index.html"
+    if not dashboard.exists():
+        raise RuntimeError(f"the reconcile DAG wrote no dashboard ({dashboard}); see {log_path}")
+    print(f"Run's index:   {runs[-1].parent / 'index.html'}")
+    print(f"Dashboard:     {dashboard}  (open it in a browser: file://{dashboard})")
     print(f"Lake:          {lake}")
     print(f"Airflow UI:    infra/airflow.sh start, then open the URL it prints (AIRFLOW_HOME={airflow_home}; "
           "the demo's DAG runs are there)")

@@ -3,7 +3,8 @@
 Reads: silver/consumer_offsets, silver/queue_bounds, silver/messages, silver/deliveries,
 silver/subscription_groups (and bronze/files for the original consumerOffset.json of each broker).
 Writes: gold/duplicated_ranges, gold/unconsumed_ranges, gold/offset_corrections, gold/dlq_candidates,
-gold/consumer_status (rows tagged with ``run_id``) and the report folder ``<reports>/<run_id>/``.
+gold/consumer_status (rows tagged with ``run_id``) and the report folder ``<reports>/<run_id>/``; for the
+dashboard (``jobs.dashboard``), gold/status_samples and gold/audit_hours (bounded per queue, not §5 reports).
 
 Idempotent per run: the gold rows of ``run_id`` are replaced as a whole and the report files are
 rewritten with the same content, so re-running a run (same as-of, same run id) changes nothing.
@@ -40,6 +41,8 @@ from schemas import (
     subscription_groups,
     unconsumed_ranges,
 )
+from schemas import audit_hours as audit_hours_schema
+from schemas import status_samples as status_samples_schema
 
 log = logging.getLogger(__name__)
 UTC = dt.timezone.utc
@@ -50,6 +53,8 @@ REPORT_MODULES = {
     "dlq_candidates": dlq_candidates,
     "consumer_status": consumer_status,
 }
+# What the dashboard draws beside the reports: gold tables of their own, no report file.
+DASHBOARD_TABLES = {"status_samples": status_samples_schema.TABLE, "audit_hours": audit_hours_schema.TABLE}
 _STATUS_RANK = {"OK": 0, "WARN": 1, "STALL": 2, "REWIND": 3}
 
 
@@ -158,7 +163,7 @@ def extract(spark: Any, lake: str, groups: list[str] | None, versions: dict[str,
 def transform(frames: dict[str, Any], *, as_of: dt.datetime, window: int, dlq_warn_retries: int,
               blocking_min_age_s: int) -> dict[str, Any]:
     """All reports from the silver frames: pure DataFrame -> DataFrame steps, no I/O."""
-    from jobs import corrections, dlq, duplicates, replay, snapshots, status, unconsumed
+    from jobs import audit, corrections, dlq, duplicates, replay, snapshots, status, unconsumed
 
     dels = snapshots.deliveries_as_of(frames["deliveries"], as_of=as_of)
     series = snapshots.offset_series(frames["consumer_offsets"], frames["queue_bounds"], as_of=as_of)
@@ -172,6 +177,11 @@ def transform(frames: dict[str, Any], *, as_of: dt.datetime, window: int, dlq_wa
                                              blocking_min_age_s=blocking_min_age_s),
         "consumer_status": status.consumer_status(series, msgs, window=window),
         "_agreement": replay.agreement(dels, series, as_of=as_of),
+        # dashboard inputs; every stored record counts in the audit, not only those the reports read one by one
+        "status_samples": status.status_samples(series, window=window),
+        "audit_hours": audit.audit_hours(
+            series, snapshots.deliveries_in_window(dels, series, as_of=as_of),
+            snapshots.messages_as_of(frames.get("stored_messages", frames["messages"]), as_of=as_of), as_of=as_of),
     }
     return out
 
@@ -301,7 +311,8 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
             stack.enter_context(lease.hold(lake, "writer", purpose="reconcile (reading Parquet tables)", say=say))
         held = stack.enter_context(lease.hold(lake, "gold", purpose="reconcile", say=say))
         spark = stack.enter_context(_spark.session())
-        _delta.recover_parquet_staging(spark, lake, [m.TABLE for m in REPORT_MODULES.values()])
+        _delta.recover_parquet_staging(spark, lake, [m.TABLE for m in REPORT_MODULES.values()]
+                                      + list(DASHBOARD_TABLES.values()))
         # Temporary files of runs that died: no other reconcile runs while this one holds the gold lease.
         storage.delete_tree(storage.join(lake, "_tmp"))
         state = ledger.consistent_state(lake, READ_TABLES.values())
@@ -314,6 +325,7 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
         # are untraced traffic). The replay is one plan that reads its timeline once: nothing to keep.
         tmp = storage.join(lake, "_tmp", f"reconcile-{uuid.uuid4().hex[:12]}")
         try:
+            frames["stored_messages"] = frames["messages"]
             frames["messages"] = _spark.materialize(spark, snapshots.relevant_messages(
                 frames["messages"], frames["deliveries"], frames["consumer_offsets"]).select(*messages.TABLE.columns),
                 storage.join(tmp, "messages"))
@@ -327,7 +339,8 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
         held.check()
         ledger.record_reconcile(spark, lake, run_id=rid, as_of=as_of_ts, report_dir=folder,
                                 ingest_run_id=state["run_id"], rows={n: len(df) for n, df in r["pdfs"].items()},
-                                gold_tables=[m.TABLE for m in REPORT_MODULES.values()], summary=summary)
+                                gold_tables=[m.TABLE for m in REPORT_MODULES.values()]
+                                + list(DASHBOARD_TABLES.values()), summary=summary)
     summary["report_dir"] = folder
     summary["seconds"] = round(time.time() - t0, 2)
     say(f"reconcile: wrote {folder} in {summary['seconds']} s")
@@ -370,6 +383,9 @@ def _reconcile(spark: Any, lake: str, frames: dict[str, Any], as_of_ts: dt.datet
         _delta.replace_run(spark, _with_run_id(gold, rid), lake, mod.TABLE, rid)
         failpoints.hit("reconcile.after_gold_table")
         say(f"reconcile:   gold/{name}: {len(pdf)} rows")
+    for name, table in DASHBOARD_TABLES.items():
+        _delta.replace_run(spark, _with_run_id(out[name], rid), lake, table, rid)
+        say(f"reconcile:   gold/{name} (dashboard)")
     agreement = out["_agreement"].toPandas()
     latest_offsets = (
         frames["consumer_offsets"]

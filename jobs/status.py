@@ -125,3 +125,23 @@ def consumer_status(series: DataFrame, messages: DataFrame, *, window: int = 10)
                    time_lag.alias("time_lag_s")).join(window_status(series, window=window), on=SERIES_KEY, how="left")
     types = {f.name: f.dataType for f in schema.SCHEMA.fields}
     return out.select(*[F.col(k).cast(types[k]).alias(k) for k in COLUMNS])
+
+
+TIMELINE_SNAPSHOTS = 48
+
+
+def status_samples(series: DataFrame, *, window: int = 10, keep: int = TIMELINE_SNAPSHOTS) -> DataFrame:
+    """The gold/status_samples rows (without run_id): each key's last ``max(window, keep)`` known snapshots.
+
+    Why: a person checking a status needs the very samples the rules judged (``in_window``), and the dashboard's
+    timeline a few more before them; bounded per key, so the table never grows with the messages.
+    """
+    from schemas import status_samples as samples_schema
+
+    last = max(window, keep)
+    rows = known(series).where(F.col("snapshots_after") < F.lit(last)).select(
+        *SERIES_KEY, "snapshot_ts", "committed_offset", "min_offset", "max_offset",
+        (F.col("max_offset") - F.col("committed_offset")).alias("lag"),
+        (F.col("snapshots_after") < F.lit(window)).alias("in_window"))
+    types = {f.name: f.dataType for f in samples_schema.SCHEMA.fields}
+    return rows.select(*[F.col(k).cast(types[k]).alias(k) for k in samples_schema.COLUMNS])

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from schemas import (
+    audit_hours,
     consumer_offsets,
     consumer_status,
     delay_offsets,
@@ -17,6 +18,7 @@ from schemas import (
     reconcile_runs,
     segments,
     snapshots,
+    status_samples,
     subscription_groups,
     topic_configs,
     trace_records,
@@ -44,6 +46,8 @@ ALL_TABLES: list[Table] = [
     offset_corrections.TABLE,
     dlq_candidates.TABLE,
     consumer_status.TABLE,
+    status_samples.TABLE,
+    audit_hours.TABLE,
     reconcile_runs.TABLE,
     validation_results.TABLE,
 ]

@@ -33,7 +33,7 @@ def test_parsing_looks_up_no_connection(path: pathlib.Path) -> None:
 
 @pytest.mark.parametrize("dag_id, structure", [
     ("rocketmq_snapshot", {"ingest": ["validate_silver"], "validate_silver": []}),
-    ("rocketmq_reconcile", {"reconcile": ["validate_gold"], "validate_gold": []}),
+    ("rocketmq_reconcile", {"reconcile": ["validate_gold"], "validate_gold": ["dashboard"], "dashboard": []}),
 ])
 def test_structure(dag_id: str, structure: dict[str, list[str]]) -> None:
     dag = _bag(DAG_FILES[0].parent / f"{dag_id}.py").dags[dag_id]

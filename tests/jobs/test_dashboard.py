@@ -1,0 +1,213 @@
+"""The dashboard's pure transforms on tiny frames, exact rows; the table paging and the plots' determinism."""
+from __future__ import annotations
+
+import datetime as dt
+
+import pandas as pd
+import pytest
+
+from jobs import dashboard as d
+
+UTC = dt.timezone.utc
+T0 = pd.Timestamp("2026-01-05T00:00:00Z")
+T1 = pd.Timestamp("2026-01-05T01:00:00Z")
+KEY = ("c", "G", "", "T", "b", 0)
+
+
+def _frame(columns: list[str], rows: list[tuple]) -> pd.DataFrame:
+    return pd.DataFrame([dict(zip(columns, r)) for r in rows], columns=columns)
+
+
+def status(rows: list[tuple]) -> pd.DataFrame:
+    """(group, queue_id, committed, min, max, status) rows of gold/consumer_status."""
+    out = _frame(["consumer_group", "queue_id", "committed_offset", "min_offset", "max_offset", "status"], rows)
+    out.insert(0, "cluster", "c")
+    out.insert(2, "client_id", "")
+    out.insert(3, "topic", "T")
+    out.insert(4, "broker", "b")
+    out["lag"] = out["max_offset"] - out["committed_offset"]
+    return out
+
+
+def ranges(rows: list[tuple], kind_col: str) -> pd.DataFrame:
+    """(group, queue_id, start, end, kind) rows of gold/duplicated_ranges or gold/unconsumed_ranges."""
+    out = _frame(["consumer_group", "queue_id", "start_offset", "end_offset", kind_col], rows)
+    out.insert(0, "cluster", "c")
+    out.insert(2, "client_id", "")
+    out.insert(3, "topic", "T")
+    out.insert(4, "broker", "b")
+    out["messages"] = out["end_offset"] - out["start_offset"] + 1
+    return out
+
+
+def dlq(rows: list[tuple]) -> pd.DataFrame:
+    return _frame(["cluster", "consumer_group", "reason"], [("c", *r) for r in rows])
+
+
+def corrections(rows: list[tuple]) -> pd.DataFrame:
+    return _frame(["cluster", "consumer_group", "queue_id"], [("c", *r) for r in rows])
+
+
+# ----------------------------------------------------------------------------------------------- union
+
+
+@pytest.mark.parametrize("rows, expected", [
+    pytest.param([("G", 0, 10, 19, "TRACE"), ("G", 0, 15, 24, "REWIND")], [("G", 0, 10, 24, 15)],
+                 id="trace_and_rewind_over_the_same_offsets_count_once"),
+    pytest.param([("G", 0, 10, 19, "TRACE"), ("G", 0, 20, 20, "TRACE"), ("G", 0, 30, 30, "REWIND")],
+                 [("G", 0, 10, 20, 11), ("G", 0, 30, 30, 1)], id="adjacent_ranges_merge_gaps_do_not"),
+    pytest.param([("G", 0, 5, 50, "REWIND"), ("G", 0, 10, 12, "TRACE"), ("G", 1, 10, 12, "TRACE")],
+                 [("G", 0, 5, 50, 46), ("G", 1, 10, 12, 3)], id="a_range_inside_another_and_other_queues_apart"),
+])
+def test_union_ranges(rows: list[tuple], expected: list[tuple]) -> None:
+    out = d.union_ranges(ranges(rows, "evidence"), d.SERIES_KEY)
+    assert [tuple(r) for r in out[["consumer_group", "queue_id", "start_offset", "end_offset", "messages"]]
+            .itertuples(index=False, name=None)] == expected
+
+
+# -------------------------------------------------------------------------------------------- severity
+
+
+def _row(**kw: object) -> dict:
+    base = {k: 0 for k in (*d.LOST_KINDS, "BACKLOG", *d.DLQ_COLUMNS, "corrections", "duplicated")}
+    base["status"] = "OK"
+    base.update(kw)
+    return base
+
+
+# Burrow-style table: each case gives every rule's answer and the severity, with why.
+SEVERITY_CASES = [
+    # 1. nothing at all: OK
+    (_row(), False, False, False, "OK"),
+    # 2. a backlog alone is lag, judged by the status (OK here), not a loss: OK
+    (_row(BACKLOG=500), False, False, False, "OK"),
+    # 3. issue 14: 2,390 EXPIRED messages with every queue OK was shown green; they are lost: CRITICAL
+    (_row(EXPIRED=2390), True, False, False, "CRITICAL"),
+    # 4. issue 14: 1,200 duplicated offsets with every queue OK: WARNING
+    (_row(duplicated=1200), False, False, True, "WARNING"),
+    # 5. a message in the DLQ needs a human: CRITICAL
+    (_row(IN_DLQ=1), False, True, False, "CRITICAL"),
+    # 6. a stalled queue needs a human even without a loss yet
+    (_row(status="STALL"), False, True, False, "CRITICAL"),
+    # 7. WARN (lag never shrinking) and RETRYING are warnings
+    (_row(status="WARN", RETRYING=2), False, False, True, "WARNING"),
+    # 8. an offset to correct (committed outside [Min, Max])
+    (_row(corrections=1), False, True, False, "CRITICAL"),
+]
+
+
+@pytest.mark.parametrize("row, lost, human, warn, severity", SEVERITY_CASES,
+                         ids=[f"case{i + 1}" for i in range(len(SEVERITY_CASES))])
+def test_severity_rules(row: dict, lost: bool, human: bool, warn: bool, severity: str) -> None:
+    assert (d.has_lost_messages(row), d.needs_a_human(row), d.has_duplicates_or_warnings(row), d.severity(row)) \
+        == (lost, human, warn, severity)
+
+
+def test_group_overview_ranks_losses_and_duplicates_above_healthy_groups() -> None:
+    st = status([("A_expired", 0, 2500, 2500, 2600, "OK"), ("B_dup", 0, 100, 0, 100, "OK"),
+                 ("C_ok", 0, 7, 0, 7, "OK"), ("D_stall", 0, 5, 0, 9, "STALL"), ("D_stall", 1, 9, 0, 9, "OK")])
+    dup = ranges([("B_dup", 0, 0, 1199, "TRACE"), ("B_dup", 0, 0, 1199, "REWIND")], "evidence")
+    unc = ranges([("A_expired", 0, 110, 2499, "EXPIRED"), ("A_expired", 0, 2500, 2599, "BACKLOG"),
+                  ("D_stall", 0, 5, 8, "BACKLOG")], "kind")
+    out = d.group_overview(st, dup, unc, dlq([("B_dup", "RETRYING"), ("D_stall", "BROADCAST_DROPPED")]),
+                           corrections([]))
+    cols = ["consumer_group", "severity", "status", "queues", "duplicated", "unconsumed", "BACKLOG", "EXPIRED", "dlq",
+            "RETRYING", "DLQ_BROADCAST_DROPPED", "why"]
+    assert [tuple(r) for r in out[cols].itertuples(index=False, name=None)] == [
+        ("A_expired", "CRITICAL", "OK", 1, 0, 2490, 100, 2390, 0, 0, 0, "2390 EXPIRED"),
+        ("D_stall", "CRITICAL", "STALL", 2, 0, 4, 4, 0, 1, 0, 1, "status STALL"),
+        ("B_dup", "WARNING", "OK", 1, 1200, 0, 0, 0, 1, 1, 0, "1200 duplicated; 1 RETRYING"),
+        ("C_ok", "OK", "OK", 1, 0, 0, 0, 0, 0, 0, 0, ""),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------- audit
+
+
+def audit_hours(rows: list[tuple]) -> pd.DataFrame:
+    """(hour, first, last, stored, delivered) rows of gold/audit_hours for KEY."""
+    return _frame([*d.SERIES_KEY, "hour", "first_offset", "last_offset", "stored", "delivered"],
+                  [(*KEY, *r) for r in rows])
+
+
+def test_audit_intersects_each_hour_with_the_committed_offset_and_the_ranges() -> None:
+    hours = audit_hours([(T0, 0, 99, 100, 90), (T1, 100, 199, 100, 50)])
+    st = status([("G", 0, 150, 0, 200, "OK")])
+    dup = ranges([("G", 0, 40, 59, "TRACE"), ("G", 0, 50, 69, "REWIND")], "evidence")
+    unc = ranges([("G", 0, 120, 129, "SKIPPED"), ("G", 0, 150, 199, "BACKLOG")], "kind")
+    rows = d.audit_rows(hours, st, dup, unc)
+    assert [tuple(r) for r in rows[["hour", "stored", "delivered", "committed_past", "consumed", "duplicated",
+                                    "never_consumed", "backlog"]].itertuples(index=False, name=None)] == [
+        (T0, 100, 90, 100, 100, 30, 0, 0),
+        (T1, 100, 50, 50, 40, 0, 10, 50),
+    ]
+    out = d.audit(rows)
+    assert [tuple(r) for r in out[d.AUDIT_COLUMNS].itertuples(index=False, name=None)] == [
+        ("c", "G", T0, 100, 90, 100, 100, 30, 0, 0, 100.0, 30.0),
+        ("c", "G", T1, 100, 50, 50, 40, 0, 10, 50, 40.0, 0.0),
+    ]
+    total = d.audit(rows, by=["cluster"])
+    assert [tuple(r) for r in total[["stored", "consumed", "duplicated", "completeness_pct", "duplicate_pct"]]
+            .itertuples(index=False, name=None)] == [(200, 140, 30, 70.0, 15.0)]
+
+
+def test_expired_offsets_below_a_later_committed_offset_are_committed_past_but_never_consumed() -> None:
+    """Retention deleted 0-59 before the group read them; the broker moved it on to 60 (C_S = 80)."""
+    rows = d.audit_rows(audit_hours([(T0, 0, 99, 100, 20)]), status([("G", 0, 80, 60, 100, "OK")]),
+                        ranges([], "evidence"), ranges([("G", 0, 0, 59, "EXPIRED"), ("G", 0, 80, 99, "BACKLOG")],
+                                                       "kind"))
+    assert [tuple(r) for r in d.audit(rows)[["committed_past", "consumed", "never_consumed", "backlog",
+                                             "completeness_pct"]].itertuples(index=False, name=None)] == [
+        (80, 20, 60, 20, 20.0)]
+
+
+# --------------------------------------------------------------------------------------------- trends
+
+
+def test_run_trends_counts_per_run_oldest_first() -> None:
+    runs = _frame(["run_id", "as_of"], [("r2", T1), ("r1", T0)])
+    dup = ranges([("G", 0, 0, 9, "TRACE"), ("G", 0, 5, 14, "REWIND")], "evidence").assign(run_id="r2")
+    unc = pd.concat([ranges([("G", 0, 0, 4, "EXPIRED")], "kind").assign(run_id="r1"),
+                     ranges([("G", 0, 0, 4, "EXPIRED"), ("G", 0, 20, 29, "BACKLOG")], "kind").assign(run_id="r2")])
+    q = _frame(["run_id", "consumer_group", "reason"], [("r1", "G", "IN_DLQ"), ("r2", "G", "IN_DLQ"),
+                                                        ("r2", "G", "RETRYING")])
+    st = _frame(["run_id", "status"], [("r1", "OK"), ("r1", "STALL"), ("r2", "OK"), ("r2", "OK")])
+    out = d.run_trends(runs, dup, unc, q, st)
+    assert [tuple(r) for r in out.itertuples(index=False, name=None)] == [
+        ("r1", T0, 0, 5, 0, 5, 0, 0, 1, 1, 0, 1, 0),
+        ("r2", T1, 15, 15, 10, 5, 0, 0, 2, 2, 0, 0, 0),
+    ]
+
+
+def test_quality_per_run_and_table_and_the_pass_rate_trend() -> None:
+    cols = ["validation_id", "table_name", "expectation", "column", "success", "validated_at"]
+    res = _frame(cols, [("v1", "gold/a", "not_null", "x", True, T0), ("v1", "gold/a", "unique", "", False, T0),
+                        ("v1", "gold/b", "not_null", "y", True, T0), ("v2", "gold/a", "not_null", "x", True, T1),
+                        ("v2", "gold/a", "unique", "", True, T1)])
+    per_table = d.quality_runs(res)
+    assert [tuple(r) for r in per_table.itertuples(index=False, name=None)] == [
+        ("v1", T0, "gold/a", 2, 1, 1, 50.0), ("v1", T0, "gold/b", 1, 1, 0, 100.0), ("v2", T1, "gold/a", 2, 2, 0, 100.0)]
+    assert [tuple(r) for r in d.quality_trend(per_table).itertuples(index=False, name=None)] == [
+        ("v1", T0, 3, 2, 66.67), ("v2", T1, 2, 2, 100.0)]
+
+
+# ----------------------------------------------------------------------------------------------- render
+
+
+def test_a_long_table_says_how_many_rows_are_left_out_and_links_every_row_as_csv() -> None:
+    site = d.Site()
+    df = _frame(["consumer_group", "messages"], [("G1", 1), ("G2", 2000), ("G3", 3)])
+    text = site.table(df, ["consumer_group", "messages"], name="t", max_rows=2)
+    assert text.count("<tr>") == 3 and "<td data-col='messages' class='n'>2,000</td>" in text
+    assert "showing the first 2 of 3 rows; 1 left out: every row in <a href='csv/t.csv'>csv/t.csv</a>" in text
+    assert site.files == {"csv/t.csv": "consumer_group,messages\nG1,1\nG2,2000\nG3,3\n"}
+
+
+def test_plots_are_svg_and_the_same_input_gives_the_same_bytes() -> None:
+    samples = _frame(["snapshot_ts", "committed_offset", "min_offset", "max_offset"],
+                     [(T0, 50, 0, 100), (T0 + pd.Timedelta("30min"), 20, 0, 120), (T1, 10, 30, 150)])
+    dup = ranges([("G", 0, 20, 49, "REWIND")], "evidence")
+    unc = ranges([("G", 0, 10, 29, "EXPIRED")], "kind")
+    first = d.plot_timeline(samples, dup, unc, "T b q0")
+    assert first == d.plot_timeline(samples, dup, unc, "T b q0")
+    assert first.startswith("<div class='plot'><svg") and ">REWIND<" in first and ">EXPIRED<" in first
