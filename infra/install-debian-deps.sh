@@ -4,6 +4,7 @@
 #   radosgw ceph-mon ceph-osd     one-node Ceph + RGW for the S3 integration tests (infra/ceph-rgw.sh)
 #   openjdk-17-jre-headless       the JVM of the Spark standalone cluster (infra/spark-cluster.sh)
 #   curl                          readiness probes in infra/ceph-rgw.sh
+#   prometheus-pushgateway        the Pushgateway the metrics test pushes to and reads back (tests/jobs/test_metrics.py)
 #
 # Works unattended (CI=true, no stdin). Needs root, or sudo without a password, only when something is missing.
 set -euo pipefail
@@ -13,6 +14,7 @@ command -v radosgw >/dev/null 2>&1 || missing+=(radosgw)
 command -v ceph-mon >/dev/null 2>&1 || missing+=(ceph-mon)
 command -v ceph-osd >/dev/null 2>&1 || missing+=(ceph-osd)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
+command -v prometheus-pushgateway >/dev/null 2>&1 || missing+=(prometheus-pushgateway)
 if ! java -version 2>&1 | grep -qE 'version "(1[7-9]|2[0-9])'; then
     missing+=(openjdk-17-jre-headless)
 fi
