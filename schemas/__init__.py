@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from schemas import (
+    alerts_sent,
     consumer_offsets,
     consumer_status,
     delay_offsets,
@@ -46,6 +47,7 @@ ALL_TABLES: list[Table] = [
     consumer_status.TABLE,
     reconcile_runs.TABLE,
     validation_results.TABLE,
+    alerts_sent.TABLE,
 ]
 REPORTS = [duplicated_ranges, unconsumed_ranges, offset_corrections, dlq_candidates, consumer_status]
 
