@@ -328,6 +328,26 @@ def run(lake: str, run_id: str, *, senders: dict[str, Sender], quality: dict[str
     return out
 
 
+def after_run(summary: dict[str, Any] | None, quality: dict[str, Any] | None, *, lake: str,
+              webhook_conn_id: str = "rmq_recon_webhook", smtp_conn_id: str = "rmq_recon_smtp",
+              dashboard_base_url: str | None = None, context: Any = None) -> dict[str, Any] | None:
+    """The DAG's alert task: the run's alert on the channels whose Airflow connections exist (see :func:`run`).
+
+    ``summary`` is the reconcile task's return (None when it failed: nothing to compare, nothing sent), ``quality``
+    validate_gold's (None when it failed: validated again without raising, see ``gold_runs.validation``).
+    """
+    from jobs import notifiers
+
+    if summary is None:
+        log.info("alerts: the reconcile did not complete; nothing to compare")
+        return None
+    senders = notifiers.senders(webhook_conn_id=webhook_conn_id, smtp_conn_id=smtp_conn_id, context=context)
+    if not senders:  # each channel said why in one line
+        return None
+    return run(lake, summary["run_id"], senders=senders, quality=gold_runs.validation(lake, quality),
+               dashboard_base_url=dashboard_base_url or None)
+
+
 def load(lake: str, rows: list[dict[str, Any]]) -> None:
     """Record delivered alerts in gold/alerts_sent (insert-only on (run_id, channel))."""
     from jobs import _delta, _spark

@@ -67,3 +67,16 @@ def run(lake: str, run_id: str) -> dict[str, Any]:
         raise KeyError(f"reconcile run {run_id} has not completed in {lake} (no row in "
                        f"{reconcile_runs.TABLE.qualified}): run the reconcile first")
     return row
+
+
+def validation(lake: str, given: dict[str, Any] | None) -> dict[str, Any]:
+    """The gold validation result of the run just made: ``given`` (validate_gold's return), else validated again.
+
+    Why: validate_gold raises on a failed expectation and so hands nothing on, and a failed expectation is exactly
+    what alerts and metrics must report; validating again (without raising) gives the same result.
+    """
+    if given is not None:
+        return given
+    from jobs import quality
+
+    return quality.validate_layer(lake, "gold", fail=False)

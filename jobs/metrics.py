@@ -193,6 +193,18 @@ def pushgateway_url(value: str | None = None) -> str:
     return (value if value is not None else os.environ.get(URL_ENV, "")).strip()
 
 
+def after_run(summary: dict[str, Any] | None, quality: dict[str, Any] | None, *, lake: str,
+              url: str | None = None) -> dict[str, Any] | None:
+    """The DAG's metrics task: push the run's figures (None when the reconcile failed or no URL is set)."""
+    if not pushgateway_url(url):
+        log.info("metrics: off (set %s or the pushgateway_url Param to push to a Prometheus Pushgateway)", URL_ENV)
+        return None
+    if summary is None:
+        log.info("metrics: the reconcile did not complete; nothing to push")
+        return None
+    return run(lake, summary["run_id"], url=url, quality=gold_runs.validation(lake, quality))
+
+
 def run(lake: str, run_id: str, *, url: str | None = None, quality: dict[str, Any] | None = None) -> dict[str, Any]:
     """Push the figures of the completed run ``run_id``, one Pushgateway group per cluster.
 
