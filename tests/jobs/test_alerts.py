@@ -8,18 +8,15 @@ BLOCKING_COMMIT (spec §7).
 """
 from __future__ import annotations
 
-import email
 import json
 import logging
 import pathlib
-import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator
+from typing import Any
 
 import pandas as pd
 import pytest
 
+from alert_servers import Mailbox, Webhook, servers  # noqa: F401 - a fixture
 from jobs import alerts, gold_runs
 from jobs.notifiers import webhook_target
 
@@ -170,74 +167,6 @@ def test_webhook_target(conn: dict[str, Any], expected: str) -> None:
 
 
 # ------------------------------------------------------------------------------- real servers, real runs
-
-
-class Webhook:
-    """An HTTP server on 127.0.0.1 that records every POST and answers ``status``."""
-
-    def __init__(self) -> None:
-        self.posts: list[dict[str, Any]] = []
-        self.status = 200
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                outer.posts.append({"path": self.path, "content_type": self.headers["Content-Type"],
-                                    "body": json.loads(body)})
-                self.send_response(outer.status)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-class Mailbox:
-    """What the aiosmtpd server received (``handle_DATA`` is its handler hook)."""
-
-    def __init__(self) -> None:
-        self.messages: list[dict[str, Any]] = []
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802 - aiosmtpd's name
-        self.messages.append({"from": envelope.mail_from, "to": list(envelope.rcpt_tos),
-                              "message": email.message_from_bytes(envelope.content)})
-        return "250 OK"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture()
-def servers(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Webhook, Mailbox]]:
-    """A webhook server and an SMTP server on 127.0.0.1, and the two Airflow connections naming them."""
-    from aiosmtpd.controller import Controller
-
-    hook, box = Webhook(), Mailbox()
-    smtp = Controller(box, hostname="127.0.0.1", port=_free_port())
-    smtp.start()
-    monkeypatch.setenv("AIRFLOW_CONN_RMQ_RECON_WEBHOOK", json.dumps(
-        {"conn_type": "http", "host": "127.0.0.1", "port": hook.port, "extra": {"endpoint": "/hooks/T0/secret"}}))
-    monkeypatch.setenv("AIRFLOW_CONN_RMQ_RECON_SMTP", json.dumps(
-        {"conn_type": "smtp", "host": "127.0.0.1", "port": smtp.port,
-         "extra": {"disable_ssl": True, "disable_tls": True, "retry_limit": 0, "timeout": 10,
-                   "from_email": "rmq-recon@example.com", "to": "oncall@example.com, ops@example.com"}}))
-    try:
-        yield hook, box
-    finally:
-        smtp.stop()
-        hook.close()
 
 
 @pytest.fixture(scope="module")

@@ -6,14 +6,12 @@ queues 0, 1, 3 lag by one message (WARN); as of 00:20 queue 2 lags 265 (1060 s) 
 from __future__ import annotations
 
 import pathlib
-import subprocess
-import time
 import urllib.request
-from typing import Iterator
 
 import pandas as pd
 import pytest
 
+from alert_servers import pushgateway  # noqa: F401 - a fixture
 from jobs import metrics
 
 QUEUE = ["C", "G", "", "T", "b"]
@@ -76,35 +74,6 @@ def test_metrics_are_off_without_a_url(monkeypatch: pytest.MonkeyPatch, tmp_path
 
 
 # ---------------------------------------------------------------------------------- a real Pushgateway
-
-
-@pytest.fixture(scope="module")
-def pushgateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Debian's prometheus-pushgateway on 127.0.0.1 (a free port), in memory only."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = tmp_path_factory.mktemp("pushgateway") / "pushgateway.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(["prometheus-pushgateway", f"--web.listen-address=127.0.0.1:{port}"],
-                                stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(100):
-            try:
-                with urllib.request.urlopen(url + "/-/ready", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            raise RuntimeError(f"prometheus-pushgateway did not start: {log.read_text()}")
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
