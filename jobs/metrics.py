@@ -188,6 +188,15 @@ def push(url: str, cluster: str, cluster_samples: list[Sample], *, timeout_s: fl
 # ------------------------------------------------------------------------------------------------- run
 
 
+def _shown(url: str) -> str:
+    """The URL as logs show it: without user and password."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else ""))) \
+        if parts.hostname else url
+
+
 def pushgateway_url(value: str | None = None) -> str:
     """The Pushgateway URL: the value given (a DAG Param), else ``RMQ_RECON_PUSHGATEWAY_URL``; empty means off."""
     return (value if value is not None else os.environ.get(URL_ENV, "")).strip()
@@ -229,9 +238,9 @@ def run(lake: str, run_id: str, *, url: str | None = None, quality: dict[str, An
         try:
             push(target, cluster, cluster_samples)
         except OSError as exc:
-            raise OSError(f"metrics: Pushgateway {target} did not take cluster {cluster}'s {len(cluster_samples)} "
-                          f"samples ({exc}); check {URL_ENV}") from None
+            raise OSError(f"metrics: Pushgateway {_shown(target)} did not take cluster {cluster}'s "
+                          f"{len(cluster_samples)} samples ({exc}); check {URL_ENV}") from None
         pushed[cluster] = len(cluster_samples)
     log.info("metrics: pushed %s to %s", ", ".join(f"{c} ({n} samples)" for c, n in pushed.items()) or "nothing",
-             target)
+             _shown(target))
     return {"pushed": pushed}

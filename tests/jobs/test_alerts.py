@@ -288,3 +288,24 @@ def test_missing_connections_turn_alerts_off_with_one_line_each(monkeypatch: pyt
     # With no channel the job reads nothing (the lake need not even exist) and sends nothing.
     assert alerts.run(str(tmp_path / "no-lake"), "any", senders=senders) == {
         "run_id": "any", "previous_run_id": None, "changed": False, "sent": [], "skipped": []}
+
+
+@pytest.mark.integration
+def test_a_failed_expectation_alone_is_worth_a_message(runs: dict[str, str], servers: tuple[Webhook, Mailbox]) -> None:
+    """A second run as of 00:15 changes nothing against the first (same as-of, completed earlier), but its gold
+    validation failed: one message naming the expectation."""
+    from jobs import notifiers, reconcile
+
+    hook, box = servers
+    reconcile.run(runs["lake"], runs["reports"], as_of="2026-01-05T00:15:00Z", run_id="manual-0015")
+    quality = {"gold/consumer_status": {"success": False, "failed": ["expect_column_values_to_be_in_set(status)"]},
+               "gold/dlq_candidates": {"success": True, "failed": []}}
+    out = alerts.run(runs["lake"], "manual-0015", senders=notifiers.senders(), quality=quality)
+    assert (out["previous_run_id"], out["sent"]) == ("asof-20260105T001500Z", ["webhook", "email"])
+    assert hook.posts[0]["body"]["text"] == (
+        "RocketMQ reconciliation manual-0015 (as of 2026-01-05T00:15:00.000Z): no group changed\n"
+        "Failed expectations:\n"
+        "- gold/consumer_status: expect_column_values_to_be_in_set(status)\n"
+        "Compared with run asof-20260105T001500Z.\n"
+        f"Dashboard: {runs['reports']}/manual-0015/index.html")
+    assert box.messages[0]["message"]["Subject"] == "[rmq-recon] manual-0015: no group changed, 1 failed expectation"

@@ -149,3 +149,15 @@ def test_push_reads_back_from_a_real_pushgateway_and_a_later_run_replaces_it(run
     # A re-run of the same run pushes the same samples.
     metrics.run(runs, "asof-20260105T002000Z", url=pushgateway, quality=quality)
     assert read_back(pushgateway) == later
+
+
+@pytest.mark.integration
+def test_an_unreachable_pushgateway_fails_in_one_line(runs: str) -> None:
+    from alert_servers import free_port
+
+    port = free_port()  # nothing listens there
+    with pytest.raises(OSError) as failed:
+        metrics.run(runs, "asof-20260105T001000Z", url=f"http://127.0.0.1:{port}")
+    assert str(failed.value) == (
+        f"metrics: Pushgateway http://127.0.0.1:{port} did not take cluster DefaultCluster's 104 samples "
+        "(<urlopen error [Errno 111] Connection refused>); check RMQ_RECON_PUSHGATEWAY_URL")
