@@ -5,6 +5,11 @@ replays the min-offset commits, finds duplicated and unconsumed offset ranges, o
 candidates, writes the gold tables and the report folder, then checks the gold tables and rebuilds the dashboard
 (``<reports>/dashboard/``, also after a failed check: it shows the failures). A re-run of the same
 logical date replaces its own rows and files, nothing else.
+
+After every run, whatever its outcome, ``alert`` tells people what changed since the previous run (webhook and
+email, through the Airflow connections ``rmq_recon_webhook`` / ``rmq_recon_smtp``; once per run) and
+``push_metrics`` pushes the run's figures to a Prometheus Pushgateway (Param ``pushgateway_url``). Both are teardown
+tasks: they never decide the run's state.
 """
 from __future__ import annotations
 
@@ -37,6 +42,12 @@ GOLD_READY = consumer_offsets.TABLE.asset() & queue_bounds.TABLE.asset()
         "window": Param(10, type="integer", minimum=2, description="snapshots per queue for the status"),
         "groups": Param(None, type=["null", "array"], description="consumer groups (default: all)"),
         "spark_conn_id": Param(None, type=["null", "string"], description="Airflow spark_connect connection id"),
+        "webhook_conn_id": Param("rmq_recon_webhook", type="string", description="HTTP connection of the webhook"),
+        "smtp_conn_id": Param("rmq_recon_smtp", type="string", description="SMTP connection of the alert emails"),
+        "dashboard_url": Param(os.environ.get("RMQ_RECON_DASHBOARD_URL", ""), type="string",
+                               description="where the report folders are served (alert links); empty: the folder"),
+        "pushgateway_url": Param(os.environ.get("RMQ_RECON_PUSHGATEWAY_URL", ""), type="string",
+                                 description="Prometheus Pushgateway for the run's metrics; empty: off"),
     },
 )
 def rocketmq_reconcile() -> None:
@@ -55,13 +66,33 @@ def rocketmq_reconcile() -> None:
 
         return quality.validate_layer(params["lake"], "gold")
 
-    @task(trigger_rule="all_done")
+    @task
     def dashboard(params: dict | None = None) -> dict:
         from jobs import dashboard
 
         return dashboard.run(params["lake"], params["reports"])
 
-    validate_gold(reconcile()) >> dashboard()
+    @task
+    def alert(summary: dict | None, quality: dict | None, params: dict | None = None,
+              **context) -> dict | None:  # noqa: ANN003
+        from jobs import alerts
+
+        return alerts.after_run(summary, quality, lake=params["lake"], webhook_conn_id=params["webhook_conn_id"],
+                                smtp_conn_id=params["smtp_conn_id"], dashboard_base_url=params["dashboard_url"],
+                                context=context)
+
+    @task
+    def push_metrics(summary: dict | None, quality: dict | None, params: dict | None = None) -> dict | None:
+        from jobs import metrics
+
+        return metrics.after_run(summary, quality, lake=params["lake"], url=params["pushgateway_url"])
+
+    summary = reconcile()
+    quality = validate_gold(summary)
+    site = dashboard().as_teardown()
+    quality >> site
+    site >> alert(summary, quality).as_teardown()
+    site >> push_metrics(summary, quality).as_teardown()
 
 
 rocketmq_reconcile()

@@ -5,6 +5,7 @@
 #   openjdk-17-jre-headless       the JVM of the Spark standalone cluster (infra/spark-cluster.sh)
 #   curl                          readiness probes in infra/ceph-rgw.sh
 #   chromium                      the headless browser of the dashboard tests (tests/test_dashboard_browser.py)
+#   prometheus-pushgateway        the Pushgateway the metrics test pushes to and reads back (tests/jobs/test_metrics.py)
 #
 # Works unattended (CI=true, no stdin). Needs root, or sudo without a password, only when something is missing.
 set -euo pipefail
@@ -15,6 +16,7 @@ command -v ceph-mon >/dev/null 2>&1 || missing+=(ceph-mon)
 command -v ceph-osd >/dev/null 2>&1 || missing+=(ceph-osd)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v prometheus-pushgateway >/dev/null 2>&1 || missing+=(prometheus-pushgateway)
 if ! java -version 2>&1 | grep -qE 'version "(1[7-9]|2[0-9])'; then
     missing+=(openjdk-17-jre-headless)
 fi

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from schemas import (
+    alerts_sent,
     audit_hours,
     consumer_offsets,
     consumer_status,
@@ -50,6 +51,7 @@ ALL_TABLES: list[Table] = [
     audit_hours.TABLE,
     reconcile_runs.TABLE,
     validation_results.TABLE,
+    alerts_sent.TABLE,
 ]
 REPORTS = [duplicated_ranges, unconsumed_ranges, offset_corrections, dlq_candidates, consumer_status]
 

@@ -33,11 +33,21 @@ def test_parsing_looks_up_no_connection(path: pathlib.Path) -> None:
 
 @pytest.mark.parametrize("dag_id, structure", [
     ("rocketmq_snapshot", {"ingest": ["validate_silver"], "validate_silver": []}),
-    ("rocketmq_reconcile", {"reconcile": ["validate_gold"], "validate_gold": ["dashboard"], "dashboard": []}),
+    ("rocketmq_reconcile", {"reconcile": ["alert", "push_metrics", "validate_gold"],
+                            "validate_gold": ["alert", "dashboard", "push_metrics"],
+                            "dashboard": ["alert", "push_metrics"], "alert": [], "push_metrics": []}),
 ])
 def test_structure(dag_id: str, structure: dict[str, list[str]]) -> None:
     dag = _bag(DAG_FILES[0].parent / f"{dag_id}.py").dags[dag_id]
     assert {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks} == structure
+
+
+def test_dashboard_alerts_and_metrics_run_after_every_reconcile_and_never_decide_its_state() -> None:
+    dag = _bag(DAG_FILES[0].parent / "rocketmq_reconcile.py").dags["rocketmq_reconcile"]
+    assert {t.task_id: (t.is_teardown, t.on_failure_fail_dagrun, t.trigger_rule.value) for t in dag.tasks
+            if t.task_id in ("alert", "push_metrics", "dashboard")} == {
+        "alert": (True, False, "all_done_setup_success"), "push_metrics": (True, False, "all_done_setup_success"),
+        "dashboard": (True, False, "all_done_setup_success")}
 
 
 def test_snapshot_dag_publishes_the_silver_assets_the_reconcile_dag_waits_for() -> None:

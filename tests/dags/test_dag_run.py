@@ -5,6 +5,7 @@ import pathlib
 
 import pytest
 
+from alert_servers import pushgateway, servers  # noqa: F401 - fixtures
 from jobs import _delta, sample_landing
 from schemas import consumer_offsets, messages, queue_bounds
 
@@ -25,3 +26,41 @@ def test_snapshot_dag_ingests_and_validates(tmp_path: pathlib.Path, airflow_db: 
             "ingest": "success", "validate_silver": "success"}
         counts.append([len(_delta.read_pandas(lake, t.TABLE)) for t in (consumer_offsets, queue_bounds, messages)])
     assert counts == [[123, 1, 179], [123, 1, 179]]
+
+
+@pytest.mark.integration
+def test_reconcile_dag_alerts_once_per_change_and_pushes_its_metrics(
+        tmp_path: pathlib.Path, airflow_db: pathlib.Path, servers: tuple, pushgateway: str) -> None:
+    """queue2-offset32 (seed 7) through the reconcile DAG as of 00:05, 00:10, and 00:10 again (a second manual run):
+    one webhook POST and one email, for the run where GID_recon enters STALL; the Pushgateway holds the last run."""
+    import urllib.request
+
+    from airflow.dag_processing.dagbag import DagBag
+
+    from jobs import ingest, reconcile, simulate
+
+    hook, box = servers
+    simulate.run("queue2-offset32", str(tmp_path / "landing"), seed=7)
+    ingest.run(str(tmp_path / "landing"), str(tmp_path / "lake"))
+    dag = DagBag(dag_folder=str(pathlib.Path(__file__).resolve().parents[2] / "dags" / "rocketmq_reconcile.py")) \
+        .dags["rocketmq_reconcile"]
+    conf = {"lake": str(tmp_path / "lake"), "reports": str(tmp_path / "reports"), "pushgateway_url": pushgateway,
+            "dashboard_url": "http://dash.example/reports"}
+    run_ids, posts = [], []
+    for as_of in ("2026-01-05T00:05:00Z", "2026-01-05T00:10:00Z", "2026-01-05T00:10:00Z"):
+        run = dag.test(run_conf={**conf, "as_of": as_of})
+        assert {ti.task_id: ti.state for ti in run.get_task_instances()} == {
+            "reconcile": "success", "validate_gold": "success", "alert": "success", "push_metrics": "success"}
+        assert run.state == "success"
+        run_ids.append(reconcile.sanitize_run_id(run.run_id))
+        posts.append(len(hook.posts))
+    assert (posts, len(box.messages)) == ([0, 1, 1], 1)
+    assert hook.posts[0]["body"]["text"] == (
+        f"RocketMQ reconciliation {run_ids[1]} (as of 2026-01-05T00:10:00.000Z): 1 group needs attention\n"
+        "- GID_recon (DefaultCluster): STALL (was OK); queues entered STALL: 1, WARN: 3\n"
+        f"Compared with run {run_ids[0]}.\n"
+        f"Dashboard: http://dash.example/reports/{run_ids[1]}/index.html")
+    with urllib.request.urlopen(pushgateway + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    assert [line for line in text.splitlines() if line.startswith("rocketmq_recon_run_info")] == [
+        f'rocketmq_recon_run_info{{cluster="DefaultCluster",instance="",job="rmq_recon",run_id="{run_ids[2]}"}} 1']
