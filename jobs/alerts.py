@@ -256,11 +256,14 @@ def channels_sent(lake: str, run_id: str) -> set[str]:
 
 
 def dashboard_url(report_dir: str, run_id: str, base_url: str | None = None) -> str:
-    """Where people open the run's dashboard: ``<base_url>/<run_id>/index.html`` when the report folders are
-    served (``RMQ_RECON_DASHBOARD_URL``), else the report folder's own ``index.html``."""
+    """Where people open the dashboard (:mod:`jobs.dashboard`, ``<reports>/dashboard/index.html``, which leads to
+    this run's groups and files): under ``base_url`` when the reports root is served over HTTP, else the local or
+    ``s3://`` path beside the run's report folder."""
     if base_url:
-        return f"{base_url.rstrip('/')}/{run_id}/index.html"
-    return f"{report_dir.rstrip('/')}/index.html"
+        return f"{base_url.rstrip('/')}/dashboard/index.html"
+    root = report_dir.rstrip("/")
+    root = root[: -len(run_id)].rstrip("/") if root.endswith(run_id) else root.rsplit("/", 1)[0]
+    return f"{root}/dashboard/index.html"
 
 
 # ------------------------------------------------------------------------------------------------- run

@@ -50,7 +50,8 @@ def test_reconcile_dag_alerts_once_per_change_and_pushes_its_metrics(
     for as_of in ("2026-01-05T00:05:00Z", "2026-01-05T00:10:00Z", "2026-01-05T00:10:00Z"):
         run = dag.test(run_conf={**conf, "as_of": as_of})
         assert {ti.task_id: ti.state for ti in run.get_task_instances()} == {
-            "reconcile": "success", "validate_gold": "success", "alert": "success", "push_metrics": "success"}
+            "reconcile": "success", "validate_gold": "success", "dashboard": "success", "alert": "success",
+            "push_metrics": "success"}
         assert run.state == "success"
         run_ids.append(reconcile.sanitize_run_id(run.run_id))
         posts.append(len(hook.posts))
@@ -59,7 +60,7 @@ def test_reconcile_dag_alerts_once_per_change_and_pushes_its_metrics(
         f"RocketMQ reconciliation {run_ids[1]} (as of 2026-01-05T00:10:00.000Z): 1 group needs attention\n"
         "- GID_recon (DefaultCluster): STALL (was OK); queues entered STALL: 1, WARN: 3\n"
         f"Compared with run {run_ids[0]}.\n"
-        f"Dashboard: http://dash.example/reports/{run_ids[1]}/index.html")
+        "Dashboard: http://dash.example/reports/dashboard/index.html")
     with urllib.request.urlopen(pushgateway + "/metrics", timeout=10) as r:
         text = r.read().decode()
     assert [line for line in text.splitlines() if line.startswith("rocketmq_recon_run_info")] == [

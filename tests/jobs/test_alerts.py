@@ -185,7 +185,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 STALL_TEXT = ("RocketMQ reconciliation asof-20260105T001000Z (as of 2026-01-05T00:10:00.000Z): 1 group needs attention\n"
               "- GID_recon (DefaultCluster): STALL (was OK); queues entered STALL: 1, WARN: 3\n"
               "Compared with run asof-20260105T000500Z.\n"
-              "Dashboard: http://dash.example/reports/asof-20260105T001000Z/index.html")
+              "Dashboard: http://dash.example/reports/dashboard/index.html")
 
 
 def _sent(lake: str) -> list[tuple[str, str, str]]:
@@ -213,7 +213,7 @@ def test_one_message_for_a_new_stall_group_and_none_for_its_rerun(runs: dict[str
     assert hook.posts == [{"path": "/hooks/T0/secret", "content_type": "application/json", "body": {
         "text": STALL_TEXT, "run_id": "asof-20260105T001000Z", "as_of": "2026-01-05T00:10:00.000Z",
         "previous_run_id": "asof-20260105T000500Z",
-        "dashboard_url": "http://dash.example/reports/asof-20260105T001000Z/index.html",
+        "dashboard_url": "http://dash.example/reports/dashboard/index.html",
         "groups": [{"cluster": "DefaultCluster", "consumer_group": "GID_recon", "status": "STALL",
                     "previous_status": "OK", "queues_entered": {"STALL": 1, "WARN": 3}}],
         "failed_expectations": []}}]
@@ -259,7 +259,7 @@ def test_a_channel_that_failed_is_retried_alone(runs: dict[str, str], servers: t
     text = ("RocketMQ reconciliation asof-20260105T002000Z (as of 2026-01-05T00:20:00.000Z): 1 group needs attention\n"
             "- GID_recon (DefaultCluster): 1 new BLOCKING_COMMIT\n"
             "Compared with run asof-20260105T001500Z.\n"
-            f"Dashboard: {runs['reports']}/asof-20260105T002000Z/index.html")
+            f"Dashboard: {runs['reports']}/dashboard/index.html")
     assert box.messages[0]["message"]["Subject"] == "[rmq-recon] asof-20260105T002000Z: 1 group needs attention"
 
     hook.status = 200
@@ -307,5 +307,5 @@ def test_a_failed_expectation_alone_is_worth_a_message(runs: dict[str, str], ser
         "Failed expectations:\n"
         "- gold/consumer_status: expect_column_values_to_be_in_set(status)\n"
         "Compared with run asof-20260105T001500Z.\n"
-        f"Dashboard: {runs['reports']}/manual-0015/index.html")
+        f"Dashboard: {runs['reports']}/dashboard/index.html")
     assert box.messages[0]["message"]["Subject"] == "[rmq-recon] manual-0015: no group changed, 1 failed expectation"
