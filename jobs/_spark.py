@@ -29,6 +29,16 @@ log = logging.getLogger(__name__)
 # Sail's log: warnings, but not the one its actor system writes on every orderly shutdown ("aborting N task(s) for
 # SessionManagerActor"), which Airflow showed as a red ERROR line in every task log.
 RUST_LOG_DEFAULT = "warn,sail_common::actor=error"
+_QUIET_ACTOR = "sail_common::actor=error"
+
+
+def rust_log(value: str | None) -> str:
+    """Sail's log filter: the user's, with the notice Sail's actors log at every orderly shutdown ("aborting N
+    task(s)") kept out unless the filter names that target itself. Airflow shows every stderr line of a task as an
+    ERROR, so the notice looked like a failure in every task log."""
+    if not value:
+        return RUST_LOG_DEFAULT
+    return value if "sail_common::actor" in value else f"{value},{_QUIET_ACTOR}"
 
 _S3_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ALLOW_HTTP")
 
@@ -80,7 +90,7 @@ def session(engine: Engine | None = None, *, remote: str | None = None) -> Itera
     _normalise_s3_env()
     server = None
     if engine == "sail":
-        os.environ.setdefault("RUST_LOG", RUST_LOG_DEFAULT)
+        os.environ["RUST_LOG"] = rust_log(os.environ.get("RUST_LOG"))
         from pysail.spark import SparkConnectServer
 
         server = SparkConnectServer(ip="127.0.0.1", port=0)

@@ -143,3 +143,18 @@ def test_version_and_scenarios_and_simulate_progress(tmp_path: pathlib.Path) -> 
         "simulate: snapshot 4/4 at 2026-01-05T00:13:00.000Z: 71 files, 7 MiB written",
         "simulate: 2641 messages stored in " + err.splitlines()[-1].split(" stored in ")[1],
     ]
+
+
+@pytest.mark.parametrize("rust_log", [None, "warn"], ids=["unset", "warn"])
+def test_a_reconcile_writes_nothing_to_stderr_that_airflow_would_show_as_an_error(lake: pathlib.Path, rust_log: str | None,
+                                                                                  tmp_path: pathlib.Path) -> None:
+    """Airflow shows every stderr line of a task as ERROR: Sail's shutdown notice ("aborting N task(s) for
+    SessionManagerActor", a WARN of sail_common::actor) was one in every task log, also with RUST_LOG=warn set."""
+    env = {k: v for k, v in os.environ.items() if k != "RUST_LOG"}
+    if rust_log:
+        env["RUST_LOG"] = rust_log
+    p = subprocess.run([sys.executable, "-m", "jobs.cli", "reconcile", "--lake", str(lake / "lake"), "--reports",
+                        str(tmp_path)], cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert [line for line in p.stderr.splitlines() if "sail" in line.lower() or "WARN" in line] == []
