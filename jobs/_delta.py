@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 # Columns that record when we saw a row, not what the row says: a re-run must not rewrite them.
-VOLATILE_COLUMNS = frozenset({"ingested_at", "detected_at", "updated_at", "completed_at"})
+VOLATILE_COLUMNS = frozenset({"ingested_at", "detected_at", "updated_at", "completed_at", "validated_at"})
 
 
 def storage_options() -> dict[str, str]:
