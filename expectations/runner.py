@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -92,6 +93,8 @@ def ephemeral_context(docs_dir: str | None = None) -> "AbstractDataContext":
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
+    # GE sets this logger to INFO at import: every run said "Created temporary directory ... for ephemeral docs site".
+    logging.getLogger("great_expectations.data_context.types.base").setLevel(logging.WARNING)
     ctx = gx.get_context(mode="ephemeral")
     ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
     # get_context() hands back the same project context within a process: drop a docs site set by an earlier call.
