@@ -120,18 +120,24 @@ def duplicate_keys(table_rows: "DataFrame", increment: "DataFrame", key: list[st
     return rows.groupBy(*key).agg(F.count(F.lit(1)).alias("rows")).where(F.col("rows") > 1)
 
 
-def key_rule(table: "Table", dups: "DataFrame", increment_rows: int) -> "Result":
-    """The one-row-per-key rule as a result: unexpected = the table's rows sharing a key of the increment."""
-    from pyspark.sql import functions as F
+def key_rule(table: "Table", dups: "DataFrame", increment: "DataFrame", increment_rows: int) -> "Result":
+    """The one-row-per-key rule as a result.
 
+    unexpected_count: the increment's rows whose key more than one row of the table has; observed_value: up to 20
+    such keys (in key order) with the number of rows each has.
+    """
     from expectations.runner import EXAMPLES, Result
 
+    from pyspark.sql import functions as F
+
     key = list(table.key)
-    n_keys, n_rows = dups.agg(F.count(F.lit(1)), F.coalesce(F.sum("rows"), F.lit(0))).first()
-    examples = [] if not n_keys else [r.asDict() for r in dups.orderBy(*key).limit(EXAMPLES).collect()]
-    return Result(expectation=UNIQUE, column=",".join(key), success=not n_keys,
+    # Keys as the engine prints them (timestamps in the session's UTC), so the JSON does not depend on the client.
+    examples = [r.asDict() for r in dups.orderBy(*key).limit(EXAMPLES)
+                .select(*[F.col(k).cast("string").alias(k) for k in key], "rows").collect()]
+    unexpected = increment.join(dups.select(*key), on=key, how="left_semi").count() if examples else 0
+    return Result(expectation=UNIQUE, column=",".join(key), success=not examples,
                   observed_value=json.dumps(examples, sort_keys=True, default=str),
-                  element_count=increment_rows, unexpected_count=int(n_rows))
+                  element_count=increment_rows, unexpected_count=int(unexpected))
 
 
 def result_rows(inc: Increment, table: "Table", results: list["Result"], validated_at: dt.datetime) -> list[tuple]:
@@ -155,7 +161,7 @@ def _stored(lake: str, inc: Increment) -> list[tuple] | None:
     return [tuple(r) for r in df.itertuples(index=False)]
 
 
-def summarize(inc: Increment, rows: list[tuple], skipped: list[str]) -> dict[str, Any]:
+def summarize(inc: Increment, rows: list[tuple], skipped: dict[str, str]) -> dict[str, Any]:
     """The job's answer from its result rows: per table success, rows validated, failed expectations."""
     cols = ["validation_id", "layer", "table_name", "expectation", "column", "success", "observed_value",
             "element_count", "unexpected_count", "validated_at"]
@@ -173,8 +179,8 @@ def summarize(inc: Increment, rows: list[tuple], skipped: list[str]) -> dict[str
             t["failed"].append(described)
             n = "" if r["unexpected_count"] is None else f" ({int(r['unexpected_count'])} of {int(r['element_count'])} rows)"
             failures.append(f"{r['table_name']} {described}{n}")
-    for name in skipped:
-        tables[name] = {"success": True, "rows": 0, "failed": [], "evaluated": 0, "skipped": "table not created yet"}
+    for name, why in skipped.items():
+        tables[name] = {"success": True, "rows": 0, "failed": [], "evaluated": 0, "skipped": why}
     return {"validation_id": inc.validation_id, "layer": inc.layer, "success": not failures,
             "tables": dict(sorted(tables.items())), "failures": failures}
 
@@ -215,12 +221,12 @@ def validate_layer(lake: str, layer: Layer, *, run_id: str | None = None, docs_d
     inc = resolve(lake, layer, run_id)
     docs_dir = storage.join(lake, "_quality", layer) if docs_dir == "" else docs_dir
     tables = _tables(layer)
-    skipped = [t.qualified for t in tables if t.qualified not in inc.after]
+    skipped = {t.qualified: why for t in tables if (why := _nothing_to_validate(inc, t))}
     rows = _stored(lake, inc) if reuse else None
     if rows is not None:
         say(f"validate: {layer} of {inc.validation_id}: results kept already")
     else:
-        rows = _validate(lake, inc, [t for t in tables if t.qualified in inc.after], docs_dir, now, say)
+        rows = _validate(lake, inc, [t for t in tables if t.qualified not in skipped], docs_dir, now, say)
     out = summarize(inc, rows, skipped)
     if docs_dir:
         storage.write_bytes(storage.join(docs_dir, "validation.json"),
@@ -228,6 +234,16 @@ def validate_layer(lake: str, layer: Layer, *, run_id: str | None = None, docs_d
     if out["failures"] and fail:
         raise QualityError(f"{layer} validation of {inc.validation_id} failed: " + "; ".join(out["failures"]))
     return out
+
+
+def _nothing_to_validate(inc: Increment, table: "Table") -> str | None:
+    """Why ``table`` has nothing of ``inc``'s run to validate (None when it has)."""
+    name = table.qualified
+    if name not in inc.after:
+        return "table not created yet"
+    if inc.layer == "silver" and inc.before.get(name) == inc.after[name] and _delta.table_format() == "delta":
+        return "nothing added by this run"
+    return None
 
 
 def _validate(lake: str, inc: Increment, tables: list["Table"], docs_dir: str | None, now: dt.datetime | None,
@@ -251,7 +267,7 @@ def _validate(lake: str, inc: Increment, tables: list["Table"], docs_dir: str | 
             results = list(outcome.results)
             if any(e.expectation_type == UNIQUE for e in suite.expectations):
                 dups = duplicate_keys(extract_table(spark, lake, table, inc, increment), increment, list(table.key))
-                results.append(key_rule(table, dups, outcome.rows))
+                results.append(key_rule(table, dups, increment, outcome.rows))
             rows += result_rows(inc, table, results, validated_at)
             bad = sorted(r.described for r in results if not r.success)
             say(f"validate: {table.qualified}: {outcome.rows} row(s) of {inc.validation_id}, {len(results)} "
