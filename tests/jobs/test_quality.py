@@ -174,13 +174,22 @@ def test_a_lake_without_a_completed_ingest(tmp_path: pathlib.Path) -> None:
     assert str(err.value) == f"--lake {tmp_path}: no completed ingest to validate; run `rmq-recon ingest` first"
 
 
-def test_gold_validates_one_reconcile_runs_rows(lake: str, tmp_path: pathlib.Path) -> None:
+def test_gold_validates_one_reconcile_runs_rows_at_the_versions_it_recorded(spark, lake: str,  # noqa: ANN001
+                                                                          tmp_path: pathlib.Path) -> None:
     from jobs import reconcile
+    from schemas import unconsumed_ranges
 
     summary = reconcile.run(lake, str(tmp_path / "reports"), run_id="r1")
     out = quality.validate_layer(lake, "gold", docs_dir=str(tmp_path / "docs"))
-    rows = {f"gold/{k}": v for k, v in summary["tables"].items()} if isinstance(summary.get("tables"), dict) else {}
-    assert out["validation_id"] == "r1" and out["success"] is True
-    assert {t: v["rows"] for t, v in out["tables"].items()} == {t: rows.get(t, {}).get("rows", rows.get(t))
-                                                               for t in out["tables"]}
+    rows = {"gold/consumer_status": 2, "gold/dlq_candidates": 0, "gold/duplicated_ranges": 1,
+            "gold/offset_corrections": 0, "gold/unconsumed_ranges": 0}
+    assert {f"gold/{t}": v["rows"] for t, v in summary["tables"].items()} == rows
+    assert out == {"validation_id": "r1", "layer": "gold", "success": True, "failures": [], "tables": {
+        t: {"success": True, "rows": n, "failed": [], "evaluated": e} for (t, n), e in zip(rows.items(),
+                                                                                          (11, 14, 16, 12, 15))}}
     assert (tmp_path / "docs" / "index.html").is_file()
+    # A row of r1 written after the run completed is not part of what the run recorded: still valid.
+    t = unconsumed_ranges.TABLE
+    spark.createDataFrame([("c", "G", "", "T", "b", 0, 9, 5, 0, "LOST", "r1")], t.schema).write.format("delta") \
+        .mode("append").save(t.path(lake))
+    assert quality.validate_layer(lake, "gold", run_id="r1", docs_dir=None)["success"] is True
