@@ -115,7 +115,7 @@ def row_rules(suite: "ExpectationSuite") -> "ExpectationSuite":
     import great_expectations as gx
 
     return gx.ExpectationSuite(name=suite.name, expectations=[
-        e.copy() if hasattr(e, "copy") else e for e in suite.expectations if e.expectation_type not in TABLE_WIDE])
+        e for e in suite.expectations if e.expectation_type not in TABLE_WIDE])
 
 
 def column_of(kwargs: dict[str, Any]) -> str:
