@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 UTC = dt.timezone.utc
 Layer = Literal["silver", "gold"]
 UNIQUE = "expect_compound_columns_to_be_unique"
+# Increment rows per bucket of the key rule (see key_rule).
+BUCKET_ROWS = 1_000_000
 
 
 class QualityError(ReconError):
@@ -99,44 +101,70 @@ def extract_increment(spark: "SparkSession", lake: str, table: "Table", inc: Inc
     return added if added is not None else _delta.read(spark, lake, table)  # Parquet: no versions, the whole table
 
 
-def extract_table(spark: "SparkSession", lake: str, table: "Table", inc: Increment,
-                  increment: "DataFrame") -> "DataFrame":
-    """The rows the key rule looks at: the table as the run left it (just the increment when the run created it, or
-    when the key holds the run id: a gold run's keys are its own)."""
+def extract_table(spark: "SparkSession", lake: str, table: "Table", inc: Increment) -> "DataFrame | None":
+    """The rows the key rule looks at: the table as the run left it; None when that is just the increment (the run
+    created the table, or the key holds the run id: a gold run's keys are its own)."""
     created = inc.layer == "silver" and table.qualified not in inc.before and _delta.table_format() == "delta"
     if created or (inc.layer == "gold" and "run_id" in table.key):
-        return increment
+        return None
     return _delta.read(spark, lake, table, at=inc.after.get(table.qualified))
 
 
-def duplicate_keys(table_rows: "DataFrame", increment: "DataFrame", key: list[str]) -> "DataFrame":
-    """The keys of ``increment`` that more than one row of ``table_rows`` has, with that number (``rows``).
+def in_bucket(key: list[str], buckets: int, bucket: int) -> Callable[["DataFrame"], "DataFrame"]:
+    """The rows whose key hashes to ``bucket`` of ``buckets`` (all rows when ``buckets`` is 1): a factory for
+    ``df.transform``, so one key's rows are in one bucket whatever frame they come from."""
+    from pyspark.sql import functions as F
 
-    ``table_rows`` includes the increment (the table at the run's version), so a key added twice and a key added
-    again over an older row are both found; the semi-join keeps the work proportional to the increment.
+    def keep(df: "DataFrame") -> "DataFrame":
+        return df if buckets == 1 else df.where(F.pmod(F.xxhash64(*key), F.lit(buckets)) == F.lit(bucket))
+
+    return keep
+
+
+def duplicate_keys(table_rows: "DataFrame | None", increment: "DataFrame", key: list[str]) -> "DataFrame":
+    """The keys of ``increment`` that more than one row of the table has, with that number (``rows``).
+
+    ``table_rows``: the table at the run's version (which includes the increment), so a key added twice and a key
+    added again over an older row are both found; None when the table is the increment (the run created it). The
+    semi-join keeps the work proportional to the increment.
     """
     from pyspark.sql import functions as F
 
-    rows = table_rows if table_rows is increment else table_rows.join(
-        increment.select(*key).distinct(), on=key, how="left_semi")
+    rows = increment if table_rows is None else table_rows.join(increment.select(*key).distinct(), on=key,
+                                                                how="left_semi")
     return rows.groupBy(*key).agg(F.count(F.lit(1)).alias("rows")).where(F.col("rows") > 1)
 
 
-def key_rule(table: "Table", dups: "DataFrame", increment: "DataFrame", increment_rows: int) -> "Result":
-    """The one-row-per-key rule as a result.
+def key_rule(table: "Table", table_rows: "DataFrame | None", increment: "DataFrame", increment_rows: int) -> "Result":
+    """The one-row-per-key rule as a result, from :func:`duplicate_keys` run bucket by bucket.
 
-    unexpected_count: the increment's rows whose key more than one row of the table has; observed_value: up to 20
-    such keys (in key order) with the number of rows each has.
+    Why buckets: grouping ten million keys at once held ~1.8 GiB in the engine; the keys are split by hash into
+    buckets of about :data:`BUCKET_ROWS` increment rows, one query each, so memory follows the bucket, not the run.
+
+    unexpected_count: the increment's rows whose key more than one row of the table has; observed_value: the first
+    20 such keys (in key order) with the number of rows each has.
     """
-    from expectations.runner import EXAMPLES, Result
-
     from pyspark.sql import functions as F
 
+    from expectations.runner import EXAMPLES, Result
+
     key = list(table.key)
-    # Keys as the engine prints them (timestamps in the session's UTC), so the JSON does not depend on the client.
-    examples = [r.asDict() for r in dups.orderBy(*key).limit(EXAMPLES)
-                .select(*[F.col(k).cast("string").alias(k) for k in key], "rows").collect()]
-    unexpected = increment.join(dups.select(*key), on=key, how="left_semi").count() if examples else 0
+    buckets = max(1, -(-increment_rows // BUCKET_ROWS))
+    found: list[tuple[tuple, dict[str, Any]]] = []
+    unexpected = 0
+    for b in range(buckets):
+        part = in_bucket(key, buckets, b)
+        inc_b = increment.transform(part)
+        dups = duplicate_keys(None if table_rows is None else table_rows.transform(part), inc_b, key)
+        # Keys as the engine prints them (timestamps in the session's UTC), so the JSON does not depend on the client;
+        # the typed key orders them.
+        got = (dups.orderBy(*key).limit(EXAMPLES)
+               .select(*key, *[F.col(k).cast("string").alias(f"_s_{k}") for k in key], "rows").collect())
+        if got:
+            unexpected += inc_b.join(dups.select(*key), on=key, how="left_semi").count()
+            found += [(tuple((r[k] is None, r[k]) for k in key),
+                       {**{k: r[f"_s_{k}"] for k in key}, "rows": r["rows"]}) for r in got]
+    examples = [d for _, d in sorted(found, key=lambda x: x[0])[:EXAMPLES]]
     return Result(expectation=UNIQUE, column=",".join(key), success=not examples,
                   observed_value=json.dumps(examples, sort_keys=True, default=str),
                   element_count=increment_rows, unexpected_count=int(unexpected))
@@ -268,8 +296,7 @@ def _validate(lake: str, inc: Increment, tables: list["Table"], docs_dir: str | 
             outcome = validate_table(increment, row_rules(suite), context=context)
             results = list(outcome.results)
             if any(e.expectation_type == UNIQUE for e in suite.expectations):
-                dups = duplicate_keys(extract_table(spark, lake, table, inc, increment), increment, list(table.key))
-                results.append(key_rule(table, dups, increment, outcome.rows))
+                results.append(key_rule(table, extract_table(spark, lake, table, inc), increment, outcome.rows))
             rows += result_rows(inc, table, results, validated_at)
             bad = sorted(r.described for r in results if not r.success)
             say(f"validate: {table.qualified}: {outcome.rows} row(s) of {inc.validation_id}, {len(results)} "
