@@ -31,6 +31,20 @@ EVALUATED = {"silver/consumer_offsets": 11, "silver/deliveries": 8, "silver/mess
              "silver/subscription_groups": 7, "silver/topic_configs": 9}
 
 
+OK = [("silver/consumer_offsets", "expect_column_values_to_not_be_null", c, True, "[]", 2, 0)
+      for c in ("broker", "client_id", "cluster", "consumer_group", "queue_id", "snapshot_ts", "topic")]
+PLANTED_ROWS = [
+    ("silver/consumer_offsets", "expect_column_values_to_be_between", "committed_offset", False, '["-5"]', 2, 1),
+    ("silver/consumer_offsets", "expect_column_values_to_be_between", "queue_id", True, "[]", 2, 0),
+    *OK,
+    ("silver/consumer_offsets", "expect_compound_columns_to_be_unique", KEY, False,
+     '[{"broker": "broker-a", "client_id": "", "cluster": "DefaultCluster", "consumer_group": "GID_recon", '
+     '"queue_id": "0", "rows": 2, "snapshot_ts": "2026-01-05 00:04:00", "topic": "TopicTest"}]', 2, 1),
+    ("silver/consumer_offsets", "expect_table_columns_to_match_set", "", True,
+     '["broker", "client_id", "cluster", "committed_offset", "consumer_group", "is_retry_topic", "queue_id", '
+     '"snapshot_ts", "source_file", "topic", "used_backup"]', None, None)]
+
+
 @pytest.fixture(scope="module")
 def ingested(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     """blocked-head (snapshots 00:04-00:13 of 2026-01-05, one broker, group GID_recon) simulated and ingested."""
@@ -103,25 +117,13 @@ def test_planted_violations_fail_with_exact_rows_and_a_rerun_changes_nothing(spa
         f"silver validation of {PLANTED} failed: silver/consumer_offsets expect_column_values_to_be_between"
         f"(committed_offset) (1 of 2 rows); silver/consumer_offsets expect_compound_columns_to_be_unique({KEY}) "
         "(1 of 2 rows)")
-    ok = [("silver/consumer_offsets", "expect_column_values_to_not_be_null", c, True, "[]", 2, 0)
-          for c in ("broker", "client_id", "cluster", "consumer_group", "queue_id", "snapshot_ts", "topic")]
-    expected = [
-        ("silver/consumer_offsets", "expect_column_values_to_be_between", "committed_offset", False, '["-5"]', 2, 1),
-        ("silver/consumer_offsets", "expect_column_values_to_be_between", "queue_id", True, "[]", 2, 0),
-        *ok,
-        ("silver/consumer_offsets", "expect_compound_columns_to_be_unique", KEY, False,
-         '[{"broker": "broker-a", "client_id": "", "cluster": "DefaultCluster", "consumer_group": "GID_recon", '
-         '"queue_id": "0", "rows": 2, "snapshot_ts": "2026-01-05 00:04:00", "topic": "TopicTest"}]', 2, 1),
-        ("silver/consumer_offsets", "expect_table_columns_to_match_set", "", True,
-         '["broker", "client_id", "cluster", "committed_offset", "consumer_group", "is_retry_topic", "queue_id", '
-         '"snapshot_ts", "source_file", "topic", "used_backup"]', None, None)]
     # Only consumer_offsets moved in the planted run: the other tables have nothing of it to validate.
-    assert results(lake, PLANTED) == expected
+    assert results(lake, PLANTED) == PLANTED_ROWS
     commits = len(_delta.history(lake, validation_results.TABLE))
     out = quality.validate_layer(lake, "silver", run_id=PLANTED, fail=False, docs_dir=None)
     assert out["tables"]["silver/messages"] == {"success": True, "rows": 0, "failed": [], "evaluated": 0,
                                                 "skipped": "nothing added by this run"}
-    assert (results(lake, PLANTED), len(_delta.history(lake, validation_results.TABLE))) == (expected, commits)
+    assert (results(lake, PLANTED), len(_delta.history(lake, validation_results.TABLE))) == (PLANTED_ROWS, commits)
 
     code, stdout, stderr = cli("validate", "--lake", lake, "--layer", "silver")
     assert code == 1
@@ -129,7 +131,16 @@ def test_planted_violations_fail_with_exact_rows_and_a_rerun_changes_nothing(spa
         f"rmq-recon validate: silver validation of {PLANTED} failed: silver/consumer_offsets "
         f"expect_column_values_to_be_between(committed_offset) (1 of 2 rows); silver/consumer_offsets "
         f"expect_compound_columns_to_be_unique({KEY}) (1 of 2 rows)")
-    assert (results(lake, PLANTED), len(_delta.history(lake, validation_results.TABLE))) == (expected, commits)
+    assert (results(lake, PLANTED), len(_delta.history(lake, validation_results.TABLE))) == (PLANTED_ROWS, commits)
+
+
+def test_the_key_rule_split_into_buckets_finds_the_same(spark, lake: str,  # noqa: ANN001
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Buckets of one increment row (two buckets for the two planted rows): the same results as one bucket."""
+    plant(spark, lake)
+    monkeypatch.setattr(quality, "BUCKET_ROWS", 1)
+    out = quality.validate_layer(lake, "silver", run_id=PLANTED, fail=False, docs_dir=None)
+    assert (out["success"], results(lake, PLANTED)) == (False, PLANTED_ROWS)
 
 
 def test_the_command_line_passes_a_clean_run_and_keeps_the_same_rows_when_run_again(lake: str) -> None:
