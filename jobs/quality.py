@@ -208,7 +208,8 @@ def summarize(inc: Increment, rows: list[tuple], skipped: dict[str, str]) -> dic
             described = f"{r['expectation']}({r['column']})" if r["column"] else r["expectation"]
             t["success"] = False
             t["failed"].append(described)
-            n = "" if r["unexpected_count"] is None else f" ({int(r['unexpected_count'])} of {int(r['element_count'])} rows)"
+            counts = r["unexpected_count"], r["element_count"]
+            n = "" if counts[0] is None else f" ({int(counts[0])} of {int(counts[1])} rows)"
             failures.append(f"{r['table_name']} {described}{n}")
     for name, why in skipped.items():
         tables[name] = {"success": True, "rows": 0, "failed": [], "evaluated": 0, "skipped": why}
