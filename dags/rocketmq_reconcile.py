@@ -64,7 +64,7 @@ def rocketmq_reconcile() -> None:
     def validate_gold(summary: dict, params: dict | None = None) -> dict:
         from jobs import quality
 
-        return quality.validate_layer(params["lake"], "gold")
+        return quality.validate_layer(params["lake"], "gold", run_id=summary["run_id"])
 
     @task
     def dashboard(params: dict | None = None) -> dict:

@@ -52,7 +52,7 @@ def rocketmq_snapshot() -> None:
     def validate_silver(summary: dict, params: dict | None = None) -> dict:
         from jobs import quality
 
-        return quality.validate_layer(params["lake"], "silver")
+        return quality.validate_layer(params["lake"], "silver", run_id=summary["run_id"], reuse=True)
 
     validate_silver(ingest())
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 # Columns that record when we saw a row, not what the row says: a re-run must not rewrite them.
-VOLATILE_COLUMNS = frozenset({"ingested_at", "detected_at", "updated_at", "completed_at"})
+VOLATILE_COLUMNS = frozenset({"ingested_at", "detected_at", "updated_at", "completed_at", "validated_at"})
 
 
 def storage_options() -> dict[str, str]:
@@ -83,12 +83,16 @@ def version(lake: str, table: "Table") -> int | None:
     return int.from_bytes(digest.digest(), "big", signed=True)
 
 
-def added_since(spark: "SparkSession", lake: str, table: "Table", since: int | None) -> "DataFrame | None":
+def added_since(spark: "SparkSession", lake: str, table: "Table", since: int | None, *,
+                until: int | None = None) -> "DataFrame | None":
     """The rows of the data files the table gained after version ``since`` (all rows when ``since`` is None).
 
     For insert-only tables these are exactly the rows added since; a rewrite (a MERGE update, a compaction) adds
     files holding older rows too, so callers must treat the result as a superset. None for Parquet tables, which
     have no versions (callers fall back to the whole table).
+
+    ``until``: compare the files of that version instead of the current one (the rows one ingest run added, even
+    when later runs wrote since).
     """
     if table_format() != "delta":
         return None
@@ -98,7 +102,7 @@ def added_since(spark: "SparkSession", lake: str, table: "Table", since: int | N
 
     path = table.path(lake)
     opts = storage_options() if _is_s3(path) else None
-    now = DeltaTable(path, storage_options=opts).file_uris()
+    now = DeltaTable(path, version=until, storage_options=opts).file_uris()
     before = set(DeltaTable(path, version=since, storage_options=opts).file_uris()) if since is not None else set()
     new = [u for u in now if u not in before]
     if not new:

@@ -51,6 +51,19 @@ def cmd_dashboard(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_validate(a: argparse.Namespace) -> int:
+    """Exit 0 when every suite passed, 1 when one failed (one line naming each table and expectation)."""
+    from jobs import quality
+
+    summary = quality.validate_layer(a.lake, a.layer, run_id=a.run_id, fail=False, progress=_progress)
+    _print_json(summary)
+    if not summary["success"]:
+        print(f"rmq-recon validate: {a.layer} validation of {summary['validation_id']} failed: "
+              + "; ".join(summary["failures"]), file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
 def cmd_demo(a: argparse.Namespace) -> int:
     from jobs import demo
 
@@ -142,6 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--run-id", default=None, help="the run the pages describe (default: the newest completed)")
     s.add_argument("--runs", type=int, default=30, help="how many recent runs the trends show (default 30)")
     s.set_defaults(func=cmd_dashboard)
+
+    s = sub.add_parser("validate", help="run the expectation suites on what one run wrote (exit 1 when one fails)")
+    s.add_argument("--lake", required=True)
+    s.add_argument("--layer", required=True, choices=["silver", "gold"],
+                   help="silver: the rows an ingest run added; gold: one reconcile run's rows")
+    s.add_argument("--run-id", default=None,
+                   help="the ingest (silver) or reconcile (gold) run; default: the newest completed one")
+    s.set_defaults(func=cmd_validate)
 
     s = sub.add_parser("demo", help="simulate a fleet, run the Airflow DAGs on it, print the summary")
     s.add_argument("--workdir", default=os.environ.get("RMQ_RECON_DEMO_DIR", "var/demo"))

@@ -66,6 +66,38 @@ def last_ingest(lake: str) -> dict[str, Any] | None:
             "table_versions": _as_dict(row["table_versions"])}
 
 
+def ingest_increment(lake: str, run_id: str | None = None) -> dict[str, Any] | None:
+    """What one completed ingest run added: its ``run_id`` and the table versions ``before`` and ``after`` it.
+
+    ``before`` is what the completed run preceding it left (empty for the first run), so the rows of a run that died
+    in between count as added by the run that took them in. ``run_id`` None: the newest completed run. None when no
+    such run completed.
+    """
+    if not _delta.exists(lake, ingest_runs.TABLE):
+        return None
+    df = _delta.read_pandas_columns(lake, ingest_runs.TABLE, ["run_id", "completed_at", "table_versions"])
+    if not len(df):
+        return None
+    df = df.sort_values(["completed_at", "run_id"], kind="mergesort").reset_index(drop=True)
+    at = len(df) - 1 if run_id is None else next((i for i, r in enumerate(df["run_id"]) if r == run_id), None)
+    if at is None:
+        return None
+    return {"run_id": df["run_id"].iloc[at], "completed_at": df["completed_at"].iloc[at],
+            "before": _as_dict(df["table_versions"].iloc[at - 1]) if at > 0 else {},
+            "after": _as_dict(df["table_versions"].iloc[at])}
+
+
+def last_reconcile(lake: str) -> dict[str, Any] | None:
+    """The newest completed reconcile run's row (as :func:`completed_reconcile`), or None."""
+    if not _delta.exists(lake, reconcile_runs.TABLE):
+        return None
+    df = _delta.read_pandas_columns(lake, reconcile_runs.TABLE, ["run_id", "completed_at"])
+    if not len(df):
+        return None
+    newest = df.sort_values(["completed_at", "run_id"], kind="mergesort").iloc[-1]["run_id"]
+    return completed_reconcile(lake, newest)
+
+
 def record_ingest(spark: "SparkSession", lake: str, row: dict[str, Any]) -> None:
     """Write the completed ingest's row (the last write of the run)."""
     frame = spark.createDataFrame([tuple(row.get(c) for c in ingest_runs.TABLE.columns)], ingest_runs.TABLE.schema)

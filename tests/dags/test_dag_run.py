@@ -7,7 +7,7 @@ import pytest
 
 from alert_servers import pushgateway, servers  # noqa: F401 - fixtures
 from jobs import _delta, sample_landing
-from schemas import consumer_offsets, messages, queue_bounds
+from schemas import consumer_offsets, messages, queue_bounds, validation_results
 
 
 @pytest.mark.integration
@@ -26,6 +26,12 @@ def test_snapshot_dag_ingests_and_validates(tmp_path: pathlib.Path, airflow_db: 
             "ingest": "success", "validate_silver": "success"}
         counts.append([len(_delta.read_pandas(lake, t.TABLE)) for t in (consumer_offsets, queue_bounds, messages)])
     assert counts == [[123, 1, 179], [123, 1, 179]]
+    # The second run ingested nothing: validate_silver answered from the first run's kept results (no new commit).
+    from jobs import ledger
+
+    kept = _delta.read_pandas(lake, validation_results.TABLE)
+    assert (sorted(set(kept["validation_id"])), len(kept), int(kept["success"].sum()),
+            len(_delta.history(lake, validation_results.TABLE))) == ([ledger.last_ingest(lake)["run_id"]], 48, 48, 1)
 
 
 @pytest.mark.integration
