@@ -347,7 +347,7 @@ def after_run(summary: dict[str, Any] | None, quality: dict[str, Any] | None, *,
     senders = notifiers.senders(webhook_conn_id=webhook_conn_id, smtp_conn_id=smtp_conn_id, context=context)
     if not senders:  # each channel said why in one line
         return None
-    return run(lake, summary["run_id"], senders=senders, quality=gold_runs.validation(lake, quality),
+    return run(lake, summary["run_id"], senders=senders, quality=gold_runs.validation(lake, quality, summary["run_id"]),
                dashboard_base_url=dashboard_base_url or None)
 
 

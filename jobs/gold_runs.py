@@ -69,14 +69,16 @@ def run(lake: str, run_id: str) -> dict[str, Any]:
     return row
 
 
-def validation(lake: str, given: dict[str, Any] | None) -> dict[str, Any]:
-    """The gold validation result of the run just made: ``given`` (validate_gold's return), else validated again.
+def validation(lake: str, given: dict[str, Any] | None, run_id: str | None = None) -> dict[str, Any]:
+    """The gold validation of the run just made, per table (``{table: {"success", "failed", ...}}``): from
+    ``given`` (validate_gold's return), else validated again.
 
     Why: validate_gold raises on a failed expectation and so hands nothing on, and a failed expectation is exactly
-    what alerts and metrics must report; validating again (without raising) gives the same result.
+    what alerts and metrics must report; validating again (without raising; the stored result rows are reused)
+    gives the same result.
     """
-    if given is not None:
-        return given
-    from jobs import quality
+    if given is None:
+        from jobs import quality
 
-    return quality.validate_layer(lake, "gold", fail=False)
+        given = quality.validate_layer(lake, "gold", run_id=run_id, fail=False)
+    return given.get("tables", given) if isinstance(given.get("tables"), dict) else given
