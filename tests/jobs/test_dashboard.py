@@ -211,3 +211,30 @@ def test_plots_are_svg_and_the_same_input_gives_the_same_bytes() -> None:
     first = d.plot_timeline(samples, dup, unc, "T b q0")
     assert first == d.plot_timeline(samples, dup, unc, "T b q0")
     assert first.startswith("<div class='plot'><svg") and ">REWIND<" in first and ">EXPIRED<" in first
+
+
+def test_the_site_is_written_to_s3_when_the_reports_root_is_s3(moto_s3: object, monkeypatch: pytest.MonkeyPatch,
+                                                                tmp_path: object) -> None:
+    """Issue 14: the same files as a local build, published all at once (``_SUCCESS`` last) under the s3:// root."""
+    import pathlib
+    import uuid
+
+    from jobs import ingest, reconcile, simulate, storage
+
+    moto_s3.apply(monkeypatch)  # type: ignore[attr-defined]
+    root = pathlib.Path(str(tmp_path))
+    simulate.run("blocked-head", str(root / "landing"), seed=7)
+    lake = str(root / "lake")
+    ingest.run(str(root / "landing"), lake)
+    reconcile.run(lake, str(root / "reports"), as_of="2026-01-05T00:13:00Z", run_id="R")
+    local = d.run(lake, str(root / "reports"), run_id="R")
+    s3_root = storage.join(moto_s3.bucket_uri, f"reports-{uuid.uuid4().hex[:8]}")  # type: ignore[attr-defined]
+    remote = d.run(lake, s3_root, run_id="R")
+    local_files = sorted(p.relative_to(root / "reports" / "dashboard").as_posix()
+                         for p in (root / "reports" / "dashboard").rglob("*") if p.is_file())
+    remote_files = sorted(storage.relative(u, storage.join(s3_root, "dashboard"))
+                          for u in storage.list_keys(storage.join(s3_root, "dashboard")))
+    assert (remote_files, remote["files"]) == (local_files, local["files"])
+    assert "_SUCCESS" in remote_files and "index.html" in remote_files
+    index = storage.read_bytes(storage.join(s3_root, "dashboard", "index.html"))
+    assert index == (root / "reports" / "dashboard" / "index.html").read_bytes()
