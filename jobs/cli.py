@@ -21,7 +21,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     from jobs import simulate
 
     _print_json(simulate.run(a.scenario, a.out, seed=a.seed, scale=a.scale, bulk_messages=a.bulk_messages,
-                             progress=_progress))
+                             hours=a.hours, rate=a.rate, every=a.every, progress=_progress))
     return 0
 
 
@@ -123,6 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="mixed: size multiplier, ~98k messages per unit (past 3: vectorised healthy bulk traffic)")
     s.add_argument("--bulk-messages", type=int, default=None,
                    help="mixed: this many bulk messages instead of the scale's")
+    s.add_argument("--hours", type=int, default=None,
+                   help="mixed: a soak over this many virtual hours (default 6)")
+    s.add_argument("--rate", type=int, default=None,
+                   help="mixed: bulk messages per virtual hour (the fleet is sized for that rate)")
+    s.add_argument("--every", type=int, default=30, choices=[15, 30],
+                   help="mixed: minutes between snapshots (15 or 30; default 30)")
     s.set_defaults(func=cmd_simulate)
 
     s = sub.add_parser("ingest", help="landing zone -> bronze/silver Delta tables (incremental, idempotent)")
