@@ -64,6 +64,13 @@ def cmd_validate(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_maintain(a: argparse.Namespace) -> int:
+    from jobs import maintenance
+
+    _print_json(maintenance.run(a.lake, retention_h=a.retention_h, progress=_progress))
+    return 0
+
+
 def cmd_demo(a: argparse.Namespace) -> int:
     from jobs import demo
 
@@ -169,6 +176,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--run-id", default=None,
                    help="the ingest (silver) or reconcile (gold) run; default: the newest completed one")
     s.set_defaults(func=cmd_validate)
+
+    s = sub.add_parser("maintain", help="compact small files and vacuum old versions (keeps what the ledgers read)")
+    s.add_argument("--lake", required=True)
+    s.add_argument("--retention-h", type=float, default=None,
+                   help="hours a removed file is kept at least (default RMQ_RECON_RETENTION_H or 168); raised per "
+                        "table to keep the versions the newest ledger rows name readable")
+    s.set_defaults(func=cmd_maintain)
 
     s = sub.add_parser("demo", help="simulate a fleet, run the Airflow DAGs on it, print the summary")
     s.add_argument("--workdir", default=os.environ.get("RMQ_RECON_DEMO_DIR", "var/demo"))
