@@ -14,8 +14,9 @@ Safety, by construction:
 * **Vacuum never deletes what a reader may still read.** Reconcile reads silver at the versions of the newest
   completed ingest (``bronze/ingest_runs``); silver validation reads the newest real ingest's increment; the
   dashboard, alerts and gold validation read gold at the versions of the recent ``gold/reconcile_runs`` rows (the
-  dashboard's trends: the 30 newest). Per table, the retention used is the larger of the setting and the age of the
-  first commit after the oldest version those rows name, so every version from it on stays readable.
+  dashboard's trends: the 30 newest). Vacuum keeps every file removed less than the retention setting ago, and, at
+  any age, every file of the versions those rows name and of the current version (delta-rs ``keep_versions``): the
+  retention a ledger row needs is exactly its versions, not every version since.
 * **A no-op ingest stays a no-op.** Compaction and vacuum make new table versions: the run records them in a ledger
   row of its own (``compact-<time>-<id>``, no rows added: its increment is empty), so the next ingest finds the
   versions it expects and neither starts an engine nor rebuilds silver/deliveries. A lake whose tables moved since
@@ -100,31 +101,6 @@ def protected_versions(lake: str, *, keep_runs: int = KEEP_RECONCILE_RUNS) -> di
     return out
 
 
-# ---------------------------------------------------------------------------------------------- transform
-
-
-def retention_hours(history: list[dict[str, Any]], protected: set[int], *, setting: float, now_ms: int) -> int:
-    """Hours of retention that keep every ``protected`` version readable, and at least ``setting``.
-
-    A file a version needs is deleted by vacuum only when a later commit removed it longer ago than the retention;
-    so every version from the oldest protected one on stays readable when the retention is at least the age of the
-    first commit after it (plus an hour: remove actions are stamped a little before their commit).
-
-    Args:
-        history: the table's commits (``version``, ``timestamp`` in ms), as delta-rs ``history()`` gives them.
-        protected: the versions that must stay readable.
-        setting: the configured retention in hours.
-        now_ms: the time of the vacuum (epoch ms).
-    """
-    need = 0.0
-    if protected:
-        oldest = min(protected)
-        later = [h["timestamp"] for h in history if h["version"] > oldest]
-        if later:
-            need = (now_ms - min(later)) / 3_600_000 + 1
-    return max(0, math.ceil(max(setting, need)))
-
-
 # ------------------------------------------------------------------------------------------------ load
 
 
@@ -137,12 +113,26 @@ def compact(lake: str, table: "Table") -> dict[str, int]:
             "files_added": int(metrics["numFilesAdded"])}
 
 
-def vacuum(lake: str, table: "Table", retention_h: int) -> int:
-    """Delete the files removed longer ago than ``retention_h``; dry run first, so nothing to do makes no commit."""
+def vacuum(lake: str, table: "Table", retention_h: float, keep: set[int]) -> int:
+    """Delete the files removed longer ago than ``retention_h``, except those versions ``keep`` name; returns how many.
+
+    A dry run first: delta-rs lists a removed file again until a checkpoint drops its tombstone, even when an earlier
+    vacuum deleted it, and a vacuum commits twice (VACUUM START, END). Only when a listed file still exists does the
+    real vacuum run, so a rerun makes no commit.
+    """
     dt_ = _table(lake, table)
-    if not dt_.vacuum(retention_hours=retention_h, dry_run=True, enforce_retention_duration=False):
+    kw = {"retention_hours": math.ceil(retention_h), "enforce_retention_duration": False,
+          "keep_versions": sorted(keep | {dt_.version()})}
+    stale = dt_.vacuum(dry_run=True, **kw)
+    if not stale:
         return 0
-    return len(dt_.vacuum(retention_hours=retention_h, dry_run=False, enforce_retention_duration=False))
+    root = table.path(lake)
+    present = {storage.relative(uri, root) for uri in storage.list_keys(root)}
+    there = [f for f in stale if f in present]
+    if not there:
+        return 0
+    dt_.vacuum(dry_run=False, **kw)
+    return len(there)
 
 
 def record(lake: str, run_id: str, started: dt.datetime, completed: dt.datetime, versions: dict[str, int],
@@ -161,6 +151,18 @@ def record(lake: str, run_id: str, started: dt.datetime, completed: dt.datetime,
                     mode="append", storage_options=_delta.storage_options() if storage.is_s3(path) else None)
 
 
+def _vacuum_all(lake: str, tables: list["Table"], infos: dict[str, dict[str, Any]], protected: dict[str, set[int]],
+                setting: float, say: Callable[[str], None]) -> None:
+    for t in tables:
+        info = infos[t.qualified]
+        info["kept_versions"] = sorted(protected.get(t.qualified, set()))
+        info["vacuumed"] = vacuum(lake, t, setting, protected.get(t.qualified, set()))
+        if info["files_removed"] or info["vacuumed"]:
+            say(f"maintain: {t.qualified}: {info['files_before']} -> {info['files_after']} files, "
+                f"{info['vacuumed']} deleted (kept: removed less than {setting:g} h ago, and the files of versions "
+                f"{info['kept_versions'] or 'none'} the ledgers name)")
+
+
 # ------------------------------------------------------------------------------------------------- run
 
 
@@ -172,20 +174,22 @@ def run(lake: str, *, retention_h: float | None = None, keep_runs: int = KEEP_RE
 
     Args:
         lake: the lake root (local folder or ``s3://``).
-        retention_h: hours a removed file is kept at least (default :func:`retention_default`, 168); each table's
-            retention is raised to keep the versions the ledgers name readable.
+        retention_h: hours a removed file is kept at least (default :func:`retention_default`, 168); the files of
+            the versions the ledgers name are kept whatever their age.
         keep_runs: how many of the newest reconcile runs keep their gold versions readable.
         progress: called with one line per table (default: the module logger).
 
     Returns:
         ``run_id`` (the ledger row written, or None), per table ``files_before``/``files_after`` of the compaction,
-        ``vacuumed`` files and the ``retention_h`` used, ``skipped`` tables with the reason, and ``seconds``.
+        ``vacuumed`` files and the ``kept_versions`` the ledgers name, ``skipped`` tables with the reason, and
+        ``seconds``.
 
     Raises:
         UsageError: the lake does not exist.
     """
     import schemas
     from jobs import ingest, lease, ledger
+    from schemas import ingest_runs
 
     say = progress or log.info
     t0 = time.time()
@@ -213,24 +217,16 @@ def run(lake: str, *, retention_h: float | None = None, keep_runs: int = KEEP_RE
             say("maintain: bronze and silver tables moved since the last completed ingest (an ingest died half way, "
                 "or none completed): they are left as they are; run `rmq-recon ingest` (it repairs them), then "
                 "maintain again")
-        tables = [t for t in schemas.ALL_TABLES if _delta.exists(lake, t)]
+        # the ingest ledger last, after the row this run adds to it (else each rerun would compact that row again)
+        tables = [t for t in schemas.ALL_TABLES if t is not ingest_runs.TABLE and _delta.exists(lake, t)]
         for t in tables:
             if t.qualified in ingest_tables and not consistent:
                 out["skipped"][t.qualified] = "moved since the last completed ingest"
                 continue
             out["tables"][t.qualified] = compact(lake, t)
         protected = protected_versions(lake, keep_runs=keep_runs)
-        now_ms = int(time.time() * 1000)
-        for t in tables:
-            if t.qualified in out["skipped"]:
-                continue
-            info = out["tables"][t.qualified]
-            info["retention_h"] = retention_hours(_table(lake, t).history(), protected.get(t.qualified, set()),
-                                                  setting=setting, now_ms=now_ms)
-            info["vacuumed"] = vacuum(lake, t, info["retention_h"])
-            if info["files_removed"] or info["vacuumed"]:
-                say(f"maintain: {t.qualified}: {info['files_before']} -> {info['files_after']} files, "
-                    f"{info['vacuumed']} deleted (retention {info['retention_h']} h)")
+        _vacuum_all(lake, [t for t in tables if t.qualified in out["tables"]], out["tables"], protected, setting,
+                    say)
         if consistent:
             after = ledger.versions(lake, ingest.LEDGER_TABLES)
             if after != previous["table_versions"]:
@@ -244,6 +240,9 @@ def run(lake: str, *, retention_h: float | None = None, keep_runs: int = KEEP_RE
                 record(lake, out["run_id"], started, completed, after,
                        {name: info["files_removed"] for name, info in out["tables"].items()
                         if name in ingest_tables and info["files_removed"]})
+        if _delta.exists(lake, ingest_runs.TABLE):
+            out["tables"][ingest_runs.TABLE.qualified] = compact(lake, ingest_runs.TABLE)
+            _vacuum_all(lake, [ingest_runs.TABLE], out["tables"], {}, setting, say)
     out["files_before"] = sum(i["files_before"] for i in out["tables"].values())
     out["files_after"] = sum(i["files_after"] for i in out["tables"].values())
     out["vacuumed"] = sum(i.get("vacuumed", 0) for i in out["tables"].values())

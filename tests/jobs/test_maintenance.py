@@ -33,7 +33,7 @@ def _rows(lake: str, table: Any, version: int | None = None) -> list[tuple]:
     from deltalake import DeltaTable
 
     df = DeltaTable(table.path(lake), version=version).to_pandas()
-    drop = {"ingested_at", "completed_at", "validated_at", "started_at"}
+    drop = _delta.VOLATILE_COLUMNS | {"started_at"}
     df = df[[c for c in table.columns if c in df.columns and c not in drop]]
     return sorted(tuple(repr(v) for v in r) for r in df.itertuples(index=False, name=None))
 
@@ -86,32 +86,44 @@ def flow(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out["m1"] = maintenance.run(lake, retention_h=0)
     out["rows_after"], out["live_after"], out["disk_after"] = _all_rows(lake), _live(lake), _on_disk(lake)
     out["versions_after"] = ledger.versions(lake, _existing(lake))
+    out["ledger_rows_after"] = len(_delta.read_pandas(lake, ingest_runs.TABLE))
+    out["m2"] = maintenance.run(lake, retention_h=0)  # a rerun at once
+    out["versions_rerun"], out["disk_rerun"] = ledger.versions(lake, _existing(lake)), _on_disk(lake)
+    out["ledger_rows_rerun"] = len(_delta.read_pandas(lake, ingest_runs.TABLE))
     return out
 
 
 def test_compaction_leaves_one_file_per_table_and_keeps_every_row(flow: dict[str, Any]) -> None:
     before, after = flow["live"], flow["live_after"]
-    assert sum(before.values()) == 83 and before["silver/messages"] == 3 and before["bronze/ingest_runs"] == 3
-    # every table is one file; the ingest ledger also has the maintenance row appended after its compaction
-    assert after == {name: 2 if name == "bronze/ingest_runs" else 1 for name in before}
+    # three ingests: three files per bronze/silver table (four for silver/deliveries: rebuilt), gold of one run
+    assert (sum(before.values()), sum(after.values())) == (40, 16)
+    assert {n for n, k in before.items() if k > 1} == {t.qualified for t in ingest.LEDGER_TABLES + [
+        ingest_runs.TABLE, schemas.status_samples.TABLE] if t.name != "quarantine" and t.name != "delay_offsets"}
+    # every table is one file (or none when it has no rows); the ingest ledger is compacted after the maintenance
+    # row is appended to it
+    assert after == {n: min(k, 1) for n, k in before.items()}
     assert {n: (i["files_before"], i["files_after"]) for n, i in flow["m1"]["tables"].items()} == {
-        n: (before[n], 1) for n in before}
+        n: (k + (n == "bronze/ingest_runs"), min(k, 1)) for n, k in before.items()}
     assert flow["rows_after"] == flow["rows"]
 
 
 def test_vacuum_keeps_every_version_the_ledgers_name(flow: dict[str, Any]) -> None:
     lake = flow["lake"]
     # the ledger tables themselves are named by no row: their replaced files go at once (retention 0)
+    # deleted: the files bronze/segments' MERGE updates replaced before the last ingest's version, and the ingest
+    # ledger's (no row names a version of a ledger table); every file compaction replaced is kept (the last ingest
+    # and the reconcile run name the versions before it)
     assert {n: i["vacuumed"] for n, i in flow["m1"]["tables"].items() if i["vacuumed"]} == {
-        "bronze/ingest_runs": 3, "gold/reconcile_runs": 1}
-    assert {n: i["retention_h"] for n, i in flow["m1"]["tables"].items() if i["retention_h"] == 0} == {
-        "bronze/ingest_runs": 0, "gold/reconcile_runs": 0}
+        "bronze/segments": 2, "bronze/ingest_runs": 4}
+    # on disk: 42 data files, + 12 compacted (10 ingest tables, gold/status_samples, the ingest ledger) + 1 ledger row
+    # - 6 deleted
+    assert (sum(map(len, flow["disk"].values())), sum(map(len, flow["disk_after"].values()))) == (42, 49)
     # the versions the last ingest (read by reconcile) and the reconcile run (read by dashboard and alerts) recorded
     # are still readable, with the rows they had
     for name, v in {**flow["last_ingest"]["table_versions"], **flow["reconcile_row"]["table_versions"]}.items():
         table = next(t for t in schemas.ALL_TABLES if t.qualified == name)
         assert _rows(lake, table, v) == flow["rows"][name], name
-    assert _on_disk(lake) == _needed(lake, maintenance.protected_versions(lake))
+    assert flow["disk_after"] == _needed(lake, maintenance.protected_versions(lake))
 
 
 def test_a_no_op_ingest_after_maintenance_starts_no_engine(flow: dict[str, Any],
@@ -145,14 +157,12 @@ def test_reconcile_after_maintenance_writes_identical_reports_and_rows(flow: dic
     assert {t.qualified: _rows(lake, t) for t in gold} == {t.qualified: flow["rows"][t.qualified] for t in gold}
 
 
-def test_a_second_maintenance_changes_nothing(flow: dict[str, Any]) -> None:
-    lake = flow["lake"]
-    versions, disk = ledger.versions(lake, _existing(lake)), _on_disk(lake)
-    rows = len(_delta.read_pandas(lake, ingest_runs.TABLE))
-    again = maintenance.run(lake, retention_h=0)
-    assert (again["run_id"], again["vacuumed"], again["files_before"], again["files_after"]) == (None, 0, 23, 23)
-    assert (ledger.versions(lake, _existing(lake)), _on_disk(lake)) == (versions, disk)
-    assert len(_delta.read_pandas(lake, ingest_runs.TABLE)) == rows
+def test_a_rerun_of_maintenance_changes_nothing(flow: dict[str, Any]) -> None:
+    again = flow["m2"]
+    assert (again["run_id"], again["vacuumed"], again["files_before"], again["files_after"]) == (None, 0, 16, 16)
+    assert all(i["files_removed"] == 0 for i in again["tables"].values())
+    assert (flow["versions_rerun"], flow["disk_rerun"]) == (flow["versions_after"], flow["disk_after"])
+    assert flow["ledger_rows_rerun"] == flow["ledger_rows_after"] == 4
 
 
 def test_after_the_next_ingest_the_replaced_files_go_and_the_lake_equals_a_clean_one(
@@ -162,7 +172,9 @@ def test_after_the_next_ingest_the_replaced_files_go_and_the_lake_equals_a_clean
     disk_before = sum(len(v) for v in _on_disk(lake).values())
     third = maintenance.run(lake, retention_h=0)
     disk_after = sum(len(v) for v in _on_disk(lake).values())
-    assert (disk_before, disk_after) == (128, 41)
+    # now no ledger row names a version before the first compaction: its replaced files go, and what the fourth
+    # ingest and the second reconcile replaced is kept only as far as their versions need it
+    assert (disk_before, disk_after) == (64, 32)
     assert _on_disk(lake) == _needed(lake, maintenance.protected_versions(lake))
     clean = str(tmp_path / "clean")
     ingest.run(str(flow["landing"]), clean, settle_s=0)
@@ -185,12 +197,3 @@ def test_parquet_lakes_are_skipped_with_a_line(tmp_path: pathlib.Path, monkeypat
     assert (out["skipped"], out["run_id"]) == ({"*": "parquet lake"}, None)
     assert said == [f"maintain: {tmp_path} is a Parquet lake: skipped (no versions to vacuum; Parquet rewrites "
                     "already replace the table's files)"]
-
-
-def test_retention_keeps_the_commit_after_the_oldest_protected_version() -> None:
-    hour = 3_600_000
-    history = [{"version": v, "timestamp": t * hour} for v, t in ((0, 0), (1, 10), (2, 20), (3, 30))]
-    assert maintenance.retention_hours(history, {1, 3}, setting=0, now_ms=40 * hour) == 31  # commit 2, 20 h ago, +1
-    assert maintenance.retention_hours(history, {1}, setting=168, now_ms=40 * hour) == 168
-    assert maintenance.retention_hours(history, {3}, setting=0, now_ms=40 * hour) == 0  # the current version
-    assert maintenance.retention_hours(history, set(), setting=2.5, now_ms=40 * hour) == 3
