@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 UTC = dt.timezone.utc
 RETENTION_H_DEFAULT = 168
-# gold/reconcile_runs rows whose gold versions stay readable: the dashboard's trend window (jobs.dashboard)
+# gold/reconcile_runs rows whose gold versions stay readable: the dashboard's trend window (jobs.dashboard.RECENT_RUNS)
 KEEP_RECONCILE_RUNS = 30
 LEASES = ("writer", "gold", "quality", "alerts")
 
@@ -72,8 +72,8 @@ def protected_versions(lake: str, *, keep_runs: int = KEEP_RECONCILE_RUNS) -> di
     """Per table, the versions a reader may still read: those the ledgers' newest rows name.
 
     bronze/ingest_runs: the newest row (what a reconcile reads) and the newest ingest that added rows (what the
-    silver validation of that run reads, maybe still running). gold/reconcile_runs: the ``keep_runs`` newest rows
-    (what the dashboard, alerts and gold validation read).
+    silver validation of that run reads, maybe still running). gold/reconcile_runs: the ``keep_runs`` newest rows by
+    completion and by as-of time (what the dashboard, alerts and gold validation read).
     """
     from jobs import ledger
     from schemas import ingest_runs, reconcile_runs
@@ -94,10 +94,12 @@ def protected_versions(lake: str, *, keep_runs: int = KEEP_RECONCILE_RUNS) -> di
         if real:
             add(ledger._as_dict(real[-1].table_versions))  # noqa: SLF001
     if _delta.exists(lake, reconcile_runs.TABLE):
-        df = _delta.read_pandas_columns(lake, reconcile_runs.TABLE, ["run_id", "completed_at", "table_versions"])
-        df = df.sort_values(["completed_at", "run_id"], kind="mergesort").tail(keep_runs)
-        for r in df.itertuples(index=False):
-            add(ledger._as_dict(r.table_versions))  # noqa: SLF001
+        df = _delta.read_pandas_columns(lake, reconcile_runs.TABLE,
+                                        ["run_id", "as_of", "completed_at", "table_versions"])
+        # the newest by completion (what was just written) and by as-of (the dashboard's trends; a backfill's)
+        for order in (["completed_at", "as_of", "run_id"], ["as_of", "completed_at", "run_id"]):
+            for r in df.sort_values(order, kind="mergesort").tail(keep_runs).itertuples(index=False):
+                add(ledger._as_dict(r.table_versions))  # noqa: SLF001
     return out
 
 
