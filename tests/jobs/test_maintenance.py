@@ -197,3 +197,27 @@ def test_parquet_lakes_are_skipped_with_a_line(tmp_path: pathlib.Path, monkeypat
     assert (out["skipped"], out["run_id"]) == ({"*": "parquet lake"}, None)
     assert said == [f"maintain: {tmp_path} is a Parquet lake: skipped (no versions to vacuum; Parquet rewrites "
                     "already replace the table's files)"]
+
+
+def test_an_s3_lake_is_compacted_and_vacuumed_the_same_way(flow: dict[str, Any], moto_s3: Any, tmp_path: pathlib.Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Maintenance needs no engine: a local lake of two ingests, uploaded to S3 (moto), maintained there."""
+    from jobs import storage
+
+    local = str(tmp_path / "lake")
+    for ts in SNAPS[:2]:
+        ingest.run(str(flow["landing"]), local, snapshot_glob=_glob(ts), settle_s=0)
+    rows, live = _all_rows(local), _live(local)
+    moto_s3.apply(monkeypatch)
+    lake = storage.join(moto_s3.bucket_uri, "lake-maintenance")
+    storage.upload_tree(local, lake)
+    first = maintenance.run(lake, retention_h=0)
+    assert {n: (i["files_before"], i["files_after"]) for n, i in first["tables"].items()} == {
+        n: (k + (n == "bronze/ingest_runs"), min(k, 1)) for n, k in live.items()}
+    assert {t.qualified: sorted(tuple(repr(v) for v in r) for r in _delta.read_pandas(lake, t)[
+        [c for c in t.columns if c not in _delta.VOLATILE_COLUMNS]].itertuples(index=False, name=None))
+        for t in _existing(local) if t is not ingest_runs.TABLE} == rows
+    assert ledger.last_ingest(lake)["run_id"] == first["run_id"]
+    again = maintenance.run(lake, retention_h=0)
+    assert (again["run_id"], again["vacuumed"], again["files_after"]) == (None, 0, first["files_after"])
+    assert [k for k in storage.list_keys(storage.join(lake, "_control")) if k.endswith(".lease")] == []
