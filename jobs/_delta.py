@@ -126,13 +126,30 @@ def read(spark: "SparkSession", lake: str, table: "Table", *, at: int | None = N
 
     if not exists(lake, table):
         return spark.createDataFrame([], table.schema)
-    reader = spark.read.format(table_format())
     if at is not None and table_format() == "delta":
-        reader = reader.option("versionAsOf", int(at))
-    df = reader.load(table.path(lake))
+        df = _read_version(spark, lake, table, int(at))
+    else:
+        df = spark.read.format(table_format()).load(table.path(lake))
     have = set(df.columns)
     return df.select(*[F.col(c) if c in have else F.lit(None).cast(table.schema[c].dataType).alias(c)
                        for c in table.columns])
+
+
+def _read_version(spark: "SparkSession", lake: str, table: "Table", version: int) -> "DataFrame":
+    """Version ``version`` of a Delta table: the data files delta-rs lists for it, read as Parquet.
+
+    Why not ``versionAsOf``: the writer checkpoints every 10th commit, and Sail 0.7.2 then fails to read any earlier
+    version ("Missing commit file: expected version 0, found 8"). The lake's tables have no partitions, deletion
+    vectors or column mapping, so a version is exactly its data files; columns a file lacks read as null.
+    """
+    from deltalake import DeltaTable
+
+    path = table.path(lake)
+    uris = DeltaTable(path, version=version,
+                      storage_options=storage_options() if _is_s3(path) else None).file_uris()
+    if not uris:
+        return spark.createDataFrame([], table.schema)
+    return spark.read.schema(table.schema).format("parquet").load(uris)
 
 
 def add_missing_columns(lake: str, table: "Table") -> list[str]:

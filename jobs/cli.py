@@ -21,7 +21,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     from jobs import simulate
 
     _print_json(simulate.run(a.scenario, a.out, seed=a.seed, scale=a.scale, bulk_messages=a.bulk_messages,
-                             progress=_progress))
+                             hours=a.hours, rate=a.rate, every=a.every, progress=_progress))
     return 0
 
 
@@ -61,6 +61,13 @@ def cmd_validate(a: argparse.Namespace) -> int:
         print(f"rmq-recon validate: {a.layer} validation of {summary['validation_id']} failed: "
               + "; ".join(summary["failures"]), file=sys.stderr, flush=True)
         return 1
+    return 0
+
+
+def cmd_maintain(a: argparse.Namespace) -> int:
+    from jobs import maintenance
+
+    _print_json(maintenance.run(a.lake, retention_h=a.retention_h, progress=_progress))
     return 0
 
 
@@ -123,6 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="mixed: size multiplier, ~98k messages per unit (past 3: vectorised healthy bulk traffic)")
     s.add_argument("--bulk-messages", type=int, default=None,
                    help="mixed: this many bulk messages instead of the scale's")
+    s.add_argument("--hours", type=int, default=None,
+                   help="mixed: a soak over this many virtual hours (default 6)")
+    s.add_argument("--rate", type=int, default=None,
+                   help="mixed: bulk messages per virtual hour (the fleet is sized for that rate)")
+    s.add_argument("--every", type=int, default=30, choices=[15, 30],
+                   help="mixed: minutes between snapshots (15 or 30; default 30)")
     s.set_defaults(func=cmd_simulate)
 
     s = sub.add_parser("ingest", help="landing zone -> bronze/silver Delta tables (incremental, idempotent)")
@@ -163,6 +176,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--run-id", default=None,
                    help="the ingest (silver) or reconcile (gold) run; default: the newest completed one")
     s.set_defaults(func=cmd_validate)
+
+    s = sub.add_parser("maintain", help="compact small files and vacuum old versions (keeps what the ledgers read)")
+    s.add_argument("--lake", required=True)
+    s.add_argument("--retention-h", type=float, default=None,
+                   help="hours a removed file is kept at least (default RMQ_RECON_RETENTION_H or 168); raised per "
+                        "table to keep the versions the newest ledger rows name readable")
+    s.set_defaults(func=cmd_maintain)
 
     s = sub.add_parser("demo", help="simulate a fleet, run the Airflow DAGs on it, print the summary")
     s.add_argument("--workdir", default=os.environ.get("RMQ_RECON_DEMO_DIR", "var/demo"))

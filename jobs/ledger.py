@@ -32,6 +32,16 @@ class NoCompletedIngest(ReconError):
     """The lake holds no completed ingest to reconcile."""
 
 
+# Rows of bronze/ingest_runs written by lake maintenance (jobs.maintenance): new versions, no rows added. The kind
+# sorts before "ingest", so an ingest completing in the same second as a maintenance run counts as the newer one.
+MAINTENANCE_KIND = "compact"
+
+
+def is_maintenance(run_id: str) -> bool:
+    """Whether an ingest ledger row was written by lake maintenance (it moved versions but added no rows)."""
+    return str(run_id).startswith(MAINTENANCE_KIND + "-")
+
+
 def new_run_id(kind: str, started: dt.datetime) -> str:
     return f"{kind}-{started.astimezone(UTC).strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:8]}"
 
@@ -71,7 +81,7 @@ def ingest_increment(lake: str, run_id: str | None = None) -> dict[str, Any] | N
 
     ``before`` is what the completed run preceding it left (empty for the first run), so the rows of a run that died
     in between count as added by the run that took them in. ``run_id`` None: the newest completed run. None when no
-    such run completed.
+    such run completed. A maintenance row (:func:`is_maintenance`) added nothing: its ``before`` is its ``after``.
     """
     if not _delta.exists(lake, ingest_runs.TABLE):
         return None
@@ -82,9 +92,11 @@ def ingest_increment(lake: str, run_id: str | None = None) -> dict[str, Any] | N
     at = len(df) - 1 if run_id is None else next((i for i, r in enumerate(df["run_id"]) if r == run_id), None)
     if at is None:
         return None
-    return {"run_id": df["run_id"].iloc[at], "completed_at": df["completed_at"].iloc[at],
-            "before": _as_dict(df["table_versions"].iloc[at - 1]) if at > 0 else {},
-            "after": _as_dict(df["table_versions"].iloc[at])}
+    after = _as_dict(df["table_versions"].iloc[at])
+    before = after if is_maintenance(df["run_id"].iloc[at]) else \
+        _as_dict(df["table_versions"].iloc[at - 1]) if at > 0 else {}
+    return {"run_id": df["run_id"].iloc[at], "completed_at": df["completed_at"].iloc[at], "before": before,
+            "after": after}
 
 
 def last_reconcile(lake: str) -> dict[str, Any] | None:

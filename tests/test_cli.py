@@ -158,3 +158,21 @@ def test_a_reconcile_writes_nothing_to_stderr_that_airflow_would_show_as_an_erro
                        timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     assert [line for line in p.stderr.splitlines() if "sail" in line.lower() or "WARN" in line] == []
+
+
+def test_maintain_of_a_lake_that_is_not_there_and_of_a_lake(lake: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    code, out, err = cli("maintain", "--lake", str(tmp_path / "nope"))
+    assert (code, out) == (2, "")
+    assert one_line(err) == (f"rmq-recon maintain: error: --lake {tmp_path / 'nope'}: no such lake; give the folder or "
+                             "s3:// URI that `rmq-recon ingest --lake` wrote")
+    code, _, err = cli("maintain", "--lake", str(lake / "lake"), "--retention-h", "-1")
+    assert (code, one_line(err)) == (2, "rmq-recon maintain: error: --retention-h -1.0: give 0 or more hours")
+
+
+def test_soak_options_of_simulate(tmp_path: pathlib.Path) -> None:
+    code, _, err = cli("simulate", "--scenario", "mixed", "--every", "20", "--hours", "2", "--out", str(tmp_path / "x"))
+    assert code == 2 and "argument --every: invalid choice: 20 (choose from 15, 30)" in one_line(err)
+    code, _, err = cli("simulate", "--scenario", "blocked-head", "--hours", "2", "--out", str(tmp_path / "x"))
+    assert (code, one_line(err)) == (2, "rmq-recon simulate: error: --hours, --rate and --every apply to the mixed "
+                                        "scenario only, not 'blocked-head'")
+    assert not (tmp_path / "x").exists()

@@ -37,6 +37,7 @@ def tree_size(root: str | os.PathLike[str]) -> tuple[int, int, int]:
 
 
 def run(scenario: str, out: str, *, seed: int = 7, scale: int = 1, bulk_messages: int | None = None,
+        hours: int | None = None, rate: int | None = None, every: int = 30,
         progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Simulate ``scenario`` and write its landing zone and ``_truth/`` to the local folder ``out``.
 
@@ -47,6 +48,10 @@ def run(scenario: str, out: str, *, seed: int = 7, scale: int = 1, bulk_messages
         scale: ``mixed`` only: size multiplier (1 = a few brokers and ~100k messages; past 3 the extra volume is
             the vectorised healthy traffic of ``jobs.simulate.bulk``, ~98k messages per unit).
         bulk_messages: ``mixed`` only: that many bulk messages instead of the scale's.
+        hours: ``mixed`` only: a soak of that many virtual hours (default 6, the ``mixed`` of the scenario tests).
+        rate: ``mixed`` only: bulk messages per virtual hour (instead of ``bulk_messages``), on the fleet a 6-hour
+            run at that rate has.
+        every: ``mixed`` only: minutes between snapshots (15 or 30).
         progress: called with a line per step and per snapshot written (the CLI prints them on stderr).
 
     Returns:
@@ -63,13 +68,22 @@ def run(scenario: str, out: str, *, seed: int = 7, scale: int = 1, bulk_messages
     started = time.perf_counter()
     if scenario != "mixed" and scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}; expected one of {SCENARIO_NAMES}")
+    soak = hours is not None or rate is not None or every != 30
+    if soak and scenario != "mixed":
+        raise ValueError(f"--hours, --rate and --every apply to the mixed scenario only, not {scenario!r}")
+    if every not in (15, 30):
+        raise ValueError(f"--every {every}: snapshots every 15 or 30 minutes; give 15 or 30")
+    if hours is not None and hours < 1:
+        raise ValueError(f"--hours {hours}: give 1 or more virtual hours")
+    if rate is not None and (rate < 0 or bulk_messages is not None):
+        raise ValueError(f"--rate {rate}: give 0 or more messages per hour, without --bulk-messages")
     say(f"simulate: {scenario} (seed {seed}, scale {scale}) into {out}")
     engine.PROGRESS = progress
     try:
         if scenario == "mixed":
             from jobs.simulate.mixed import mixed
 
-            world = mixed(out, seed, scale, bulk_messages)
+            world = mixed(out, seed, scale, bulk_messages, hours=hours or 6, rate=rate, every=every)
         else:
             world = SCENARIOS[scenario](out, seed, scale)
     finally:
@@ -81,6 +95,7 @@ def run(scenario: str, out: str, *, seed: int = 7, scale: int = 1, bulk_messages
     messages = world.message_count()
     meta = {
         "scenario": scenario, "seed": seed, "scale": scale, "cluster": world.cluster,
+        **({"hours": hours or 6, "rate": rate, "every_min": every} if soak else {}),
         "brokers": [b.name for b in world.brokers + world.bulk_brokers],
         "snapshot_times": [iso_ms(t) for t in sorted(world.snapshot_times)],
         "snapshot_folders": [f"snapshot_ts={snapshot_name(t)}" for t in sorted(world.snapshot_times)],

@@ -33,18 +33,28 @@ def bulk_messages_for(scale: int) -> int:
     return max(0, scale - ANOMALY_SCALE_MAX) * BULK_UNIT_MESSAGES
 
 
-def mixed(out: str, seed: int, scale: int = 1, bulk_messages: int | None = None) -> World:
+def mixed(out: str, seed: int, scale: int = 1, bulk_messages: int | None = None, *, hours: int = 6,
+          rate: int | None = None, every: int = 30) -> World:
     """Build and run the mixed fleet; ``scale`` multiplies brokers, topics and traffic.
 
     Up to scale 3 every message goes through the event loop (topics on every broker, consumer x queue work
     grows with scale^2). Beyond it the anomaly part stays at scale 3 and the rest of the volume is bulk
     traffic (``jobs.simulate.bulk``): ``BULK_UNIT_MESSAGES`` per extra scale unit, 5 topics per unit on brokers
     of ~1 M messages each. ``bulk_messages`` overrides that volume (tests use a small one).
+
+    A soak (``hours``, ``rate``, ``every``): the same world over ``hours`` virtual hours with a snapshot every
+    ``every`` minutes; ``rate`` bulk messages per hour on the fleet a 6-hour run of that rate has (brokers and
+    topics follow the rate, not the total, so hour 48 sees the same fleet as hour 4). The defaults are the
+    6-hour ``mixed``, byte for byte.
     """
     w = World(out, seed, broker_cfg=BrokerConfig(segment_size=256 * 1024, cq_entries_per_file=1000,
                                                  file_reserved_ms=1 * HOUR))
     rng = w.rng
+    end = T0_MS + hours * HOUR
     bulk = bulk_messages_for(scale) if bulk_messages is None else bulk_messages
+    shape = bulk  # the messages that size the bulk fleet (brokers, topics)
+    if rate is not None:
+        bulk, shape = rate * hours, rate * 6
     scale = min(scale, ANOMALY_SCALE_MAX)
     brokers = [w.add_broker(f"broker-{chr(ord('a') + i)}") for i in range(1 + scale)]
     n_topics = 5 * scale
@@ -57,17 +67,17 @@ def mixed(out: str, seed: int, scale: int = 1, bulk_messages: int | None = None)
         w.topic(topic, queues)
         prod = w.producer(trace=rng.random() < 0.5)
         w.traffic(prod, topic, every_ms=rng.choice([3000, 4000, 6000]),
-                  start=T0_MS + 10 * SECOND, end=END - 20 * MINUTE, key_prefix=f"k{t}")
+                  start=T0_MS + 10 * SECOND, end=end - 20 * MINUTE, key_prefix=f"k{t}")
         for _ in range(3):
             kind = kinds[gi % len(kinds)] if gi < len(kinds) else rng.choice(kinds)
             _group(w, f"GID_{gi:03d}_{kind.replace('-', '_')}", topic, kind)
             gi += 1
     if bulk:
-        w.add_bulk(-(-bulk // BULK_MESSAGES_PER_BROKER), max(1, round(5 * bulk / BULK_UNIT_MESSAGES)), bulk,
+        w.add_bulk(-(-shape // BULK_MESSAGES_PER_BROKER), max(1, round(5 * shape / BULK_UNIT_MESSAGES)), bulk,
                    cfg=BrokerConfig(segment_size=4 * 1024 * 1024, cq_entries_per_file=6000,
                                     file_reserved_ms=1 * HOUR),
-                   start=T0_MS + 10 * SECOND, end=END - 20 * MINUTE, group_start=T0_MS + 5 * SECOND)
-    w.snapshots([T0_MS + m * 30 * MINUTE for m in range(1, 13)])
+                   start=T0_MS + 10 * SECOND, end=end - 20 * MINUTE, group_start=T0_MS + 5 * SECOND)
+    w.snapshots([T0_MS + m * every * MINUTE for m in range(1, hours * 60 // every + 1)])
     w.run()
     return w
 

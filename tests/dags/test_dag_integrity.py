@@ -36,6 +36,7 @@ def test_parsing_looks_up_no_connection(path: pathlib.Path) -> None:
     ("rocketmq_reconcile", {"reconcile": ["alert", "push_metrics", "validate_gold"],
                             "validate_gold": ["alert", "dashboard", "push_metrics"],
                             "dashboard": ["alert", "push_metrics"], "alert": [], "push_metrics": []}),
+    ("rocketmq_maintenance", {"maintain": []}),
 ])
 def test_structure(dag_id: str, structure: dict[str, list[str]]) -> None:
     dag = _bag(DAG_FILES[0].parent / f"{dag_id}.py").dags[dag_id]

@@ -1,0 +1,219 @@
+"""Soak benchmark (issue 12, item 5): the pipeline fed hour by hour, as the schedule would, over N virtual hours.
+
+Usage::
+
+    .venv/bin/python tests/benchmarks/bench_soak.py --hours 12 --rate 200000 [--every 30] [--seed 7]
+        [--workdir /tmp/rmq-bench-soak] [--stages simulate,feed|report] [--maintain-every H] [--cleanup]
+
+    # the issue's target run (48 virtual hours at 1 M messages per hour):
+    .venv/bin/python tests/benchmarks/bench_soak.py --hours 48 --rate 1000000 --every 30
+
+What it does:
+
+1. ``simulate``: ``rmq-recon simulate --scenario mixed --hours N --rate M --every E`` into ``<workdir>/source``
+   once (the landing zone of every hour and ``_truth/``, the reports as of the last snapshot);
+2. ``feed``: for each virtual hour h = 1..N, hard-links the snapshot folders taken in (h-1 h, h h] from the source
+   into the live landing zone ``<workdir>/landing`` (what the sync job would have uploaded by then), then runs, each
+   in a fresh process as the DAG tasks would: ``rmq-recon ingest``, ``rmq-recon validate --layer silver --run-id
+   <that ingest>`` and ``rmq-recon reconcile`` (as of the newest snapshot); ``--maintain-every H`` also runs
+   ``rmq-recon maintain`` every H hours (not counted in the hour's pipeline cost);
+3. prints per hour the wall time, CPU time and peak RSS of each step (the child's ``ru_maxrss`` and ``ru_utime +
+   ru_stime`` from ``os.wait4``: the embedded Sail engine runs inside that process), the ratio of the last hour's
+   ingest + validate + reconcile to the 4th hour's (target <= 1.5; in wall time, and in CPU time, which another
+   load on the machine changes less), whether every step stayed under 2 GiB, and whether the last hour's report
+   folder equals ``_truth`` (``tests/exactness.compare``, as the end-to-end tests use it); writes
+   ``<workdir>/figures.json`` after every hour (a rerun with ``--stages feed`` starts again from a fresh lake;
+   ``--stages report`` prints the figures of the last feed again).
+
+The machine may be shared with other work: the load average is printed with each hour.
+This file is not collected by pytest (bench_*.py).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+GiB = 1 << 30
+TARGET_RATIO = 1.5
+TARGET_RSS = 2 * GiB
+STEPS = ["ingest", "validate", "reconcile"]
+T0 = time.time()
+_TS = re.compile(r"snapshot_ts=(\d{8}T\d{6}Z)$")
+
+
+def say(msg: str) -> None:
+    print(f"[soak {time.strftime('%H:%M:%S')} +{time.time() - T0:7.1f}s] {msg}", flush=True)
+
+
+def run_measured(name: str, *args: str, ok_codes: tuple[int, ...] = (0,)) -> dict[str, Any]:
+    """One ``rmq-recon`` command in a fresh process with its own peak RSS (``os.wait4``), output kept in files."""
+    work = Path(os.environ["SOAK_WORKDIR"])
+    out_path, err_path = work / f".{name}.out", work / f".{name}.err"
+    t0 = time.perf_counter()
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", *args], cwd=str(ROOT),
+                                env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    code = os.waitstatus_to_exitcode(status)
+    if code not in ok_codes:
+        sys.stderr.write(err_path.read_text(errors="replace")[-4000:])
+        raise SystemExit(f"{name}: rmq-recon {args[0]} failed with exit code {code}")
+    try:
+        result = json.loads(out_path.read_text() or "null")
+    except ValueError:
+        result = None
+    return {"wall_s": round(wall, 2), "peak_rss": usage.ru_maxrss * 1024,
+            "cpu_s": round(usage.ru_utime + usage.ru_stime, 1), "code": code, "result": result}
+
+
+def snapshot_folders(source: Path) -> list[tuple[dt.datetime, Path]]:
+    """Every snapshot folder of the source landing zone (broker and clients folders) with its time."""
+    out = []
+    for cluster in sorted(source.glob("cluster=*")):
+        for parent in sorted(p for p in cluster.iterdir() if p.is_dir()):
+            for snap in sorted(parent.glob("snapshot_ts=*")):
+                m = _TS.search(snap.name)
+                if m:
+                    out.append((dt.datetime.strptime(m.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.timezone.utc),
+                                snap))
+    return out
+
+
+def link_tree(src: Path, dst: Path) -> int:
+    """Hard-link every file of ``src`` below ``dst`` (what an upload of that folder leaves); files linked."""
+    n = 0
+    for d, _, names in os.walk(src):
+        target = dst / Path(d).relative_to(src)
+        target.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            os.link(os.path.join(d, name), target / name)
+            n += 1
+    return n
+
+
+def feed(a: argparse.Namespace, work: Path, source: Path, figs: dict[str, Any]) -> None:
+    landing, lake, reports = work / "landing", work / "lake", work / "reports"
+    for p in (landing, lake, reports):
+        shutil.rmtree(p, ignore_errors=True)
+    landing.mkdir(parents=True)
+    meta = json.loads((source / "_truth" / "scenario.json").read_text())
+    folders = snapshot_folders(source)
+    t0 = min(ts for ts, _ in folders).replace(minute=0, second=0)
+    hours = max(1, -(-int((max(ts for ts, _ in folders) - t0).total_seconds()) // 3600))
+    figs["hours"] = []
+    for h in range(1, hours + 1):
+        lo, hi = t0 + dt.timedelta(hours=h - 1), t0 + dt.timedelta(hours=h)
+        fed = [p for ts, p in folders if lo < ts <= hi]
+        files = sum(link_tree(p, landing / p.relative_to(source)) for p in fed)
+        row: dict[str, Any] = {"hour": h, "snapshot_folders": len(fed), "files": files}
+        ing = run_measured("ingest", "ingest", "--landing", str(landing), "--lake", str(lake))
+        row["ingest"] = ing
+        run_id = (ing["result"] or {}).get("run_id")
+        row["validate"] = run_measured("validate", "validate", "--lake", str(lake), "--layer", "silver",
+                                       *(["--run-id", run_id] if run_id else []), ok_codes=(0, 1))
+        rec = run_measured("reconcile", "reconcile", "--lake", str(lake), "--reports", str(reports))
+        row["reconcile"] = rec
+        row["report_dir"] = (rec["result"] or {}).get("report_dir")
+        row["messages"] = int(((ing["result"] or {}).get("changed_rows") or {}).get("silver/messages", 0))
+        if a.maintain_every and h % a.maintain_every == 0:
+            row["maintain"] = run_measured("maintain", "maintain", "--lake", str(lake))
+        row["load_avg"] = round(os.getloadavg()[0], 1)
+        figs["hours"].append(row)
+        (work / "figures.json").write_text(json.dumps(figs, indent=2, default=str))
+        say(f"hour {h}: " + ", ".join(f"{s} {row[s]['wall_s']:.1f} s / {row[s]['peak_rss'] / GiB:.2f} GiB"
+                                     for s in STEPS + (["maintain"] if "maintain" in row else []))
+            + f" ({row['messages']:,} messages; load {row['load_avg']})")
+    figs["meta"] = {k: meta.get(k) for k in ("hours", "rate", "every_min", "messages_stored", "bulk_messages")}
+
+
+def report(figs: dict[str, Any], source: Path) -> bool:
+    from tests.exactness import compare
+
+    rows = figs["hours"]
+    head = f"{'hour':>4} {'messages':>9}" + "".join(f" {s + ' s':>12} {'cpu s':>6} {'GiB':>5}" for s in STEPS) + \
+        f" {'total s':>8} {'cpu s':>6} {'load':>5}"
+    print("\n" + head)
+    for r in rows:
+        total, cpu = (sum(r[s][k] for s in STEPS) for k in ("wall_s", "cpu_s"))
+        print(f"{r['hour']:>4} {r['messages']:>9,}" + "".join(
+            f" {r[s]['wall_s']:>12.1f} {r[s]['cpu_s']:>6.1f} {r[s]['peak_rss'] / GiB:>5.2f}" for s in STEPS)
+            + f" {total:>8.1f} {cpu:>6.1f} {r['load_avg']:>5}")
+    ok = True
+    if len(rows) >= 4:
+        for key, label in (("wall_s", "wall"), ("cpu_s", "CPU")):
+            fourth, last = (sum(rows[i][s][key] for s in STEPS) for i in (3, -1))
+            ratio = last / fourth if fourth else float("inf")
+            figs[f"ratio_last_to_4th_{label.lower()}"] = round(ratio, 3)
+            print(f"last hour / 4th hour, ingest + validate + reconcile, {label}: {last:.1f} s / {fourth:.1f} s = "
+                  f"{ratio:.2f} (target <= {TARGET_RATIO})")
+            ok &= ratio <= TARGET_RATIO if key == "wall_s" else True
+    worst = max(((r[s]["peak_rss"], r["hour"], s) for r in rows for s in STEPS), default=(0, 0, ""))
+    under = worst[0] < TARGET_RSS
+    print(f"largest peak RSS: {worst[0] / GiB:.2f} GiB ({worst[2]}, hour {worst[1]}); every step < 2 GiB: {under}")
+    if any("maintain" in r for r in rows):
+        print("maintain: " + ", ".join(f"hour {r['hour']} {r['maintain']['wall_s']:.1f} s / "
+                                       f"{r['maintain']['peak_rss'] / GiB:.2f} GiB" for r in rows if "maintain" in r))
+    failed_validation = [r["hour"] for r in rows if r["validate"]["code"] != 0]
+    if failed_validation:
+        print(f"silver validation failed in hours {failed_validation}")
+    diffs = compare(rows[-1]["report_dir"], source / "_truth") if rows else ["no hour ran"]
+    figs["final_equals_truth"] = not diffs
+    print(f"final reports equal the truth: {not diffs}" + ("" if not diffs else "\n  " + "\n  ".join(diffs[:20])))
+    return ok and under and not diffs
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p.add_argument("--hours", type=int, default=12)
+    p.add_argument("--rate", type=int, default=200_000, help="bulk messages per virtual hour")
+    p.add_argument("--every", type=int, default=30, choices=[15, 30], help="minutes between snapshots")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--workdir", default="/tmp/rmq-bench-soak")
+    p.add_argument("--stages", default="simulate,feed")
+    p.add_argument("--maintain-every", type=int, default=0, help="run rmq-recon maintain every H hours (0: never)")
+    p.add_argument("--cleanup", action="store_true", help="delete the workdir at the end")
+    a = p.parse_args(argv)
+    os.environ.setdefault("RUST_LOG", "warn,sail_common::actor=error")
+    work = Path(a.workdir).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    os.environ["SOAK_WORKDIR"] = str(work)
+    source = work / "source"
+    figs: dict[str, Any] = {"args": vars(a)}
+    stages = a.stages.split(",")
+    if "simulate" in stages:
+        shutil.rmtree(source, ignore_errors=True)
+        sim = run_measured("simulate", "simulate", "--scenario", "mixed", "--hours", str(a.hours), "--rate",
+                           str(a.rate), "--every", str(a.every), "--seed", str(a.seed), "--out", str(source))
+        figs["simulate"] = {k: sim[k] for k in ("wall_s", "peak_rss", "cpu_s")}
+        figs["simulate"]["messages_stored"] = sim["result"]["messages_stored"]
+        say(f"simulate: {sim['result']['messages_stored']:,} messages, {sim['result']['snapshots']} snapshots in "
+            f"{sim['wall_s']:.0f} s, peak RSS {sim['peak_rss'] / GiB:.2f} GiB")
+    if "feed" in stages or "report" in stages:
+        if "feed" in stages:
+            feed(a, work, source, figs)
+        else:  # print the figures of an earlier feed again
+            figs = json.loads((work / "figures.json").read_text())
+        ok = report(figs, source)
+        (work / "figures.json").write_text(json.dumps(figs, indent=2, default=str))
+        print(f"targets met: {ok}")
+    if a.cleanup:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
