@@ -792,16 +792,20 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
                 feed_known(known, staged, snap, cache)
                 extract_queue_bounds(snap, landing_uri, ex, now, known)
         cache.clear()
+        say(f"ingest: queue bounds of {len(snaps)} snapshot(s) in {time.time() - t_decode:.1f} s since the decode began")
         n_messages = load_decoded(spark, lake, staged)
+        say(f"ingest: silver/messages loaded ({time.time() - t_decode:.1f} s since the decode began)")
         failpoints.hit("ingest.after_snapshot")
         for snap in snaps:
             for t in extract_exports(snap, ex):
                 _delta.merge(spark, messages_frame(spark, t), lake, messages.TABLE, insert_only=True)
                 n_messages += t.num_rows
         n_trace = load_trace(spark, lake, staged)
+        say(f"ingest: bronze/trace_records loaded ({time.time() - t_decode:.1f} s since the decode began)")
         storage.delete_tree(staged.staging)
         failpoints.hit("ingest.after_trace")
         counts = load_small(spark, lake, ex, now)
+        say(f"ingest: small tables loaded ({time.time() - t_decode:.1f} s since the decode began)")
         failpoints.hit("ingest.after_configs")
         counts[segments.TABLE.qualified] = save_segments_state(spark, lake, state, now)
         failpoints.hit("ingest.after_segments")
