@@ -528,7 +528,7 @@ def load_decoded(spark: Any, lake: str, staged: Decoded) -> int:
         f"(t.cluster = '{q(c)}' AND t.broker = '{q(b)}' AND t.physical_offset >= {lo} AND t.physical_offset < {hi})"
         for (c, b), (lo, hi) in sorted(staged.spans.items()))
     df = spark.read.schema(messages.TABLE.schema).parquet(staged.kind("message"))
-    _delta.insert_new(spark, df, lake, messages.TABLE, target_filter=target)
+    _delta.insert_new(spark, df, lake, messages.TABLE, target_filter=target, rows=staged.messages)
     return staged.messages
 
 
@@ -537,6 +537,9 @@ def load_trace(spark: Any, lake: str, staged: Decoded) -> int:
     if not staged.trace:
         return 0
     df = spark.read.schema(trace_records.TABLE.schema).parquet(staged.kind("trace"))
+    if not _delta.exists(lake, trace_records.TABLE):  # every staged key is new (a record is decoded once a run)
+        _delta.insert_new(spark, df, lake, trace_records.TABLE, target_filter="true")
+        return staged.trace
     return _delta.merge(spark, df.dropDuplicates(list(trace_records.TABLE.key)), lake, trace_records.TABLE,
                         insert_only=True)
 

@@ -120,7 +120,8 @@ def child_ingest(a: dict[str, Any]) -> dict[str, Any]:
 
     if os.path.exists(a["lake"]):
         shutil.rmtree(a["lake"])
-    keep = lambda line: "done" in line or " snapshot(s) under " in line or "ingest: [" in line  # noqa: E731
+    keep = lambda line: any(s in line for s in ("done", " snapshot(s) under ", "ingest: [", "decoded", "loaded",  # noqa: E731
+                                                "queue bounds", "deliveries"))
     return ingest.run(a["landing"], a["lake"], progress=_throttled("ingest", keep))
 
 
