@@ -7,14 +7,18 @@ silver/messages, silver/deliveries, and last bronze/ingest_runs (the ledger row 
 
 Incremental and idempotent: config rows are MERGEd on their keys; a commitlog segment already decoded to
 its end is not read again and the growing last segment is read from where the previous run stopped
-(bronze/segments); messages are MERGEd (insert-only on their key, the scan pruned to the byte range decoded),
-so a run that dies half-way and is run again writes the same rows once. Re-running on the same landing zone
+(bronze/segments); messages are inserted only where their key is new (the anti-join's scan pruned to the
+brokers and byte ranges decoded), so a run that dies half-way and is run again writes the same rows once. Re-running on the same landing zone
 changes no table. The run holds the lake's writer lease (jobs.lease), so a second ingest waits for the first;
 silver/deliveries is rebuilt whenever its inputs moved since the last completed run (jobs.ledger), so a run killed
 anywhere is repaired by the next one. Bad input is quarantined with its file and position and never stops the rest.
 
-Extract (Python: fastjson and binary decoding, which Sail cannot do) and load (Spark) are separate
-functions; :func:`run` is the only one that sees both the session and the table locations.
+Plan, decode, load (issue 13): the driver lists the snapshots, parses their small JSON configs and plans the
+commitlog work units; the engine's tasks decode them (jobs.decode_tasks, ``mapInArrow``: the local cores on Sail,
+the executors on a cluster) into a staging folder below the lake; the loads are set operations on that output, one
+commit per table per run. Only problems, segment progress and bronze/files rows come back to the driver, so its
+memory does not grow with the data. Consume queues (queue bounds, entries that point at no record) are still read
+by the driver. :func:`run` is the only function that sees both the session and the table locations.
 """
 from __future__ import annotations
 
