@@ -312,8 +312,13 @@ class Decoded:
     # (cluster, broker) -> (lowest, highest) physical offset of the bytes that gave records
     spans: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
 
-    def kind(self, kind: str) -> str:
-        return f"{self.staging}/kind={kind}"
+    def read(self, spark: Any, table: Any, kind: str) -> Any:
+        """The staged rows of ``kind`` with the columns of ``table``."""
+        from pyspark.sql import functions as F
+
+        cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in table.schema.fields)
+        return (spark.read.schema(f"kind STRING, {cols}").parquet(self.staging).where(F.col("kind") == kind)
+                .select(*table.columns))
 
 
 def staging_folder(lake: str) -> str:
@@ -350,22 +355,21 @@ def decode_commitlogs(spark: Any, lake: str, snaps: list[Snapshot], state: dict[
         log.info("ingest: %d segment(s) to decode in %d task(s)", len(todo), len(tasks))
         frame = spark.createDataFrame([(i, json.dumps(t)) for i, t in enumerate(tasks)], "task BIGINT, units STRING")
         (frame.repartition(len(tasks)).mapInArrow(decode_tasks.decode_tasks, decode_tasks.output_ddl())
-         .write.partitionBy("kind").mode("overwrite").parquet(staged.staging))
-        for kind in (decode_tasks.PROBLEM, decode_tasks.PROGRESS):
-            if storage.exists(staged.kind(kind)):
-                batches.append(_with_kind(pq.read_table(staged.kind(kind)), kind))
-        for kind, attr in ((decode_tasks.MESSAGE, "messages"), (decode_tasks.TRACE, "trace")):
-            if storage.exists(staged.kind(kind)):
-                import pyarrow.dataset as ds
+         .write.mode("overwrite").parquet(staged.staging))
+        # One folder, not one per kind: Spark sorts a task's rows by the partition columns before a partitioned
+        # write, which on a small executor cost more than the decode.
+        kinds = pq.read_table(staged.staging, columns=["kind"]).column("kind")
+        import pyarrow.compute as pc
 
-                setattr(staged, attr, ds.dataset(staged.kind(kind), format="parquet").count_rows())
+        counts = {r["values"]: r["counts"] for r in pc.value_counts(kinds).to_pylist()}
+        staged.messages, staged.trace = counts.get(decode_tasks.MESSAGE, 0), counts.get(decode_tasks.TRACE, 0)
+        if counts.get(decode_tasks.PROBLEM) or counts.get(decode_tasks.PROGRESS):
+            small = pq.read_table(staged.staging, filters=[("kind", "in", [decode_tasks.PROBLEM, decode_tasks.PROGRESS])],
+                                  columns=["kind", "unit", "seq", "cluster", "broker", "snapshot_ts", "source_path",
+                                           "position", "reason", "info"])
+            batches.extend(small.to_batches())
     _apply_progress(batches, state, out, now, staged)
     return staged
-
-
-def _with_kind(tbl: pa.Table, kind: str) -> pa.RecordBatch:
-    tbl = tbl.append_column("kind", pa.array([kind] * tbl.num_rows, pa.string()))
-    return pa.RecordBatch.from_pydict({c: tbl.column(c).combine_chunks() for c in tbl.column_names})
 
 
 def _apply_progress(batches: list[pa.RecordBatch], state: dict[tuple[str, str, str], SegmentState],
@@ -415,8 +419,9 @@ def feed_known(known: "KnownRecords", staged: Decoded, snap: Snapshot, cache: di
         cache["key"] = key
         cache["rows"] = None
         if staged.messages and key in staged.spans:
-            tbl = pq.read_table(staged.kind("message"), columns=["physical_offset", "size", "first_snapshot_ts"],
-                                filters=[("cluster", "=", snap.cluster), ("broker", "=", snap.broker)])
+            tbl = pq.read_table(staged.staging, columns=["physical_offset", "size", "first_snapshot_ts"],
+                                filters=[("kind", "=", "message"), ("cluster", "=", snap.cluster),
+                                         ("broker", "=", snap.broker)])
             cache["rows"] = (tbl.column("physical_offset").to_numpy().astype(np.int64),
                              tbl.column("size").to_numpy().astype(np.int64),
                              tbl.column("first_snapshot_ts").cast(pa.int64()).to_numpy())
@@ -531,7 +536,7 @@ def load_decoded(spark: Any, lake: str, staged: Decoded) -> int:
     target = " OR ".join(
         f"(t.cluster = '{q(c)}' AND t.broker = '{q(b)}' AND t.physical_offset >= {lo} AND t.physical_offset < {hi})"
         for (c, b), (lo, hi) in sorted(staged.spans.items()))
-    df = spark.read.schema(messages.TABLE.schema).parquet(staged.kind("message"))
+    df = staged.read(spark, messages.TABLE, "message")
     _delta.insert_new(spark, df, lake, messages.TABLE, target_filter=target, rows=staged.messages)
     return staged.messages
 
@@ -540,7 +545,7 @@ def load_trace(spark: Any, lake: str, staged: Decoded) -> int:
     """MERGE the staged trace records (insert-only on their key, so re-runs never duplicate); one commit."""
     if not staged.trace:
         return 0
-    df = spark.read.schema(trace_records.TABLE.schema).parquet(staged.kind("trace"))
+    df = staged.read(spark, trace_records.TABLE, "trace")
     if not _delta.exists(lake, trace_records.TABLE):  # every staged key is new (a record is decoded once a run)
         _delta.insert_new(spark, df, lake, trace_records.TABLE, target_filter="true")
         return staged.trace
