@@ -187,7 +187,7 @@ def extract_configs(snap: Snapshot, landing_root: str, out: Extracted, now: dt.d
 
 
 def extract_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, now: dt.datetime,
-                         known: "KnownRecords") -> None:
+                         known: "_SnapshotRecords") -> None:
     """Min and Max of every consume queue of the snapshot (spec §4), and CQ entries that point at nothing."""
     cq_files = snap.of_kind("consumequeue")
     if not cq_files:
@@ -240,60 +240,92 @@ def extract_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, now:
 
 
 class KnownRecords:
-    """Start offsets and sizes of the commitlog records of each broker: for finding CQ entries that point at nothing."""
+    """The commitlog records of one broker as each snapshot of the run saw them: for finding CQ entries that point at
+    nothing.
 
-    def __init__(self, lake: str) -> None:
-        self._lake = lake
-        self._by_broker: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]] = {}
-        self._loaded: set[tuple[str, str]] = set()
-        self._ranges: dict[tuple[str, str], tuple[int, int]] = {}
-        # the sorted, de-duplicated arrays until the next add: one merge per snapshot, not one per consume queue
-        # file (re-merging every lookup was half of ingest at 1 M records per broker)
-        self._merged: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
+    A snapshot sees the records the lake held before the run and those first decoded from it or an earlier snapshot
+    of the run, within the byte ranges decoded by then (as the snapshot-by-snapshot ingest did). Offsets are sorted
+    once per broker; each snapshot takes its visible part.
+    """
 
-    def add(self, cluster: str, broker: str, offsets: np.ndarray, sizes: np.ndarray, lo: int, hi: int) -> None:
-        key = (cluster, broker)
-        self._by_broker.setdefault(key, []).append((offsets, sizes))
-        self._merged.pop(key, None)
-        old = self._ranges.get(key)
-        self._ranges[key] = (min(lo, old[0]), max(hi, old[1])) if old else (lo, hi)
+    def __init__(self, offsets: np.ndarray, sizes: np.ndarray, seen: np.ndarray,
+                 ranges: dict[dt.datetime, list[tuple[int, int]]]) -> None:
+        order = np.argsort(offsets, kind="stable")
+        offsets, sizes, seen = offsets[order], sizes[order], seen[order]
+        keep = np.ones(len(offsets), bool)
+        keep[1:] = offsets[1:] != offsets[:-1]
+        self.offsets, self.sizes, self.seen = offsets[keep], sizes[keep], seen[keep]
+        self._ranges = sorted(ranges.items())
 
-    def extend_range(self, cluster: str, broker: str, lo: int, hi: int) -> None:
-        old = self._ranges.get((cluster, broker))
-        self._ranges[(cluster, broker)] = (min(lo, old[0]), max(hi, old[1])) if old else (lo, hi)
+    @classmethod
+    def load(cls, lake: str, staged: "Decoded", cluster: str, broker: str) -> "KnownRecords":
+        """The lake's records of the broker (before this run loads any) and the ones the run staged."""
+        import pyarrow.parquet as pq
 
-    def _arrays(self, cluster: str, broker: str) -> tuple[np.ndarray, np.ndarray]:
-        key = (cluster, broker)
-        if key in self._merged:
-            return self._merged[key]
-        if key not in self._loaded:
-            self._loaded.add(key)
-            if _delta.exists(self._lake, messages.TABLE):
-                df = _delta.read_pandas_columns(self._lake, messages.TABLE, ["physical_offset", "size"],
-                                                filters=[("cluster", "=", cluster), ("broker", "=", broker)])
-                self._by_broker.setdefault(key, []).append(
-                    (df["physical_offset"].to_numpy(np.int64), df["size"].to_numpy(np.int64)))
-        parts = self._by_broker.get(key, [])
-        if not parts:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        offs = np.concatenate([p[0] for p in parts]).astype(np.int64)
-        sizes = np.concatenate([p[1] for p in parts]).astype(np.int64)
-        order = np.argsort(offs, kind="stable")
-        offs, sizes = offs[order], sizes[order]
-        keep = np.ones(len(offs), bool)
-        keep[1:] = offs[1:] != offs[:-1]
-        self._by_broker[key] = [(offs[keep], sizes[keep])]
-        self._merged[key] = (offs[keep], sizes[keep])
-        return self._merged[key]
+        parts = []
+        if _delta.exists(lake, messages.TABLE):
+            df = _delta.read_pandas_columns(lake, messages.TABLE, ["physical_offset", "size"],
+                                            filters=[("cluster", "=", cluster), ("broker", "=", broker)])
+            parts.append((df["physical_offset"].to_numpy(np.int64), df["size"].to_numpy(np.int64),
+                          np.full(len(df), np.iinfo(np.int64).min, np.int64)))
+        if staged.messages and (cluster, broker) in staged.spans:
+            tbl = pq.read_table(staged.staging, columns=["physical_offset", "size", "first_snapshot_ts"],
+                                filters=[("kind", "=", "message"), ("cluster", "=", cluster), ("broker", "=", broker)])
+            parts.append((tbl.column("physical_offset").to_numpy().astype(np.int64),
+                          tbl.column("size").to_numpy().astype(np.int64),
+                          tbl.column("first_snapshot_ts").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+                          .to_numpy().astype(np.int64)))
+        parts = parts or [(np.zeros(0, np.int64),) * 3]
+        return cls(*(np.concatenate([p[i] for p in parts]) for i in range(3)), staged.ranges.get((cluster, broker), {}))
+
+    def as_of(self, ts: dt.datetime) -> "_SnapshotRecords":
+        """What the snapshot at ``ts`` sees."""
+        spans = [r for t, rs in self._ranges if t <= ts for r in rs]
+        rng = (min(r[0] for r in spans), max(r[1] for r in spans)) if spans else None
+        visible = self.seen <= int(ts.timestamp() * 1_000_000)
+        if visible.all():
+            return _SnapshotRecords(self.offsets, self.sizes, rng)
+        return _SnapshotRecords(self.offsets[visible], self.sizes[visible], rng)
+
+
+@dataclass
+class _SnapshotRecords:
+    offsets: np.ndarray
+    sizes: np.ndarray
+    rng: tuple[int, int] | None
 
     def dangling(self, cluster: str, broker: str, cq: Any) -> list[tuple[int, str]]:
         from jobs import consumequeue
 
-        rng = self._ranges.get((cluster, broker))
-        if rng is None:
+        if self.rng is None:
             return []
-        offs, sizes = self._arrays(cluster, broker)
-        return consumequeue.dangling_entries(cq, offs, sizes, rng)
+        return consumequeue.dangling_entries(cq, self.offsets, self.sizes, self.rng)
+
+
+def extract_all_queue_bounds(snaps: list[Snapshot], landing_root: str, lake: str, staged: "Decoded", out: Extracted,
+                             now: dt.datetime) -> None:
+    """:func:`extract_queue_bounds` of every broker snapshot; a broker's snapshots side by side on the driver's cores
+    (reads, digests and searches release the GIL), their rows and problems added in snapshot order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    by_broker: dict[tuple[str, str], list[Snapshot]] = {}
+    for snap in snaps:
+        if not snap.is_clients:
+            by_broker.setdefault((snap.cluster, snap.broker), []).append(snap)
+    with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
+        for (cluster, broker), group in by_broker.items():
+            known = KnownRecords.load(lake, staged, cluster, broker)
+
+            def one(snap: Snapshot, known: KnownRecords = known) -> Extracted:
+                mine = Extracted()
+                extract_queue_bounds(snap, landing_root, mine, now, known.as_of(snap.ts))
+                return mine
+
+            for mine in pool.map(one, group):
+                for table, rows in mine.rows.items():
+                    out.rows.setdefault(table, []).extend(rows)
+                out.problems.extend(mine.problems)
+            del known
 
 
 def _segment_state_key(cluster: str, broker: str, segment: str) -> tuple[str, str, str]:
@@ -407,35 +439,6 @@ def _apply_progress(batches: list[pa.RecordBatch], state: dict[tuple[str, str, s
         for _, lo, hi in info["decoded"]:
             old = staged.spans.get((cluster, broker))
             staged.spans[(cluster, broker)] = (min(lo, old[0]), max(hi, old[1])) if old else (lo, hi)
-
-
-def feed_known(known: "KnownRecords", staged: Decoded, snap: Snapshot, cache: dict[str, Any]) -> None:
-    """Tell ``known`` the records and ranges the decode found in ``snap`` (as the decode of that snapshot did)."""
-    import pyarrow.parquet as pq
-
-    key = (snap.cluster, snap.broker)
-    if cache.get("key") != key:
-        cache.clear()
-        cache["key"] = key
-        cache["rows"] = None
-        if staged.messages and key in staged.spans:
-            tbl = pq.read_table(staged.staging, columns=["physical_offset", "size", "first_snapshot_ts"],
-                                filters=[("kind", "=", "message"), ("cluster", "=", snap.cluster),
-                                         ("broker", "=", snap.broker)])
-            cache["rows"] = (tbl.column("physical_offset").to_numpy().astype(np.int64),
-                             tbl.column("size").to_numpy().astype(np.int64),
-                             tbl.column("first_snapshot_ts").cast(pa.int64()).to_numpy())
-    rows = cache["rows"]
-    ranges = staged.ranges.get(key, {}).get(snap.ts, [])
-    if rows is not None:
-        micros = int(snap.ts.timestamp() * 1_000_000)
-        mine = rows[2] == micros
-        if mine.any():
-            lo = min(r[0] for r in ranges) if ranges else 0
-            hi = max(r[1] for r in ranges) if ranges else 0
-            known.add(snap.cluster, snap.broker, rows[0][mine], rows[1][mine], lo, hi)
-    for lo, hi in ranges:
-        known.extend_range(snap.cluster, snap.broker, lo, hi)
 
 
 def extract_exports(snap: Snapshot, out: Extracted) -> list[pa.Table]:
@@ -787,7 +790,6 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
         if recovered:
             say(f"ingest: finished the rewrites of {', '.join(recovered)} that a killed run left")
         state = load_segments_state(lake)
-        known = KnownRecords(lake)
         seen_paths = frozenset(
             _delta.read_pandas_columns(lake, files.TABLE, ["source_path"], filters=[("file_kind", "=", "commitlog")])
             ["source_path"]) if _delta.exists(lake, files.TABLE) else frozenset()
@@ -798,12 +800,7 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
         staged = decode_commitlogs(spark, lake, snaps, state, ex, now, seen_paths)
         say(f"ingest: decoded {staged.messages} records and {staged.trace} trace records in "
             f"{time.time() - t_decode:.1f} s")
-        cache: dict[str, Any] = {}
-        for snap in snaps:
-            if not snap.is_clients:
-                feed_known(known, staged, snap, cache)
-                extract_queue_bounds(snap, landing_uri, ex, now, known)
-        cache.clear()
+        extract_all_queue_bounds(snaps, landing_uri, lake, staged, ex, now)
         say(f"ingest: queue bounds of {len(snaps)} snapshot(s) in {time.time() - t_decode:.1f} s since the decode began")
         n_messages = load_decoded(spark, lake, staged)
         say(f"ingest: silver/messages loaded ({time.time() - t_decode:.1f} s since the decode began)")
