@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A real Apache Spark standalone cluster on 127.0.0.1, run from the pip pyspark package (no download):
-# one Master, one Worker (2 cores, 2g) and a Spark Connect server whose driver uses that cluster.
+# one Master, one or more Workers (2 cores, 2g each) and a Spark Connect server whose driver uses that cluster.
 #
 #   infra/spark-cluster.sh start   start (or reuse) it; prints `export SPARK_REMOTE=sc://127.0.0.1:PORT`
 #                                  (also in $SPARK_CLUSTER_DIR/env) and the start time on stderr
@@ -9,7 +9,7 @@
 #
 # Settings (environment): SPARK_CLUSTER_DIR (state, logs, pids, work dirs; default <project>/var/spark-cluster),
 # PYTHON (default <project>/.venv/bin/python; its pyspark package is SPARK_HOME), SPARK_WORKER_CORES (2),
-# SPARK_WORKER_MEMORY (2g), SPARK_CONNECT_WAIT_S (300: how long the Connect server may take to answer; a failed
+# SPARK_WORKER_MEMORY (2g), SPARK_WORKERS (1: how many workers, each with those cores and memory), SPARK_CONNECT_WAIT_S (300: how long the Connect server may take to answer; a failed
 # start is retried once on fresh ports). Needs Java 17 (infra/install-debian-deps.sh). No Delta jars: Maven is not reachable
 # here, so jobs on this cluster use RMQ_RECON_FORMAT=parquet (or pass --packages io.delta:... where it is).
 set -euo pipefail
@@ -19,7 +19,9 @@ DIR=${SPARK_CLUSTER_DIR:-$ROOT/var/spark-cluster}
 PY=${PYTHON:-$ROOT/.venv/bin/python}
 CORES=${SPARK_WORKER_CORES:-2}
 MEM=${SPARK_WORKER_MEMORY:-2g}
+WORKERS=${SPARK_WORKERS:-1}
 PROCS=(connect worker master)   # stop order
+for ((w = 2; w <= WORKERS; w++)); do PROCS=(connect "worker$w" "${PROCS[@]:1}"); done
 
 log() { echo "spark-cluster: $*" >&2; }
 die() { log "$*"; [ -d "$DIR/log" ] && log "logs in $DIR/log"; exit 1; }
@@ -144,6 +146,7 @@ spark.executor.memory            1g
 spark.sql.shuffle.partitions     4
 spark.sql.session.timeZone       UTC
 spark.worker.cleanup.enabled     false
+spark.executorEnv.PYTHONPATH     $ROOT
 CONF
     export SPARK_LOCAL_IP=127.0.0.1 SPARK_LOCAL_HOSTNAME=localhost SPARK_MASTER_HOST=127.0.0.1
     export SPARK_CONF_DIR="$DIR/conf" SPARK_WORKER_DIR="$DIR/work" SPARK_LOG_DIR="$DIR/log" SPARK_PID_DIR="$DIR"
@@ -160,16 +163,22 @@ CONF
     done
     [ -n "$ok" ] || { echo "the master did not come up on 127.0.0.1:$mport"; return 1; }
 
-    launch worker "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.worker.Worker \
-        --host 127.0.0.1 --port "$wport" --webui-port "$wui" --cores "$CORES" --memory "$MEM" \
-        --work-dir "$DIR/work" --properties-file "$DIR/conf/spark-defaults.conf" "spark://127.0.0.1:$mport"
+    local w name
+    for ((w = 1; w <= WORKERS; w++)); do
+        name=worker; [ "$w" -gt 1 ] && name="worker$w"
+        wport=$(freeport); wui=$(freeport)
+        mkdir -p "$DIR/work/$name"
+        launch "$name" "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.worker.Worker \
+            --host 127.0.0.1 --port "$wport" --webui-port "$wui" --cores "$CORES" --memory "$MEM" \
+            --work-dir "$DIR/work/$name" --properties-file "$DIR/conf/spark-defaults.conf" "spark://127.0.0.1:$mport"
+    done
     ok=""
     for _ in $(seq 240); do
-        if curl -s --max-time 2 "http://127.0.0.1:$mui/json/" | grep -q '"aliveworkers" *: *1'; then ok=1; break; fi
+        if curl -s --max-time 2 "http://127.0.0.1:$mui/json/" | grep -q "\"aliveworkers\" *: *$WORKERS"; then ok=1; break; fi
         alive_pid worker >/dev/null || break
         sleep 0.25
     done
-    [ -n "$ok" ] || { echo "the worker did not register with the master"; return 1; }
+    [ -n "$ok" ] || { echo "the $WORKERS worker(s) did not register with the master"; return 1; }
 
     launch connect "$SPARK_HOME/bin/spark-submit" --master "spark://127.0.0.1:$mport" \
         --properties-file "$DIR/conf/spark-defaults.conf" \
@@ -189,7 +198,7 @@ CONF
     [ -n "$ok" ] || { echo "the Spark Connect server did not answer a query at $url within ${SPARK_CONNECT_WAIT_S:-300} s"; return 1; }
     echo "export SPARK_REMOTE=$url" > "$DIR/env.tmp"
     mv "$DIR/env.tmp" "$DIR/env"
-    log "started in $(elapsed "$t0") s: master spark://127.0.0.1:$mport (ui :$mui), worker $CORES cores $MEM," \
+    log "started in $(elapsed "$t0") s: master spark://127.0.0.1:$mport (ui :$mui), $WORKERS worker(s) of $CORES cores $MEM," \
         "connect $url (pids master=$(cat "$DIR/master.pid") worker=$(cat "$DIR/worker.pid") connect=$(cat "$DIR/connect.pid"))"
 }
 

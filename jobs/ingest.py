@@ -7,14 +7,18 @@ silver/messages, silver/deliveries, and last bronze/ingest_runs (the ledger row 
 
 Incremental and idempotent: config rows are MERGEd on their keys; a commitlog segment already decoded to
 its end is not read again and the growing last segment is read from where the previous run stopped
-(bronze/segments); messages are MERGEd (insert-only on their key, the scan pruned to the byte range decoded),
-so a run that dies half-way and is run again writes the same rows once. Re-running on the same landing zone
+(bronze/segments); messages are inserted only where their key is new (the anti-join's scan pruned to the
+brokers and byte ranges decoded), so a run that dies half-way and is run again writes the same rows once. Re-running on the same landing zone
 changes no table. The run holds the lake's writer lease (jobs.lease), so a second ingest waits for the first;
 silver/deliveries is rebuilt whenever its inputs moved since the last completed run (jobs.ledger), so a run killed
 anywhere is repaired by the next one. Bad input is quarantined with its file and position and never stops the rest.
 
-Extract (Python: fastjson and binary decoding, which Sail cannot do) and load (Spark) are separate
-functions; :func:`run` is the only one that sees both the session and the table locations.
+Plan, decode, load (issue 13): the driver lists the snapshots, parses their small JSON configs and plans the
+commitlog work units; the engine's tasks decode them (jobs.decode_tasks, ``mapInArrow``: the local cores on Sail,
+the executors on a cluster) into a staging folder below the lake; the loads are set operations on that output, one
+commit per table per run. Only problems, segment progress and bronze/files rows come back to the driver, so its
+memory does not grow with the data. Consume queues (queue bounds, entries that point at no record) are still read
+by the driver. :func:`run` is the only function that sees both the session and the table locations.
 """
 from __future__ import annotations
 
@@ -51,13 +55,24 @@ from schemas import snapshots as snapshots_table
 log = logging.getLogger(__name__)
 UTC = dt.timezone.utc
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
-CHUNK_BYTES = 64 << 20
-# Trace records go to the engine in batches: one Spark Connect message must stay under 128 MiB (about 400k
-# records fit), and the batch is held in memory until it is sent.
+CHUNK_BYTES = 64 << 20  # bytes of a segment a decode task reads at a time
+# A decode task yields decoded records and trace records in Arrow batches of about these many rows.
 TRACE_BATCH_ROWS = 100_000
-# Decoded byte ranges of one broker snapshot are written together, this many records at a time: one write per
-# 256 KiB read window was 77% of ingest time (1,354 commits for 827k records).
 MESSAGE_BATCH_ROWS = 100_000
+# Below the lake: the decode tasks' output until it is loaded (jobs.decode_tasks).
+STAGING = "_staging/ingest"
+
+
+def task_bytes() -> int:
+    """Bytes of commitlog one decode task reads, about (RMQ_RECON_DECODE_TASK_MB, default 128)."""
+    return int(float(os.environ.get("RMQ_RECON_DECODE_TASK_MB", "128")) * (1 << 20))
+
+
+def min_tasks() -> int:
+    """At least this many decode tasks when there are as many segments to read (RMQ_RECON_DECODE_MIN_TASKS,
+    default 8): enough for every task slot of a small cluster, and for the slots to finish together."""
+    return int(os.environ.get("RMQ_RECON_DECODE_MIN_TASKS", "8"))
+
 
 _CONFIG_TABLES = {
     "consumer_offsets": consumer_offsets.TABLE,
@@ -172,7 +187,7 @@ def extract_configs(snap: Snapshot, landing_root: str, out: Extracted, now: dt.d
 
 
 def extract_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, now: dt.datetime,
-                         known: "KnownRecords") -> None:
+                         known: "_SnapshotRecords") -> None:
     """Min and Max of every consume queue of the snapshot (spec §4), and CQ entries that point at nothing."""
     cq_files = snap.of_kind("consumequeue")
     if not cq_files:
@@ -225,190 +240,205 @@ def extract_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, now:
 
 
 class KnownRecords:
-    """Start offsets and sizes of the commitlog records of each broker: for finding CQ entries that point at nothing."""
+    """The commitlog records of one broker as each snapshot of the run saw them: for finding CQ entries that point at
+    nothing.
 
-    def __init__(self, lake: str) -> None:
-        self._lake = lake
-        self._by_broker: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]] = {}
-        self._loaded: set[tuple[str, str]] = set()
-        self._ranges: dict[tuple[str, str], tuple[int, int]] = {}
-        # the sorted, de-duplicated arrays until the next add: one merge per snapshot, not one per consume queue
-        # file (re-merging every lookup was half of ingest at 1 M records per broker)
-        self._merged: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
+    A snapshot sees the records the lake held before the run and those first decoded from it or an earlier snapshot
+    of the run, within the byte ranges decoded by then (as the snapshot-by-snapshot ingest did). Offsets are sorted
+    once per broker; each snapshot takes its visible part.
+    """
 
-    def add(self, cluster: str, broker: str, offsets: np.ndarray, sizes: np.ndarray, lo: int, hi: int) -> None:
-        key = (cluster, broker)
-        self._by_broker.setdefault(key, []).append((offsets, sizes))
-        self._merged.pop(key, None)
-        old = self._ranges.get(key)
-        self._ranges[key] = (min(lo, old[0]), max(hi, old[1])) if old else (lo, hi)
+    def __init__(self, offsets: np.ndarray, sizes: np.ndarray, seen: np.ndarray,
+                 ranges: dict[dt.datetime, list[tuple[int, int]]]) -> None:
+        order = np.argsort(offsets, kind="stable")
+        offsets, sizes, seen = offsets[order], sizes[order], seen[order]
+        keep = np.ones(len(offsets), bool)
+        keep[1:] = offsets[1:] != offsets[:-1]
+        self.offsets, self.sizes, self.seen = offsets[keep], sizes[keep], seen[keep]
+        self._ranges = sorted(ranges.items())
 
-    def extend_range(self, cluster: str, broker: str, lo: int, hi: int) -> None:
-        old = self._ranges.get((cluster, broker))
-        self._ranges[(cluster, broker)] = (min(lo, old[0]), max(hi, old[1])) if old else (lo, hi)
+    @classmethod
+    def load(cls, lake: str, staged: "Decoded", cluster: str, broker: str) -> "KnownRecords":
+        """The lake's records of the broker (before this run loads any) and the ones the run staged."""
+        import pyarrow.parquet as pq
 
-    def _arrays(self, cluster: str, broker: str) -> tuple[np.ndarray, np.ndarray]:
-        key = (cluster, broker)
-        if key in self._merged:
-            return self._merged[key]
-        if key not in self._loaded:
-            self._loaded.add(key)
-            if _delta.exists(self._lake, messages.TABLE):
-                df = _delta.read_pandas_columns(self._lake, messages.TABLE, ["physical_offset", "size"],
-                                                filters=[("cluster", "=", cluster), ("broker", "=", broker)])
-                self._by_broker.setdefault(key, []).append(
-                    (df["physical_offset"].to_numpy(np.int64), df["size"].to_numpy(np.int64)))
-        parts = self._by_broker.get(key, [])
-        if not parts:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        offs = np.concatenate([p[0] for p in parts]).astype(np.int64)
-        sizes = np.concatenate([p[1] for p in parts]).astype(np.int64)
-        order = np.argsort(offs, kind="stable")
-        offs, sizes = offs[order], sizes[order]
-        keep = np.ones(len(offs), bool)
-        keep[1:] = offs[1:] != offs[:-1]
-        self._by_broker[key] = [(offs[keep], sizes[keep])]
-        self._merged[key] = (offs[keep], sizes[keep])
-        return self._merged[key]
+        parts = []
+        if _delta.exists(lake, messages.TABLE):
+            df = _delta.read_pandas_columns(lake, messages.TABLE, ["physical_offset", "size"],
+                                            filters=[("cluster", "=", cluster), ("broker", "=", broker)])
+            parts.append((df["physical_offset"].to_numpy(np.int64), df["size"].to_numpy(np.int64),
+                          np.full(len(df), np.iinfo(np.int64).min, np.int64)))
+        if staged.messages and (cluster, broker) in staged.spans:
+            tbl = pq.read_table(staged.staging, columns=["physical_offset", "size", "first_snapshot_ts"],
+                                filters=[("kind", "=", "message"), ("cluster", "=", cluster), ("broker", "=", broker)])
+            parts.append((tbl.column("physical_offset").to_numpy().astype(np.int64),
+                          tbl.column("size").to_numpy().astype(np.int64),
+                          tbl.column("first_snapshot_ts").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+                          .to_numpy().astype(np.int64)))
+        parts = parts or [(np.zeros(0, np.int64),) * 3]
+        return cls(*(np.concatenate([p[i] for p in parts]) for i in range(3)), staged.ranges.get((cluster, broker), {}))
+
+    def as_of(self, ts: dt.datetime) -> "_SnapshotRecords":
+        """What the snapshot at ``ts`` sees."""
+        spans = [r for t, rs in self._ranges if t <= ts for r in rs]
+        rng = (min(r[0] for r in spans), max(r[1] for r in spans)) if spans else None
+        visible = self.seen <= int(ts.timestamp() * 1_000_000)
+        if visible.all():
+            return _SnapshotRecords(self.offsets, self.sizes, rng)
+        return _SnapshotRecords(self.offsets[visible], self.sizes[visible], rng)
+
+
+@dataclass
+class _SnapshotRecords:
+    offsets: np.ndarray
+    sizes: np.ndarray
+    rng: tuple[int, int] | None
 
     def dangling(self, cluster: str, broker: str, cq: Any) -> list[tuple[int, str]]:
         from jobs import consumequeue
 
-        rng = self._ranges.get((cluster, broker))
-        if rng is None:
+        if self.rng is None:
             return []
-        offs, sizes = self._arrays(cluster, broker)
-        return consumequeue.dangling_entries(cq, offs, sizes, rng)
+        return consumequeue.dangling_entries(cq, self.offsets, self.sizes, self.rng)
+
+
+def extract_all_queue_bounds(snaps: list[Snapshot], landing_root: str, lake: str, staged: "Decoded", out: Extracted,
+                             now: dt.datetime) -> None:
+    """:func:`extract_queue_bounds` of every broker snapshot; a broker's snapshots side by side on the driver's cores
+    (reads, digests and searches release the GIL), their rows and problems added in snapshot order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    by_broker: dict[tuple[str, str], list[Snapshot]] = {}
+    for snap in snaps:
+        if not snap.is_clients:
+            by_broker.setdefault((snap.cluster, snap.broker), []).append(snap)
+    with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
+        for (cluster, broker), group in by_broker.items():
+            known = KnownRecords.load(lake, staged, cluster, broker)
+
+            def one(snap: Snapshot, known: KnownRecords = known) -> Extracted:
+                mine = Extracted()
+                extract_queue_bounds(snap, landing_root, mine, now, known.as_of(snap.ts))
+                return mine
+
+            for mine in pool.map(one, group):
+                for table, rows in mine.rows.items():
+                    out.rows.setdefault(table, []).extend(rows)
+                out.problems.extend(mine.problems)
+            del known
 
 
 def _segment_state_key(cluster: str, broker: str, segment: str) -> tuple[str, str, str]:
     return (cluster, broker, segment)
 
 
-def decode_commitlog(snap: Snapshot, state: dict[tuple[str, str, str], SegmentState], out: Extracted,
-                     now: dt.datetime, known: KnownRecords, seen_paths: frozenset[str] = frozenset()
-                     ) -> Iterable[tuple[SegmentState, int, int, pa.Table]]:
-    """Yield (segment state, byte range start, end, decoded records) for what this snapshot adds.
+@dataclass
+class Decoded:
+    """What the engine's decode tasks left in the staging folder, and what the driver took from their progress."""
 
-    A segment already decoded to its end is skipped without reading it; otherwise only the bytes after
-    ``decoded_to`` are read. A segment followed by a newer one in the snapshot, at its full size, is complete by
-    definition (the broker only rolls to a new file when the old one is full).
+    staging: str
+    messages: int = 0
+    trace: int = 0
+    # (cluster, broker) -> snapshot ts -> the record ranges known after that snapshot's copies were read
+    ranges: dict[tuple[str, str], dict[dt.datetime, list[tuple[int, int]]]] = field(default_factory=dict)
+    # (cluster, broker) -> (lowest, highest) physical offset of the bytes that gave records
+    spans: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+
+    def read(self, spark: Any, table: Any, kind: str) -> Any:
+        """The staged rows of ``kind`` with the columns of ``table``."""
+        from pyspark.sql import functions as F
+
+        cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in table.schema.fields)
+        return (spark.read.schema(f"kind STRING, {cols}").parquet(self.staging).where(F.col("kind") == kind)
+                .select(*table.columns))
+
+
+def staging_folder(lake: str) -> str:
+    """Where the decode tasks write their output (below the lake; one writer at a time holds the lease)."""
+    return f"{lake.rstrip('/')}/{STAGING}"
+
+
+def decode_commitlogs(spark: Any, lake: str, snaps: list[Snapshot], state: dict[tuple[str, str, str], SegmentState],
+                      out: Extracted, now: dt.datetime, seen_paths: frozenset[str] = frozenset()) -> Decoded:
+    """Decode what the snapshots add to the commitlogs: planned here, decoded by the engine (jobs.decode_tasks).
+
+    The decoded messages and trace records stay in the staging folder for the loads; the problems, the bronze/files
+    rows of the segments and their new ledger state (``state`` is updated in place) come back here.
     """
-    base = {"cluster": snap.cluster, "broker": snap.broker, "snapshot_ts": snap.ts}
-    segs = sorted(snap.of_kind("commitlog"), key=lambda f: f.start or 0)
-    if not segs:
-        return
-    from jobs import commitlog
+    import json
 
-    for i, f in enumerate(segs):
-        name = f.rel.rsplit("/", 1)[-1]
-        if f.size == 0 and i < len(segs) - 1:
-            # The newest segment may be empty (just created); one followed by another has lost its records.
-            out.problem(snap.cluster, snap.broker, snap.ts, Problem(
-                f.path, 0, "empty commitlog segment (0 bytes) followed by a newer one: its records are missing from "
-                "this copy; nothing read"))
-            continue
-        key = _segment_state_key(snap.cluster, snap.broker, name)
-        st = state.get(key) or SegmentState(snap.cluster, snap.broker, name, f.start or 0, snapshot_ts=snap.ts)
-        state[key] = st
-        # Full: a newer segment follows (the broker rolls only when a file is full) and this file has the full
-        # size (the distance to the next one's start), so a segment still being uploaded is read again later.
-        has_newer = i < len(segs) - 1 and f.size >= (segs[i + 1].start or 0) - (f.start or 0)
-        begin = st.decoded_to
-        row = {**base, "source_path": f.path, "file_kind": "commitlog", "size": f.size, "content": None,
-               "used_backup": None, "ingested_at": now}
-        if st.complete or f.size <= begin:
-            if has_newer and not st.complete:
-                st.complete = True
-            if f.path not in seen_paths:
-                out.add(files.NAME, {**row, "sha256": _sha(b""), "read_from": begin, "read_to": begin})
-            known.extend_range(snap.cluster, snap.broker, st.start_offset, st.start_offset + st.decoded_to)
-            continue
-        pos = begin
-        digest = hashlib.sha256()
-        complete = failed = False
-        end_abs = begin
-        while pos < f.size:
-            hi = min(f.size, pos + CHUNK_BYTES)
-            try:
-                data = storage.read_bytes(f.uri, pos, hi) or b""
-            except OSError as exc:  # this segment only; the next snapshot's copy is read from the same position
-                out.problem(snap.cluster, snap.broker, snap.ts, Problem(
-                    f.path, pos, f"unreadable ({configs.unreadable(exc)}): {UNREADABLE_HINT}"))
-                failed = True
-                break
-            final = hi >= f.size
-            res = commitlog.decode_segment(data, segment_start=st.start_offset + pos, segment=f.path, final=final)
-            for p in res.problems:
-                out.problem(snap.cluster, snap.broker, snap.ts, Problem(
-                    f.path, p.position + pos, p.reason.replace(f"at byte {p.position}", f"at byte {p.position + pos}")))
-            tbl = res.table
-            lo, hi_abs = pos, pos + res.end
-            digest.update(data[: res.end])
-            if tbl.num_rows:
-                known.add(snap.cluster, snap.broker, tbl.column("physical_offset").to_numpy(),
-                          tbl.column("size").to_numpy(), st.start_offset + lo, st.start_offset + hi_abs)
-            if tbl.num_rows or res.problems:
-                yield st, st.start_offset + lo, st.start_offset + hi_abs, tbl
-            end_abs = hi_abs
-            if res.complete:
-                complete = True
-                break
-            if res.end == 0 and not final:
-                # Zeros where a record should start: the preallocated, unwritten rest of the broker's newest
-                # segment. Anything else is a record no broker writes (maxMessageSize is 4 MiB): quarantined.
-                if any(data[:8]):
-                    out.problem(snap.cluster, snap.broker, snap.ts, Problem(
-                        f.path, pos, f"a record at byte {pos} is larger than the {CHUNK_BYTES}-byte read window; "
-                        f"decoding of this segment stops here"))
-                break
-            if final or res.end == 0 or (res.end < len(data) and not tbl.num_rows):
-                break
-            pos += res.end
-        if failed:
-            continue  # the segment's state stays as it was: a later copy is read from the same position
-        digest_hex = digest.hexdigest()
-        st.decoded_to = max(st.decoded_to, end_abs)
-        st.segment_size = f.size
-        st.complete = complete or has_newer
-        st.snapshot_ts = snap.ts
-        known.extend_range(snap.cluster, snap.broker, st.start_offset, st.start_offset + st.decoded_to)
-        if end_abs > begin or f.path not in seen_paths:  # a re-read that found nothing new is not a new file version
-            out.add(files.NAME, {**row, "sha256": digest_hex, "read_from": begin, "read_to": end_abs})
+    import pyarrow.parquet as pq
+
+    from jobs import decode_tasks
+
+    units = decode_tasks.plan_units(
+        [s for s in snaps if not s.is_clients], state, seen_paths,
+        lambda snap, p: out.problem(snap.cluster, snap.broker, snap.ts, p),
+        chunk_bytes=CHUNK_BYTES, batch_rows=MESSAGE_BATCH_ROWS, trace_batch_rows=TRACE_BATCH_ROWS)
+    staged = Decoded(staging_folder(lake))
+    storage.delete_tree(staged.staging)
+    batches: list[pa.RecordBatch] = []
+    for u in units:  # segments with nothing new to read are settled here, by the same code, without a task
+        if decode_tasks.reads_nothing(u):
+            batches.extend(decode_tasks.decode_unit(u))
+    todo = [u for u in units if not decode_tasks.reads_nothing(u)]
+    if todo:
+        tasks = decode_tasks.pack(todo, task_bytes(), min_tasks())
+        log.info("ingest: %d segment(s) to decode in %d task(s)", len(todo), len(tasks))
+        frame = spark.createDataFrame([(i, json.dumps(t)) for i, t in enumerate(tasks)], "task BIGINT, units STRING")
+        (frame.repartition(len(tasks)).mapInArrow(decode_tasks.decode_tasks, decode_tasks.output_ddl())
+         .write.mode("overwrite").parquet(staged.staging))
+        # One folder, not one per kind: Spark sorts a task's rows by the partition columns before a partitioned
+        # write, which on a small executor cost more than the decode.
+        kinds = pq.read_table(staged.staging, columns=["kind"]).column("kind")
+        import pyarrow.compute as pc
+
+        counts = {r["values"]: r["counts"] for r in pc.value_counts(kinds).to_pylist()}
+        staged.messages, staged.trace = counts.get(decode_tasks.MESSAGE, 0), counts.get(decode_tasks.TRACE, 0)
+        if counts.get(decode_tasks.PROBLEM) or counts.get(decode_tasks.PROGRESS):
+            small = pq.read_table(staged.staging, filters=[("kind", "in", [decode_tasks.PROBLEM, decode_tasks.PROGRESS])],
+                                  columns=["kind", "unit", "seq", "cluster", "broker", "snapshot_ts", "source_path",
+                                           "position", "reason", "info"])
+            batches.extend(small.to_batches())
+    _apply_progress(batches, state, out, now, staged)
+    return staged
 
 
-def trace_rows(cluster: str, broker: str, tbl: pa.Table, out: Extracted, snap: Snapshot, segment_path: str,
-               segment_start: int) -> list[dict[str, Any]]:
-    """Decode the trace message bodies of ``tbl`` into bronze/trace_records rows."""
-    from jobs import trace
+def _apply_progress(batches: list[pa.RecordBatch], state: dict[tuple[str, str, str], SegmentState],
+                    out: Extracted, now: dt.datetime, staged: Decoded) -> None:
+    """Problems (in the order found), the segments' new state, their files rows and record ranges, per unit."""
+    import json
 
-    if tbl.num_rows == 0:
-        return []
-    topics = tbl.column("topic").to_pylist()
-    idx = [i for i, t in enumerate(topics) if t == TRACE_TOPIC]
-    if not idx:
-        return []
-    sub = tbl.take(pa.array(idx))
-    rows: list[dict[str, Any]] = []
-    for off, host, body in zip(sub.column("physical_offset").to_pylist(), sub.column("born_host").to_pylist(),
-                               sub.column("body").to_pylist()):
-        recs, problems = trace.decode_trace_body(body or b"", source_path=segment_path, position=off - segment_start)
-        for p in problems:
-            out.problem(cluster, broker, snap.ts, p)
-        client_host = (host or "").rsplit(":", 1)[0]
-        for i, r in enumerate(recs):
-            ts = r.get("timestamp_ms")
-            rows.append({
-                "cluster": cluster, "broker": broker, "physical_offset": off, "record_index": i,
-                "client_host": client_host, "type": r.get("type"),
-                "timestamp": dt.datetime.fromtimestamp(ts / 1000, UTC) if ts is not None else None,
-                "group": r.get("group"), "request_id": r.get("request_id"), "msg_id": r.get("msg_id"),
-                "retry_times": r.get("retry_times"), "keys": r.get("keys"), "cost_time_ms": r.get("cost_time_ms"),
-                "success": r.get("success"), "context_code": r.get("context_code"), "topic": r.get("topic"),
-                "tags": r.get("tags"), "store_host": r.get("store_host"), "offset_msg_id": r.get("offset_msg_id"),
-                "msg_type": r.get("msg_type"), "first_snapshot_ts": snap.ts,
-            })
-    return rows
+    from jobs import decode_tasks
+
+    problems: list[tuple[int, int, dict[str, Any]]] = []
+    progress: list[tuple[int, str, str, dict[str, Any]]] = []
+    for b in batches:
+        cols = b.to_pydict()
+        for i, kind in enumerate(cols["kind"]):
+            if kind == decode_tasks.PROBLEM:
+                problems.append((cols["unit"][i], cols["seq"][i], {k: cols[k][i] for k in (
+                    "cluster", "broker", "snapshot_ts", "source_path", "position", "reason")}))
+            elif kind == decode_tasks.PROGRESS:
+                progress.append((cols["unit"][i], cols["cluster"][i], cols["broker"][i], json.loads(cols["info"][i])))
+    for _, _, p in sorted(problems, key=lambda x: (x[0], x[1])):
+        out.problem(p["cluster"], p["broker"], p["snapshot_ts"], Problem(p["source_path"], p["position"], p["reason"]))
+    for _, cluster, broker, info in sorted(progress, key=lambda x: x[0]):
+        s = info["state"]
+        ts = dt.datetime.fromisoformat(s["snapshot_ts"]) if s["snapshot_ts"] else None
+        state[_segment_state_key(cluster, broker, info["segment"])] = SegmentState(
+            cluster, broker, info["segment"], s["start_offset"], s["decoded_to"], s["segment_size"], s["complete"], ts)
+        for f in info["files"]:
+            out.add(files.NAME, {"cluster": cluster, "broker": broker, "snapshot_ts": dt.datetime.fromisoformat(f["ts"]),
+                                 "source_path": f["path"], "file_kind": "commitlog", "size": f["size"], "content": None,
+                                 "used_backup": None, "ingested_at": now, "sha256": f["sha256"],
+                                 "read_from": f["read_from"], "read_to": f["read_to"]})
+        by_ts = staged.ranges.setdefault((cluster, broker), {})
+        for ts_s, lo, hi in info["ranges"]:
+            by_ts.setdefault(dt.datetime.fromisoformat(ts_s), []).append((lo, hi))
+        for _, lo, hi in info["decoded"]:
+            old = staged.spans.get((cluster, broker))
+            staged.spans[(cluster, broker)] = (min(lo, old[0]), max(hi, old[1])) if old else (lo, hi)
 
 
 def extract_exports(snap: Snapshot, out: Extracted) -> list[pa.Table]:
@@ -497,31 +527,33 @@ def messages_frame(spark: Any, tbl: pa.Table) -> Any:
     return df.select(*cols)
 
 
-def load_messages(spark: Any, lake: str, snap: Snapshot, lo: int, hi: int, tbl: pa.Table) -> None:
-    """Write the records of physical range [lo, hi) of one broker; rows already there are kept, so a retry is harmless.
+def load_decoded(spark: Any, lake: str, staged: Decoded) -> int:
+    """Insert the staged messages whose key is new: one anti-join and one commit for the whole run.
 
-    ``first_snapshot_ts`` is the snapshot being ingested: the first one whose commitlog held these bytes, since a
-    segment is only ever read from where the previous snapshot stopped.
+    The anti-join reads only the target rows of the brokers and physical ranges decoded, so a retry is harmless and
+    costs what it reads. Returns the number of decoded records (as before: decoded, not necessarily new).
     """
-    n = tbl.num_rows
-    tbl = tbl.append_column("cluster", pa.array([snap.cluster] * n, pa.string()))
-    tbl = tbl.append_column("broker", pa.array([snap.broker] * n, pa.string()))
-    tbl = tbl.append_column("first_snapshot_ts", pa.array([snap.ts] * n, pa.timestamp("us", tz="UTC")))
-    cluster, broker = snap.cluster, snap.broker
-    df = messages_frame(spark, tbl)
+    if not staged.messages:
+        return 0
     q = lambda s: s.replace("'", "''")  # noqa: E731
-    target = (f"t.cluster = '{q(cluster)}' AND t.broker = '{q(broker)}' AND t.physical_offset >= {lo} "
-              f"AND t.physical_offset < {hi}")
-    _delta.insert_new(spark, df, lake, messages.TABLE, target_filter=target)
+    target = " OR ".join(
+        f"(t.cluster = '{q(c)}' AND t.broker = '{q(b)}' AND t.physical_offset >= {lo} AND t.physical_offset < {hi})"
+        for (c, b), (lo, hi) in sorted(staged.spans.items()))
+    df = staged.read(spark, messages.TABLE, "message")
+    _delta.insert_new(spark, df, lake, messages.TABLE, target_filter=target, rows=staged.messages)
+    return staged.messages
 
 
-def _load_ranges(spark: Any, lake: str, snap: Snapshot, pending: list[tuple[int, int, pa.Table]]) -> None:
-    """One ``load_messages`` for several decoded ranges of one broker snapshot (the span covers them all)."""
-    if not any(r[2].num_rows for r in pending):
-        return  # ranges where only problems were found (a damaged segment): nothing to write
-    lo = min(r[0] for r in pending)
-    hi = max(r[1] for r in pending)
-    load_messages(spark, lake, snap, lo, hi, pa.concat_tables([r[2] for r in pending], promote_options="default"))
+def load_trace(spark: Any, lake: str, staged: Decoded) -> int:
+    """MERGE the staged trace records (insert-only on their key, so re-runs never duplicate); one commit."""
+    if not staged.trace:
+        return 0
+    df = staged.read(spark, trace_records.TABLE, "trace")
+    if not _delta.exists(lake, trace_records.TABLE):  # every staged key is new (a record is decoded once a run)
+        _delta.insert_new(spark, df, lake, trace_records.TABLE, target_filter="true")
+        return staged.trace
+    return _delta.merge(spark, df.dropDuplicates(list(trace_records.TABLE.key)), lake, trace_records.TABLE,
+                        insert_only=True)
 
 
 def load_small(spark: Any, lake: str, ex: Extracted, now: dt.datetime) -> dict[str, int]:
@@ -577,12 +609,6 @@ def save_segments_state(spark: Any, lake: str, state: dict[tuple[str, str, str],
     if not rows:
         return 0
     return _delta.merge(spark, _spark_frame(spark, rows, segments.TABLE), lake, segments.TABLE)
-
-
-def _load_trace(spark: Any, lake: str, rows: list[dict[str, Any]]) -> int:
-    """MERGE one batch of trace records (insert-only on their key, so batches and re-runs never duplicate)."""
-    frame = _spark_frame(spark, _dedupe(rows, trace_records.TABLE.key), trace_records.TABLE)
-    return _delta.merge(spark, frame, lake, trace_records.TABLE, insert_only=True)
 
 
 def build_deliveries(spark: Any, lake: str, since: dict[str, int] | None = None) -> int:
@@ -764,41 +790,31 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
         if recovered:
             say(f"ingest: finished the rewrites of {', '.join(recovered)} that a killed run left")
         state = load_segments_state(lake)
-        known = KnownRecords(lake)
         seen_paths = frozenset(
             _delta.read_pandas_columns(lake, files.TABLE, ["source_path"], filters=[("file_kind", "=", "commitlog")])
             ["source_path"]) if _delta.exists(lake, files.TABLE) else frozenset()
-        trace_batch: list[dict[str, Any]] = []
         for i, snap in enumerate(snaps, 1):
             say(f"ingest: [{i}/{len(snaps)}] {snap.folder} ({len(snap.files)} files)")
             extract_configs(snap, landing_uri, ex, now)
-            if snap.is_clients:
-                continue
-            pending: list[tuple[int, int, pa.Table]] = []
-            pending_rows = 0
-            for st, lo, hi, tbl in decode_commitlog(snap, state, ex, now, known, seen_paths):
-                trace_batch.extend(trace_rows(snap.cluster, snap.broker, tbl, ex, snap,
-                                              f"{snap.folder}/store/commitlog/{st.segment}", st.start_offset))
-                if len(trace_batch) >= TRACE_BATCH_ROWS:
-                    n_trace += _load_trace(spark, lake, trace_batch)
-                    trace_batch = []
-                pending.append((lo, hi, tbl.drop_columns(["body"]) if "body" in tbl.column_names else tbl))
-                n_messages += tbl.num_rows
-                pending_rows += tbl.num_rows
-                say(f"ingest:   {st.segment}: {tbl.num_rows} records, bytes {lo}..{hi}")
-                if pending_rows >= MESSAGE_BATCH_ROWS:
-                    _load_ranges(spark, lake, snap, pending)
-                    pending, pending_rows = [], 0
-            _load_ranges(spark, lake, snap, pending)
-            failpoints.hit("ingest.after_snapshot")
+        t_decode = time.time()
+        staged = decode_commitlogs(spark, lake, snaps, state, ex, now, seen_paths)
+        say(f"ingest: decoded {staged.messages} records and {staged.trace} trace records in "
+            f"{time.time() - t_decode:.1f} s")
+        extract_all_queue_bounds(snaps, landing_uri, lake, staged, ex, now)
+        say(f"ingest: queue bounds of {len(snaps)} snapshot(s) in {time.time() - t_decode:.1f} s since the decode began")
+        n_messages = load_decoded(spark, lake, staged)
+        say(f"ingest: silver/messages loaded ({time.time() - t_decode:.1f} s since the decode began)")
+        failpoints.hit("ingest.after_snapshot")
+        for snap in snaps:
             for t in extract_exports(snap, ex):
                 _delta.merge(spark, messages_frame(spark, t), lake, messages.TABLE, insert_only=True)
                 n_messages += t.num_rows
-            extract_queue_bounds(snap, landing_uri, ex, now, known)
-        if trace_batch:
-            n_trace += _load_trace(spark, lake, trace_batch)
+        n_trace = load_trace(spark, lake, staged)
+        say(f"ingest: bronze/trace_records loaded ({time.time() - t_decode:.1f} s since the decode began)")
+        storage.delete_tree(staged.staging)
         failpoints.hit("ingest.after_trace")
         counts = load_small(spark, lake, ex, now)
+        say(f"ingest: small tables loaded ({time.time() - t_decode:.1f} s since the decode began)")
         failpoints.hit("ingest.after_configs")
         counts[segments.TABLE.qualified] = save_segments_state(spark, lake, state, now)
         failpoints.hit("ingest.after_segments")

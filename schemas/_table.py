@@ -20,6 +20,8 @@ class Table:
         schema: the columns, in order; extract casts to it and load writes with it.
         key: the columns that identify a row; MERGE matches on them, expectations check uniqueness.
         partition_by: partition columns (usually none: the tables are small per key).
+        cluster_by: columns the rows of a large table are written ordered by, in files of disjoint ranges of them,
+            so that a filter on their leading columns reads only the files and row groups whose min/max admit it.
     """
 
     layer: str
@@ -27,6 +29,7 @@ class Table:
     schema: StructType
     key: tuple[str, ...]
     partition_by: tuple[str, ...] = field(default_factory=tuple)
+    cluster_by: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def qualified(self) -> str:

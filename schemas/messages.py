@@ -34,4 +34,7 @@ SCHEMA = StructType(
 KEY: tuple[str, ...] = ('cluster', 'broker', 'physical_offset')
 PARTITION_BY: tuple[str, ...] = ()
 
-TABLE = Table("silver", NAME, SCHEMA, KEY, PARTITION_BY)
+# The ingest's anti-join and a reconcile's reads go by cluster, broker and commitlog position (issue 13.3).
+CLUSTER_BY: tuple[str, ...] = ("cluster", "broker", "physical_offset")
+
+TABLE = Table("silver", NAME, SCHEMA, KEY, PARTITION_BY, CLUSTER_BY)

@@ -22,7 +22,13 @@ What it does:
    DuckDB SQL, all reading the same Parquet files, each engine in its own process: one warm-up, then
    ``--repeats`` timed runs; medians and the ratios Sail/DuckDB and classic/Sail. The three must return the same
    (cluster, consumer_group, compared, agreeing) rows, and the same as the reconcile stage's summary.json.
-4. Prints the figures table with PASS/MISS per target and writes it to ``<workdir>/figures.md`` (and
+4. ``scaling`` (issue 13): ingest of the same landing zone, each into a fresh Parquet lake, on the standalone cluster
+   (``infra/spark-cluster.sh``) with 1 worker of 1 core and with 2 workers of 1 core each, and on a Sail server
+   process (``sail spark server``) with 1 and 2 task slots (``SAIL_EXECUTION__DEFAULT_PARALLELISM``, pinned to as
+   many CPUs with ``taskset``); the job connects to each with ``RMQ_RECON_ENGINE=connect``. Per run: wall time, the
+   driver's (the job process's) peak RSS and, separately, the engine's (its processes' trees, sampled); the
+   speed-ups 2 cores / 1 core, cluster / Sail, and whether all four ingests changed the same rows.
+5. Prints the figures table with PASS/MISS per target and writes it to ``<workdir>/figures.md`` (and
    ``figures.json``). ``--stages`` runs a subset; figures of earlier stages are taken from ``figures.json``.
 
 DuckDB is a benchmark-only dependency, pinned in requirements.lock (``make install`` installs it). The machine (2 cores, 24 GiB) may be
@@ -42,8 +48,9 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -53,7 +60,7 @@ from jobs.simulate import tree_size  # noqa: E402 - after the project root is on
 
 GiB = 1 << 30
 MiB = 1 << 20
-STAGES = ["simulate", "ingest", "reconcile", "replay"]
+STAGES = ["simulate", "ingest", "reconcile", "replay", "scaling"]
 ENGINES = ["sail", "classic", "duckdb"]
 TARGET_MESSAGES = 10_000_000
 TARGET_SIMULATE_S = 600.0  # issue 4: 10 M messages generated in under 10 minutes
@@ -113,7 +120,8 @@ def child_ingest(a: dict[str, Any]) -> dict[str, Any]:
 
     if os.path.exists(a["lake"]):
         shutil.rmtree(a["lake"])
-    keep = lambda line: "done" in line or " snapshot(s) under " in line or "ingest: [" in line  # noqa: E731
+    keep = lambda line: any(s in line for s in ("done", " snapshot(s) under ", "ingest: [", "decoded", "loaded",  # noqa: E731
+                                                "queue bounds", "deliveries"))
     return ingest.run(a["landing"], a["lake"], progress=_throttled("ingest", keep))
 
 
@@ -428,8 +436,13 @@ def _tree_rss(pid: int) -> int:
     return total
 
 
-def run_child(label: str, stage: str, args: dict[str, Any], workdir: Path) -> dict[str, Any]:
-    """Run one stage in a fresh interpreter; returns its result plus wall_s, maxrss (wait4) and tree_peak_rss."""
+def run_child(label: str, stage: str, args: dict[str, Any], workdir: Path, *, env: dict[str, str] | None = None,
+              engine_pids: Callable[[], list[int]] | None = None) -> dict[str, Any]:
+    """Run one stage in a fresh interpreter; returns its result plus wall_s, maxrss (wait4) and tree_peak_rss.
+
+    ``env``: extra environment of the child. ``engine_pids``: the processes of an engine outside the child (a Spark
+    Connect server, a cluster's JVMs), whose summed RSS is sampled too (``engine_peak_rss``).
+    """
     out = workdir / f".child-{label}.json"
     if out.exists():
         out.unlink()
@@ -437,8 +450,9 @@ def run_child(label: str, stage: str, args: dict[str, Any], workdir: Path) -> di
            "--child-out", str(out)]
     say(f"{label}: start ({stage} {json.dumps(args)})")
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=str(ROOT))
+    proc = subprocess.Popen(cmd, cwd=str(ROOT), env={**os.environ, **(env or {})})
     peak = [0]
+    engine_peak = [0]
     done = threading.Event()
 
     def sample() -> None:
@@ -446,6 +460,8 @@ def run_child(label: str, stage: str, args: dict[str, Any], workdir: Path) -> di
         while not done.wait(0.5):
             rss = _tree_rss(proc.pid)
             peak[0] = max(peak[0], rss)
+            if engine_pids is not None:
+                engine_peak[0] = max(engine_peak[0], sum(_tree_rss(pid) for pid in engine_pids()))
             if time.perf_counter() - last_note >= 30:
                 last_note = time.perf_counter()
                 say(f"{label}: running {time.perf_counter() - t0:.0f} s, RSS {fmt_bytes(rss)} "
@@ -464,6 +480,8 @@ def run_child(label: str, stage: str, args: dict[str, Any], workdir: Path) -> di
     out.unlink()
     result.update({"wall_s": round(wall, 2), "maxrss": usage.ru_maxrss * 1024, "tree_peak_rss": peak[0],
                    "cpu_s": round(usage.ru_utime + usage.ru_stime, 1)})
+    if engine_pids is not None:
+        result["engine_peak_rss"] = engine_peak[0]
     say(f"{label}: done in {wall:.1f} s, peak RSS {fmt_bytes(result['maxrss'])} (ru_maxrss), "
         f"{fmt_bytes(peak[0])} (process tree, sampled), CPU {result['cpu_s']} s")
     return result
@@ -518,6 +536,98 @@ def stage_ingest(args: argparse.Namespace, workdir: Path, fig: dict[str, Any]) -
                      "quarantined": r["quarantined"], "lake_files": files, "lake_bytes": logical}
     say(f"ingest: {r['wall_s']:.1f} s, peak RSS {fmt_bytes(peak_rss(r))}; lake {files} files, {fmt_bytes(logical)}; "
         f"rows {r['changed_rows']}")
+
+
+# The scaling run (issue 13.5): the same ingest on the standalone cluster with 1 and 2 one-core workers and on a Sail
+# server with 1 and 2 task slots (pinned to as many CPUs); Parquet everywhere (the cluster has no Delta jars).
+SCALING = [("cluster", 1), ("cluster", 2), ("sail", 1), ("sail", 2)]
+TARGET_SCALING = 1.7  # 2 cores >= 1.7x 1 core
+TARGET_DRIVER_RSS = GiB  # the client's peak RSS at 10 M messages
+
+
+@contextmanager
+def _cluster(workdir: Path, workers: int) -> Iterator[tuple[str, Callable[[], list[int]]]]:
+    """``infra/spark-cluster.sh`` with ``workers`` workers of 1 core; yields its URL and its processes."""
+    state = workdir / f"spark-cluster-{workers}"
+    env = {**os.environ, "SPARK_CLUSTER_DIR": str(state), "SPARK_WORKERS": str(workers), "SPARK_WORKER_CORES": "1",
+           "PYTHON": sys.executable}
+    script = str(ROOT / "infra" / "spark-cluster.sh")
+    r = subprocess.run([script, "start"], env=env, capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        raise SystemExit(f"spark cluster of {workers} worker(s) did not start: {r.stderr[-2000:]}")
+    url = r.stdout.strip().rsplit("=", 1)[1]
+    names = ["master", "connect"] + ["worker" if w == 1 else f"worker{w}" for w in range(1, workers + 1)]
+
+    def pids() -> list[int]:
+        return [int((state / f"{n}.pid").read_text()) for n in names if (state / f"{n}.pid").exists()]
+
+    try:
+        yield url, pids
+    finally:
+        subprocess.run([script, "stop"], env=env, capture_output=True, text=True, timeout=300)
+
+
+@contextmanager
+def _sail_server(workdir: Path, slots: int) -> Iterator[tuple[str, Callable[[], list[int]]]]:
+    """A Sail Spark Connect server in its own process with ``slots`` task slots, pinned to as many CPUs."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SAIL_EXECUTION__DEFAULT_PARALLELISM": str(slots),
+           "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
+    cpus = ",".join(str(i) for i in range(min(slots, os.cpu_count() or 1)))
+    log = open(workdir / f"sail-{slots}.log", "w")
+    proc = subprocess.Popen(["taskset", "-c", cpus, str(Path(sys.executable).parent / "sail"), "spark", "server",
+                             "--ip", "127.0.0.1", "--port", str(port)], env=env, stdout=log, stderr=log,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.time() > deadline:
+                    raise SystemExit(f"sail server with {slots} slot(s) did not start (log {log.name})")
+                time.sleep(0.2)
+        yield f"sc://127.0.0.1:{port}", lambda: [proc.pid]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def stage_scaling(workdir: Path, fig: dict[str, Any]) -> None:
+    """Ingest the landing zone on each engine of :data:`SCALING`, each into a fresh Parquet lake."""
+    landing = workdir / "landing"
+    if not landing.exists():
+        raise SystemExit(f"{landing} does not exist: run the simulate stage first")
+    runs: dict[str, dict[str, Any]] = {}
+    for engine, n in SCALING:
+        name = f"{engine}-{n}"
+        lake = workdir / f"lake-{name}"
+        setup = _cluster(workdir, n) if engine == "cluster" else _sail_server(workdir, n)
+        with setup as (url, pids):
+            env = {"SPARK_REMOTE": url, "RMQ_RECON_ENGINE": "connect", "RMQ_RECON_FORMAT": "parquet"}
+            r = run_child(f"ingest {name}", "ingest", {"landing": str(landing), "lake": str(lake)}, workdir,
+                          env=env, engine_pids=pids)
+        shutil.rmtree(lake, ignore_errors=True)
+        runs[name] = {"wall_s": r["wall_s"], "job_s": r["seconds"], "driver_peak_rss": r["maxrss"],
+                      "engine_peak_rss": r.get("engine_peak_rss"), "cpu_s": r["cpu_s"],
+                      "changed_rows": r["changed_rows"], "quarantined": r["quarantined"]}
+        say(f"scaling {name}: ingest {r['wall_s']:.1f} s; driver peak RSS {fmt_bytes(r['maxrss'])}, engine peak RSS "
+            f"{fmt_bytes(r.get('engine_peak_rss'))}")
+    rows = {json.dumps(v["changed_rows"], sort_keys=True) for v in runs.values()}
+    fig["scaling"] = {"runs": runs, "identical_rows": len(rows) == 1,
+                      "cluster_speedup": runs["cluster-1"]["wall_s"] / runs["cluster-2"]["wall_s"],
+                      "sail_speedup": runs["sail-1"]["wall_s"] / runs["sail-2"]["wall_s"],
+                      "cluster_over_sail": runs["cluster-2"]["wall_s"] / runs["sail-2"]["wall_s"]}
 
 
 def stage_reconcile(workdir: Path, fig: dict[str, Any]) -> None:
@@ -644,6 +754,20 @@ def figures_table(fig: dict[str, Any]) -> str:
         if rep.get("classic_over_sail") is not None:
             row("classic / Sail (replay)", f"{rep['classic_over_sail']:.2f}", ">= 5.00",
                 rep["classic_over_sail"] >= TARGET_CLASSIC_VS_SAIL)
+    sc = fig.get("scaling") or {}
+    if sc:
+        for name, r in sc["runs"].items():
+            row(f"scaling: ingest on {name.replace('-', ' x ')} core(s)",
+                f"{fmt_s(r['wall_s'])}; driver peak RSS {fmt_bytes(r['driver_peak_rss'])}, engine peak RSS "
+                f"{fmt_bytes(r['engine_peak_rss'])}", f"driver < {fmt_bytes(TARGET_DRIVER_RSS)}",
+                r["driver_peak_rss"] < TARGET_DRIVER_RSS)
+        row("scaling: cluster 2 cores / 1 core", f"{sc['cluster_speedup']:.2f}x", f">= {TARGET_SCALING}x",
+            sc["cluster_speedup"] >= TARGET_SCALING)
+        row("scaling: Sail 2 slots / 1 slot", f"{sc['sail_speedup']:.2f}x", f">= {TARGET_SCALING}x",
+            sc["sail_speedup"] >= TARGET_SCALING)
+        row("scaling: cluster / Sail (2 cores each)", f"{sc['cluster_over_sail']:.2f}", "<= 3.00",
+            sc["cluster_over_sail"] <= 3.0)
+        row("scaling: same rows on every engine", str(sc["identical_rows"]), "identical", sc["identical_rows"])
     m = fig.get("machine", {})
     if m:
         row("machine", f"{m['cores']} cores, {fmt_bytes(m['memory'])}; load average at start {m['load_start']}, "
@@ -717,7 +841,8 @@ def main(argv: list[str] | None = None) -> int:
         fig_path.write_text(json.dumps(fig, indent=2, default=str) + "\n")
 
     steps = {"simulate": lambda: stage_simulate(args, workdir, fig), "ingest": lambda: stage_ingest(args, workdir, fig),
-             "reconcile": lambda: stage_reconcile(workdir, fig), "replay": lambda: stage_replay(args, workdir, fig)}
+             "reconcile": lambda: stage_reconcile(workdir, fig), "replay": lambda: stage_replay(args, workdir, fig),
+             "scaling": lambda: stage_scaling(workdir, fig)}
     for s in STAGES:
         if s in stages:
             steps[s]()

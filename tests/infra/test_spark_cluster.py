@@ -147,3 +147,36 @@ def test_scenario_on_cluster_equals_truth_and_sail(tmp_path: pathlib.Path, monke
     assert on_cluster["as_of"] == on_sail["as_of"]
     assert sum(len(read_csv(pathlib.Path(on_cluster["report_dir"], f"{n}.csv"))) for n in REPORTS) > 0
     suite.done.append(scenario)
+
+
+def test_ingest_decodes_on_the_cluster_and_lands_the_rows_sail_lands(tmp_path: pathlib.Path,
+                                                                     monkeypatch: pytest.MonkeyPatch,
+                                                                     spark_cluster: str) -> None:
+    """Issue 13: the ingest job itself on the cluster (its executors decode the commitlogs, jobs.decode_tasks): every
+    bronze and silver table holds exactly the rows the same ingest on Sail writes, and a second run changes none."""
+    from jobs import _delta, ingest, simulate
+    from schemas import ALL_TABLES
+
+    def lake_rows(lake: pathlib.Path) -> dict[str, list[tuple]]:  # every bronze/silver row but the ledgers'
+        volatile = {"ingested_at", "detected_at", "updated_at", "completed_at", "started_at"}
+        out = {}
+        for t in ALL_TABLES:
+            if t.layer in ("bronze", "silver") and t.qualified != "bronze/ingest_runs" and _delta.exists(str(lake), t):
+                df = _delta.read_pandas(str(lake), t)
+                cols = [c for c in t.columns if c not in volatile]
+                out[t.qualified] = sorted(tuple(repr(v) for v in r) for r in df[cols].itertuples(index=False, name=None))
+        return out
+
+    landing = tmp_path / "landing"
+    _clear_engine_env(monkeypatch)
+    monkeypatch.setenv("RMQ_RECON_FORMAT", FORMAT)
+    sim = simulate.run("blocked-head", str(landing), seed=SEED)
+    on_sail = ingest.run(str(landing), str(tmp_path / "lake-sail"))
+    monkeypatch.setenv("SPARK_REMOTE", spark_cluster)
+    monkeypatch.setenv("RMQ_RECON_ENGINE", "connect")
+    on_cluster = ingest.run(str(landing), str(tmp_path / "lake-cluster"))
+    assert on_cluster["changed_rows"]["silver/messages"] == sim["messages_stored"] == 2641
+    assert on_cluster["changed_rows"] == on_sail["changed_rows"]
+    assert lake_rows(tmp_path / "lake-cluster") == lake_rows(tmp_path / "lake-sail")
+    again = ingest.run(str(landing), str(tmp_path / "lake-cluster"), retake=True)
+    assert again["table_versions"]["after"] == again["table_versions"]["before"]

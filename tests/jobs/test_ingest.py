@@ -237,3 +237,43 @@ def test_tabular_exports_land_as_messages_and_a_broken_one_is_quarantined(tmp_pa
         "cluster=c/broker=b/snapshot_ts=20260105T010000Z/export/broken.jsonl", 0,
         "tabular export unreadable (ValueError: missing required columns ['physical_offset', 'queue_id', "
         "'queue_offset']; present: ['topic']); expected Parquet or JSON lines with the silver/messages columns"]]
+
+
+def test_queue_entries_into_a_record_are_checked_against_the_records_each_snapshot_saw(tmp_path: pathlib.Path) -> None:
+    """Two snapshots of one broker: 10 records, then 20. Each snapshot's consume queue has an entry into the middle of
+    record 3, and one giving record 4 a wrong size; the second's also points into record 15, which only it holds.
+    Each entry is quarantined against the records of its own snapshot and those before it (issue 13: the decode runs
+    in engine tasks, the checks afterwards on the driver)."""
+    from jobs import consumequeue
+    from jobs.commitlog import CommitLogWriter
+
+    def snapshot(ts: str, records: int) -> list[tuple[int, int]]:
+        store = tmp_path / "landing" / "cluster=c" / "broker=b" / f"snapshot_ts={ts}" / "store"
+        w = CommitLogWriter(str(store / "commitlog"), segment_size=64 * 1024)
+        at = [w.append(topic="T", queue_id=0, queue_offset=i, body=b"x" * 100, properties={"UNIQ_KEY": f"K{i}"},
+                       born_ts_ms=1, store_ts_ms=2, born_host=("10.0.0.1", 1), store_host=("10.0.0.2", 10911))
+              for i in range(records)]
+        w.close()
+        entries = [consumequeue.encode_cq_entry(o, s, 0) for o, s in at]
+        entries[3] = consumequeue.encode_cq_entry(at[3][0] + 5, at[3][1], 0)
+        entries[4] = consumequeue.encode_cq_entry(at[4][0], 99, 0)
+        if records > 15:
+            entries[15] = consumequeue.encode_cq_entry(at[15][0] + 7, at[15][1], 0)
+        cq = store / "consumequeue" / "T" / "0"
+        cq.mkdir(parents=True)
+        (cq / f"{0:020d}").write_bytes(b"".join(entries) + bytes(20 * (1000 - records)))
+        return at
+
+    snapshot("20260105T000000Z", 10)
+    at = snapshot("20260105T003000Z", 20)
+    lake = str(tmp_path / "lake")
+    ingest.run(str(tmp_path / "landing"), lake, now=NOW)
+    q = _delta.read_pandas(lake, quarantine.TABLE).sort_values(["source_path", "position"])
+    cq = "cluster=c/broker=b/snapshot_ts=20260105T00{}00Z/store/consumequeue/T/0/00000000000000000000"
+    inside = "entry {} points at commitlog offset {}, where no message starts; entry ignored"
+    size = f"entry 4 says size 99 but the message at commitlog offset {at[4][0]} has size {at[4][1]}"
+    assert q[["source_path", "position", "reason"]].values.tolist() == [
+        [cq.format("00"), 60, inside.format(3, at[3][0] + 5)], [cq.format("00"), 80, size],
+        [cq.format("30"), 60, inside.format(3, at[3][0] + 5)], [cq.format("30"), 80, size],
+        [cq.format("30"), 300, inside.format(15, at[15][0] + 7)]]
+    assert len(_delta.read_pandas(lake, messages.TABLE)) == 20
