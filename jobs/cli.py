@@ -39,7 +39,7 @@ def cmd_reconcile(a: argparse.Namespace) -> int:
     groups = [g for g in (a.groups or "").split(",") if g] or None
     summary = reconcile.run(a.lake, a.reports, as_of=a.as_of, run_id=a.run_id, window=a.window, groups=groups,
                             dlq_warn_retries=a.dlq_warn_retries, blocking_min_age_s=a.blocking_min_age,
-                            progress=_progress)
+                            full=a.full, retention_h=a.retention_h, progress=_progress)
     _print_json(summary)
     return 0
 
@@ -134,6 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--groups", default=None, help="comma-separated consumer groups (default: all)")
     s.add_argument("--dlq-warn-retries", type=int, default=3)
     s.add_argument("--blocking-min-age", type=int, default=900, help="seconds (default 900 = consumeTimeout)")
+    s.add_argument("--full", action="store_true",
+                   help="recompute everything (investigation, backfill) instead of carrying the previous run's "
+                        "final rows beyond the horizon")
+    s.add_argument("--retention-h", type=float, default=None,
+                   help="the horizon: the broker's fileReservedTime in hours (default RMQ_RECON_RETENTION_H or 72)")
     s.set_defaults(func=cmd_reconcile)
 
     s = sub.add_parser("dashboard", help="gold tables -> <reports>/dashboard/, a static site across runs")
