@@ -359,7 +359,8 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
                 frames["messages"] = _spark.materialize(spark, snapshots.relevant_messages(
                     frames["messages"], frames["deliveries"], frames["consumer_offsets"])
                     .select(*messages.TABLE.columns), storage.join(tmp, "messages"))
-                info["read"] = {"messages": "all", "deliveries": "all"}
+                info["read"] = {"consumer_offsets": "all", "queue_bounds": "all", "subscription_groups": "all",
+                                "messages": frames["stored_messages"].count(), "deliveries": frames["deliveries"].count()}
                 r = _reconcile(spark, lake, frames, as_of_ts, rid, window, dlq_warn_retries, blocking_min_age_s, say)
             say(f"reconcile: {info['mode']} run" + (f" (full: {info.get('why_full')})" if info["mode"] == "full"
                                                     else f", {len(info['full_groups'])} group(s) in full"))
