@@ -190,8 +190,30 @@ def lookups(parts: dict[str, Any], series: Any) -> dict[str, Any]:
                 .select("cluster", "uniq_key").distinct())
     dlq_copies = dlq_keys.join(old_m, on=["cluster", "uniq_key"], how="inner").select(*old_m.columns)
     delivered = parts["recent_d"].where(F.col("uniq_key").isNotNull()).select("cluster", "uniq_key").distinct()
-    old_copies = delivered.join(old_m.select("cluster", "uniq_key"), on=["cluster", "uniq_key"], how="inner").distinct()
+    old_copies = delivered.join(copy_owners(old_m), on=["cluster", "uniq_key"], how="inner").distinct()
     return {"at_positions": at_positions, "dlq_copies": dlq_copies, "old_copies_of_recent_keys": old_copies}
+
+
+def copy_owners(messages: Any) -> Any:
+    """(cluster, uniq_key, owner) of the copies a group's answers read: an original (owner null: every group's) or a
+    copy in the group's own %RETRY%/%DLQ% topic or on its way there (owner = the group, rule 15). Another group's retry
+    copy changes nothing of this group's answers."""
+    from pyspark.sql import functions as F
+
+    from jobs.snapshots import copies_in_flight
+    from jobs.topics import is_system_topic_col
+
+    originals = (messages.where(F.col("uniq_key").isNotNull() & ~is_system_topic_col(F.col("topic")))
+                 .select("cluster", "uniq_key", F.lit(None).cast("string").alias("owner")))
+    own = copies_in_flight(messages).select("cluster", "uniq_key", F.col("consumer_group").alias("owner"))
+    return originals.unionByName(own).distinct()
+
+
+def _owned_by(df: Any) -> Any:
+    """Rows of (cluster, consumer_group, ..., owner) where the copy counts for the group."""
+    from pyspark.sql import functions as F
+
+    return df.where(F.col("owner").isNull() | (F.col("owner") == F.col("consumer_group")))
 
 
 def group_checks(frames: dict[str, Any], parts: dict[str, Any], looked: dict[str, Any], *, as_of: dt.datetime,
@@ -206,12 +228,12 @@ def group_checks(frames: dict[str, Any], parts: dict[str, Any], looked: dict[str
     recent_keys = parts["recent_d"].where(F.col("uniq_key").isNotNull()).select(*key).distinct()
     old_d = parts["old_d"]
     both = recent_keys.join(old_d.select(*key), on=key, how="left_semi").select(*GROUP).distinct()
-    old_copy = looked["old_copies_of_recent_keys"].join(recent_keys, on=["cluster", "uniq_key"], how="inner") \
-        .select(*GROUP).distinct()
+    old_copy = _owned_by(looked["old_copies_of_recent_keys"].join(recent_keys, on=["cluster", "uniq_key"],
+                                                                  how="inner")).select(*GROUP).distinct()
     # every record first held after the cut, as-of or not: an old key's copy the deliveries' mapping may have used
-    later = frames["messages"].where(F.col("first_snapshot_ts").isNull() | (F.col("first_snapshot_ts") > k)) \
-        .where(F.col("uniq_key").isNotNull()).select("cluster", "uniq_key").distinct()
-    new_copy = later.join(old_d.select(*key), on=["cluster", "uniq_key"], how="inner").select(*GROUP).distinct()
+    later = copy_owners(frames["messages"].where(F.col("first_snapshot_ts").isNull() | (F.col("first_snapshot_ts") > k)))
+    new_copy = _owned_by(later.join(old_d.select(*key), on=["cluster", "uniq_key"], how="inner")) \
+        .select(*GROUP).distinct()
     settled = old_d.where(F.col("after_snapshot_ts") > snapshots._ts(previous_as_of)).select(*GROUP).distinct()
     subs = frames["subscription_groups"]
     now = dlq.retry_max_times(subs, as_of=as_of).withColumnRenamed("retry_max", "_now")
@@ -444,8 +466,10 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
     if not offsets_in_order(parts):
         return None
     series = snapshots.offset_series(frames["consumer_offsets"], frames["queue_bounds"], as_of=as_of)
+    say("reconcile:   old records in order")
     looked = lookups(parts, series)
     reasons = group_checks(frames, parts, looked, as_of=as_of, cut=cut, previous_as_of=previous["as_of"])
+    say("reconcile:   group checks done")
     prev = previous_rows(lake, previous)
     lo = parts["lo"].toPandas()
     latest = snapshots.latest(series).select(*SERIES_KEY, "committed_offset", "min_offset").toPandas()
@@ -455,7 +479,7 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
     for c, g, why in [*zip(reasons["cluster"], reasons["consumer_group"], reasons["reason"]), *more]:
         fallback.setdefault((c, g), why)
     full_groups = _groups_frame(spark, set(fallback))
-    say(f"reconcile: horizon {reconcile.reports.format_ts(cut)}, carrying {previous['run_id']}; "
+    say(f"reconcile: horizon {reconcile.reports.format_ts(cut)}, carrying {previous['run_id']}; checked, "
         f"{len(fallback)} group(s) in full")
 
     # the recent part: recent deliveries and the old ones still open, recent records and the looked-up old ones
@@ -474,8 +498,10 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
                          .toPandas()) for n, df in out.items() if not n.startswith("_")}
     agreement = [_only(out["_agreement"], full_groups, keep=False).toPandas()]
     read = {"consumer_offsets": "all", "queue_bounds": "all", "subscription_groups": "all",
-            "messages_recent": recent.count(), "messages_old_looked_up": at_positions.count() + dlq_copies.count(),
+            "messages_recent": parts["recent_m"].count(),
+            "messages_old_looked_up": at_positions.count() + dlq_copies.count(),
             "deliveries_recent_and_open": dels.count()}
+    say("reconcile:   recent part reconciled")
 
     if fallback:  # those groups as a full run computes them
         d_full = _only(frames["deliveries"], full_groups, keep=True)
@@ -491,6 +517,7 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
         agreement.append(_only(full["_agreement"], full_groups, keep=True).toPandas())
         read["deliveries_of_full_groups"] = d_full.count()
         read["messages_of_full_groups"] = "all (relevant_messages)"
+        say("reconcile:   groups in full reconciled")
 
     keep = {(c, g) for c, g in zip(latest["cluster"], latest["consumer_group"])}
     keep |= {(c, g) for df in prev.values() for c, g in zip(df["cluster"], df["consumer_group"])}
