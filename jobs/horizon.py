@@ -216,9 +216,16 @@ def _owned_by(df: Any) -> Any:
     return df.where(F.col("owner").isNull() | (F.col("owner") == F.col("consumer_group")))
 
 
-def group_checks(frames: dict[str, Any], parts: dict[str, Any], looked: dict[str, Any], *, as_of: dt.datetime,
-                 cut: dt.datetime, previous_as_of: dt.datetime) -> pd.DataFrame:
-    """(cluster, consumer_group, reason) of every group whose data crosses the cut: it is computed in full."""
+def group_checks(frames: dict[str, Any], parts: dict[str, Any], looked: dict[str, Any], series: Any, *,
+                 as_of: dt.datetime, cut: dt.datetime, previous_as_of: dt.datetime) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Where a group's data crosses the cut: (cluster, consumer_group, reason) of the groups computed in full, and
+    (cluster, consumer_group, uniq_key) of its *retry chains*, the keys recomputed on their own.
+
+    A retry chain: a clustering group's key first delivered before the cut and retried across it (no first delivery
+    after it), with a copy in the group's own retry topic the previous run already saw. Its TRACE and SKIPPED answers
+    are final (no new first delivery; the copy keeps it from SKIPPED then and now); its RETRYING and IN_DLQ rows are
+    recomputed from all its deliveries and copies (:func:`chain_rows`).
+    """
     from pyspark.sql import functions as F
 
     from jobs import dlq, snapshots
@@ -227,22 +234,37 @@ def group_checks(frames: dict[str, Any], parts: dict[str, Any], looked: dict[str
     key = [*GROUP, "uniq_key"]
     recent_keys = parts["recent_d"].where(F.col("uniq_key").isNotNull()).select(*key).distinct()
     old_d = parts["old_d"]
-    both = recent_keys.join(old_d.select(*key), on=key, how="left_semi").select(*GROUP).distinct()
+    old_keys = old_d.select(*key)
+    both = recent_keys.join(old_keys, on=key, how="left_semi")
     old_copy = _owned_by(looked["old_copies_of_recent_keys"].join(recent_keys, on=["cluster", "uniq_key"],
-                                                                  how="inner")).select(*GROUP).distinct()
+                                                                  how="inner")).select(*key).distinct()
     # every record first held after the cut, as-of or not: an old key's copy the deliveries' mapping may have used
     later = copy_owners(frames["messages"].where(F.col("first_snapshot_ts").isNull() | (F.col("first_snapshot_ts") > k)))
-    new_copy = _owned_by(later.join(old_d.select(*key), on=["cluster", "uniq_key"], how="inner")) \
-        .select(*GROUP).distinct()
+    new_copy = _owned_by(later.join(old_keys, on=["cluster", "uniq_key"], how="inner")).select(*key).distinct()
+    crossing = (both.withColumn("reason", F.lit("a key delivered both before and after the horizon"))
+                .unionByName(new_copy.withColumn("reason", F.lit("a key delivered before the horizon has a copy "
+                                                                 "stored after it")))
+                .unionByName(old_copy.withColumn("reason", F.lit("a key delivered after the horizon has a copy "
+                                                                 "stored before it"))))
+    # retry chains: clustering group, no recent first delivery, an own copy the previous run saw
+    first_recent = parts["recent_d"].where(F.col("retry_times") == 0).select(*key).distinct() \
+        .withColumn("_first_recent", F.lit(True))
+    seen = frames["messages"].where(F.col("first_snapshot_ts").isNull()
+                                    | (F.col("first_snapshot_ts") <= snapshots._ts(previous_as_of)))
+    own = (copy_owners(seen).where(F.col("owner").isNotNull())
+           .select("cluster", F.col("owner").alias("consumer_group"), "uniq_key").distinct()
+           .withColumn("_own", F.lit(True)))
+    bcast = snapshots.broadcast_groups(series).withColumn("_bcast", F.lit(True))
+    judged = (crossing.join(first_recent, on=key, how="left").join(own, on=key, how="left")
+              .join(bcast, on=GROUP, how="left").toPandas())
+    chain = judged["_first_recent"].isna() & judged["_own"].notna() & judged["_bcast"].isna()
+    chains = judged[chain][key].drop_duplicates().reset_index(drop=True)
     settled = old_d.where(F.col("after_snapshot_ts") > snapshots._ts(previous_as_of)).select(*GROUP).distinct()
     subs = frames["subscription_groups"]
     now = dlq.retry_max_times(subs, as_of=as_of).withColumnRenamed("retry_max", "_now")
     then = dlq.retry_max_times(subs, as_of=previous_as_of).withColumnRenamed("retry_max", "_then")
     changed = now.join(then, on=GROUP, how="full").where(~F.col("_now").eqNullSafe(F.col("_then"))).select(*GROUP)
     reasons = [
-        (both, "a key delivered both before and after the horizon"),
-        (old_copy, "a key delivered after the horizon has a copy stored before it"),
-        (new_copy, "a key delivered before the horizon has a copy stored after it"),
         (settled, "a delivery from before the horizon ended after the previous run"),
         (changed, "retryMaxTimes changed since the previous run"),
     ]
@@ -251,7 +273,29 @@ def group_checks(frames: dict[str, Any], parts: dict[str, Any], looked: dict[str
         df = df.withColumn("reason", F.lit(why))
         out = df if out is None else out.unionByName(df)
     assert out is not None
-    return out.toPandas()
+    groups = pd.concat([judged[~chain][[*GROUP, "reason"]], out.toPandas()], ignore_index=True)
+    return groups, chains
+
+
+def chain_rows(spark: Any, parts: dict[str, Any], series: Any, subscription_groups: Any, chains: pd.DataFrame, *,
+               as_of: dt.datetime, dlq_warn_retries: int) -> pd.DataFrame:
+    """RETRYING and IN_DLQ rows of retry chains, from every delivery and copy of their keys (few rows, exact)."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from jobs import dlq
+    from jobs.snapshots import deliveries_in_window
+    from schemas import dlq_candidates
+
+    key = [*GROUP, "uniq_key"]
+    x = spark.createDataFrame(chains[key].values.tolist(), StructType([StructField(c, StringType()) for c in key]))
+    d = x.join(parts["recent_d"].unionByName(parts["old_d"]), on=key, how="inner")
+    m = x.select("cluster", "uniq_key").distinct().join(parts["recent_m"].unionByName(parts["old_m"]),
+                                                        on=["cluster", "uniq_key"], how="inner")
+    dw = deliveries_in_window(d, series, as_of=as_of)
+    rmax = dlq.retry_max_times(subscription_groups, as_of=as_of)
+    rows = (dlq.in_dlq(dw, m, rmax).unionByName(dlq.retrying(dw, m, rmax, dlq_warn_retries=dlq_warn_retries))
+            .join(x, on=key, how="left_semi"))
+    return naive_utc(rows.select(*dlq_candidates.REPORT_COLUMNS).toPandas())
 
 
 def offsets_in_order(parts: dict[str, Any]) -> bool:
@@ -468,7 +512,8 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
     series = snapshots.offset_series(frames["consumer_offsets"], frames["queue_bounds"], as_of=as_of)
     say("reconcile:   old records in order")
     looked = lookups(parts, series)
-    reasons = group_checks(frames, parts, looked, as_of=as_of, cut=cut, previous_as_of=previous["as_of"])
+    reasons, chains = group_checks(frames, parts, looked, series, as_of=as_of, cut=cut,
+                                   previous_as_of=previous["as_of"])
     say("reconcile:   group checks done")
     prev = previous_rows(lake, previous)
     lo = parts["lo"].toPandas()
@@ -523,6 +568,15 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
     keep |= {(c, g) for df in prev.values() for c, g in zip(df["cluster"], df["consumer_group"])}
     keep -= set(fallback)
     pdfs = merge(pdfs, carried(prev, lo, latest, keep))
+    chains = chains[in_groups(chains, keep)] if len(chains) else chains
+    if len(chains):  # their RETRYING and IN_DLQ rows, recomputed whole
+        d = pdfs["dlq_candidates"]
+        mine = d.merge(chains.assign(_x=True), on=[*GROUP, "uniq_key"], how="left")["_x"].notna().to_numpy()
+        redo = chain_rows(spark, parts, series, frames["subscription_groups"], chains, as_of=as_of,
+                          dlq_warn_retries=dlq_warn_retries)
+        pdfs["dlq_candidates"] = pd.concat([d[~(mine & d["reason"].isin(["IN_DLQ", "RETRYING"]).to_numpy())], redo],
+                                           ignore_index=True).astype(d.dtypes.to_dict())
+        read["retry_chains"] = len(chains)
     audit_rows, band = audit_frame(frames, series, as_of=as_of)
     read["messages_audit_band"] = band.count()
     return {"pdfs": pdfs, "agreement": pd.concat(agreement, ignore_index=True),
