@@ -76,8 +76,9 @@ def previous_run(lake: str, *, run_id: str, as_of: dt.datetime, cut: dt.datetime
     """The completed run whose rows this run carries, or None and why not.
 
     P = the latest completed run (by as-of, then completion) with as-of in [cut, as_of], other than this run id,
-    reconciled with the same parameters, all groups, and a lake that has not changed at or below its as-of time
-    since (the same snapshot folders and listings: a late file below it makes its rows stale).
+    reconciled with the same parameters and all groups (a ``--groups`` or otherwise different run is passed over),
+    and a lake that has not changed at or below its as-of time since (the same snapshot folders and listings: a late
+    file below it makes its rows stale).
     """
     runs = gold_runs.completed_runs(lake)
     if not len(runs):
@@ -86,24 +87,28 @@ def previous_run(lake: str, *, run_id: str, as_of: dt.datetime, cut: dt.datetime
     ok = runs[(runs["run_id"] != run_id) & (runs["as_of"] <= pd.Timestamp(as_of))]
     if not len(ok):
         return None, "no completed run at or before the as-of time"
-    best = ok.sort_values(["as_of", "completed_at", "run_id"], kind="mergesort").iloc[-1]
-    if best["as_of"] < pd.Timestamp(cut):
-        return None, f"the previous run {best['run_id']} is older than the horizon"
-    summary = _summary(lake, str(best["run_id"]))
-    mine = summary.get("horizon") or {}
-    if mine.get("params") != params:
-        return None, f"the previous run {best['run_id']} ran with other parameters (or no horizon record)"
-    if mine.get("snapshots_digest") != snapshots_digest(lake, snapshots_version, best["as_of"].to_pydatetime()):
-        return None, f"snapshots at or before {best['as_of']} changed since the previous run {best['run_id']}"
-    run = gold_runs.run(lake, str(best["run_id"]))
-    run["as_of"] = best["as_of"].to_pydatetime()
+    ok = ok.sort_values(["as_of", "completed_at", "run_id"], kind="mergesort")
+    if ok.iloc[-1]["as_of"] < pd.Timestamp(cut):
+        return None, f"the previous run {ok.iloc[-1]['run_id']} is older than the horizon"
+    ok = ok[ok["as_of"] >= pd.Timestamp(cut)]
+    summaries = _summaries(lake, list(ok["run_id"]))
+    same = [r for r in ok.itertuples(index=False)
+            if (summaries.get(r.run_id, {}).get("horizon") or {}).get("params") == params]
+    if not same:
+        return None, "no run since the horizon ran with the same parameters and all groups"
+    best = same[-1]
+    mine = summaries[best.run_id]["horizon"]
+    if mine.get("snapshots_digest") != snapshots_digest(lake, snapshots_version, best.as_of.to_pydatetime()):
+        return None, f"snapshots at or before {best.as_of} changed since the previous run {best.run_id}"
+    run = gold_runs.run(lake, str(best.run_id))
+    run["as_of"] = best.as_of.to_pydatetime()
     return run, ""
 
 
-def _summary(lake: str, run_id: str) -> dict:
-    df = _delta.read_pandas_columns(lake, reconcile_runs.TABLE, ["run_id", "summary"], filters=[("run_id", "=", run_id)])
-    df = df[df["run_id"] == run_id]
-    return json.loads(df.iloc[-1]["summary"]) if len(df) and df.iloc[-1]["summary"] else {}
+def _summaries(lake: str, run_ids: list[str]) -> dict[str, dict]:
+    df = _delta.read_pandas_columns(lake, reconcile_runs.TABLE, ["run_id", "summary"],
+                                    filters=[("run_id", "in", run_ids)])
+    return {r: json.loads(t) if t else {} for r, t in zip(df["run_id"], df["summary"]) if r in set(run_ids)}
 
 
 # --------------------------------------------------------------------------------------------- frames (Spark)
