@@ -448,6 +448,18 @@ def _only(df: Any, groups: Any, *, keep: bool) -> Any:
     return df.join(groups, on=GROUP, how="left_semi" if keep else "left_anti")
 
 
+def series_of(series: Any, groups: Any) -> Any:
+    """The offset series of ``groups``, plus one key at each cluster's newest snapshot: t_S of rule 8 is the cluster's
+    newest snapshot over every group, so the window of the groups' deliveries is the full run's (that key's rows are
+    dropped with the other groups')."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    w = Window.partitionBy("cluster").orderBy(F.col("snapshot_ts").desc(), *SERIES_KEY[1:])
+    edge = series.withColumn("_rn", F.row_number().over(w)).where("_rn = 1").drop("_rn")
+    return _only(series, groups, keep=True).unionByName(_only(edge, groups, keep=False))
+
+
 def reports_from(spark: Any, series: Any, dels: Any, msgs: dict[str, Any], subscription_groups: Any, *,
                  as_of: dt.datetime, window: int, dlq_warn_retries: int, blocking_min_age_s: int,
                  earlier_first: Any = None) -> dict[str, Any]:
@@ -514,7 +526,9 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
     parts = split_frames(frames, as_of=as_of, cut=cut)
     if not offsets_in_order(parts):
         return None
-    series = snapshots.offset_series(frames["consumer_offsets"], frames["queue_bounds"], as_of=as_of)
+    # every report reads the offset series, some several times: computed once (Sail recomputes a shared frame)
+    series = _spark.materialize(spark, snapshots.offset_series(frames["consumer_offsets"], frames["queue_bounds"],
+                                                               as_of=as_of), f"{tmp}/series")
     say("reconcile:   old records in order")
     looked = lookups(parts, series)
     reasons, chains = group_checks(frames, parts, looked, series, as_of=as_of, cut=cut,
@@ -555,11 +569,14 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
 
     if fallback:  # those groups as a full run computes them
         d_full = _only(frames["deliveries"], full_groups, keep=True)
-        m_full = _spark.materialize(spark, snapshots.relevant_messages(frames["stored_messages"], d_full,
-                                                                       frames["consumer_offsets"])
-                                    .select(*messages_schema.TABLE.columns), f"{tmp}/messages_full")
-        full = reconcile.transform({**frames, "deliveries": d_full, "messages": m_full}, as_of=as_of, window=window,
-                                   dlq_warn_retries=dlq_warn_retries, blocking_min_age_s=blocking_min_age_s)
+        m_full = _spark.materialize(spark, snapshots.relevant_messages(
+            frames["stored_messages"], d_full,
+            _only(frames["consumer_offsets"], full_groups, keep=True)).select(*messages_schema.TABLE.columns),
+            f"{tmp}/messages_full")
+        full = reports_from(spark, series_of(series, full_groups), snapshots.deliveries_as_of(d_full, as_of=as_of),
+                            {k: snapshots.messages_as_of(m_full, as_of=as_of) for k in ("recent", "positions", "dlq")},
+                            frames["subscription_groups"], as_of=as_of, window=window,
+                            dlq_warn_retries=dlq_warn_retries, blocking_min_age_s=blocking_min_age_s)
         for n in pdfs:
             extra = naive_utc(_only(full[n], full_groups, keep=True)
                               .select(*reconcile.REPORT_MODULES[n].REPORT_COLUMNS).toPandas())
