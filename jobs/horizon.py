@@ -60,7 +60,7 @@ def params_of(*, window: int, dlq_warn_retries: int, blocking_min_age_s: int, gr
 
 
 def snapshots_digest(lake: str, version: int | None, until: dt.datetime) -> str:
-    """A digest of every snapshot folder taken (and its listing) up to ``until``: changes when the lake below it does."""
+    """A digest of the snapshot folders taken (and their listings) up to ``until``: changes when the lake below does."""
     if version is None or not _delta.exists(lake, snapshots_schema.TABLE):
         return "none"
     df = _delta.read_pandas_columns(lake, snapshots_schema.TABLE, ["cluster", "broker", "snapshot_ts",
@@ -222,7 +222,8 @@ def _owned_by(df: Any) -> Any:
 
 
 def group_checks(frames: dict[str, Any], parts: dict[str, Any], looked: dict[str, Any], series: Any, *,
-                 as_of: dt.datetime, cut: dt.datetime, previous_as_of: dt.datetime) -> tuple[pd.DataFrame, pd.DataFrame]:
+                 as_of: dt.datetime, cut: dt.datetime,
+                 previous_as_of: dt.datetime) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Where a group's data crosses the cut: (cluster, consumer_group, reason) of the groups computed in full, and
     (cluster, consumer_group, uniq_key) of its *retry chains*, the keys recomputed on their own.
 
@@ -244,7 +245,8 @@ def group_checks(frames: dict[str, Any], parts: dict[str, Any], looked: dict[str
     old_copy = _owned_by(looked["old_copies_of_recent_keys"].join(recent_keys, on=["cluster", "uniq_key"],
                                                                   how="inner")).select(*key).distinct()
     # every record first held after the cut, as-of or not: an old key's copy the deliveries' mapping may have used
-    later = copy_owners(frames["messages"].where(F.col("first_snapshot_ts").isNull() | (F.col("first_snapshot_ts") > k)))
+    later = copy_owners(frames["messages"].where(F.col("first_snapshot_ts").isNull()
+                                                 | (F.col("first_snapshot_ts") > k)))
     new_copy = _owned_by(later.join(old_keys, on=["cluster", "uniq_key"], how="inner")).select(*key).distinct()
     crossing = (both.withColumn("reason", F.lit("a key delivered both before and after the horizon"))
                 .unionByName(new_copy.withColumn("reason", F.lit("a key delivered before the horizon has a copy "
@@ -314,7 +316,8 @@ def offsets_in_order(parts: dict[str, Any]) -> bool:
 
 
 def first_delivered(old_d: Any) -> Any:
-    """(cluster, consumer_group, topic, broker, queue_id, _first): the lowest offset old deliveries reached (rule 15)."""
+    """(cluster, consumer_group, topic, broker, queue_id, _first): the lowest offset old deliveries reached
+    (rule 15)."""
     from pyspark.sql import functions as F
 
     return (old_d.where(F.col("queue_offset").isNotNull())

@@ -348,7 +348,8 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
                                     blocking_min_age_s=blocking_min_age_s, say=say)
                 why = "" if h is not None else "old records at or above a queue's lowest recent offset"
             if h is not None:
-                info.update(mode="horizon", previous_run=previous["run_id"], full_groups=h["full_groups"],  # type: ignore[index]
+                assert previous is not None
+                info.update(mode="horizon", previous_run=previous["run_id"], full_groups=h["full_groups"],
                             read=h["read"])
                 r = _load(spark, lake, frames, as_of_ts, rid, h["pdfs"], h["agreement"],
                           {"status_samples": h["status_samples"], "audit_hours": h["audit_hours"]}, say)
@@ -360,7 +361,8 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
                     frames["messages"], frames["deliveries"], frames["consumer_offsets"])
                     .select(*messages.TABLE.columns), storage.join(tmp, "messages"))
                 info["read"] = {"consumer_offsets": "all", "queue_bounds": "all", "subscription_groups": "all",
-                                "messages": frames["stored_messages"].count(), "deliveries": frames["deliveries"].count()}
+                                "messages": frames["stored_messages"].count(),
+                                "deliveries": frames["deliveries"].count()}
                 r = _reconcile(spark, lake, frames, as_of_ts, rid, window, dlq_warn_retries, blocking_min_age_s, say)
             say(f"reconcile: {info['mode']} run" + (f" (full: {info.get('why_full')})" if info["mode"] == "full"
                                                     else f", {len(info['full_groups'])} group(s) in full"))
