@@ -81,12 +81,10 @@ def previous_run(lake: str, *, run_id: str, as_of: dt.datetime, cut: dt.datetime
     file below it makes its rows stale).
     """
     runs = gold_runs.completed_runs(lake)
-    if not len(runs):
-        return None, "no completed run to carry"
     runs = runs.assign(as_of=pd.to_datetime(runs["as_of"], utc=True))
     ok = runs[(runs["run_id"] != run_id) & (runs["as_of"] <= pd.Timestamp(as_of))]
-    if not len(ok):
-        return None, "no completed run at or before the as-of time"
+    if not len(ok):  # (a rerun of the only run so far says the same as the first run did)
+        return None, "no completed run to carry"
     ok = ok.sort_values(["as_of", "completed_at", "run_id"], kind="mergesort")
     if ok.iloc[-1]["as_of"] < pd.Timestamp(cut):
         return None, f"the previous run {ok.iloc[-1]['run_id']} is older than the horizon"
