@@ -28,7 +28,7 @@ from airflow.sdk import Param, dag, task
     params={
         "lake": Param(os.environ.get("RMQ_RECON_LAKE", "var/lake"), type="string",
                       description="lake root (folder or s3://)"),
-        "retention_h": Param(float(os.environ.get("RMQ_RECON_RETENTION_H", "168")), type="number", minimum=0,
+        "retention_h": Param(float(os.environ.get("RMQ_RECON_VACUUM_RETENTION_H", "168")), type="number", minimum=0,
                              description="hours a removed file is kept at least (raised to keep ledger versions)"),
     },
 )

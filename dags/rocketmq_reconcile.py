@@ -41,6 +41,11 @@ GOLD_READY = consumer_offsets.TABLE.asset() & queue_bounds.TABLE.asset()
         "as_of": Param(None, type=["null", "string"], description="ISO-8601 UTC; default: the run's logical date"),
         "window": Param(10, type="integer", minimum=2, description="snapshots per queue for the status"),
         "groups": Param(None, type=["null", "array"], description="consumer groups (default: all)"),
+        "full": Param(False, type="boolean",
+                      description="recompute everything (investigation, backfill); default: carry the previous "
+                                  "run's final rows beyond the horizon"),
+        "retention_h": Param(float(os.environ.get("RMQ_RECON_RETENTION_H", "72")), type="number", exclusiveMinimum=0,
+                             description="the horizon in hours: the broker's fileReservedTime"),
         "spark_conn_id": Param(None, type=["null", "string"], description="Airflow spark_connect connection id"),
         "webhook_conn_id": Param("rmq_recon_webhook", type="string", description="HTTP connection of the webhook"),
         "smtp_conn_id": Param("rmq_recon_smtp", type="string", description="SMTP connection of the alert emails"),
@@ -58,7 +63,8 @@ def rocketmq_reconcile() -> None:
         engine_config.apply_spark_connection(params["spark_conn_id"])
         as_of = params["as_of"] or engine_config.as_of_for(logical_date)
         return reconcile.run(params["lake"], params["reports"], as_of=as_of, run_id=run_id,
-                             window=params["window"], groups=params["groups"])
+                             window=params["window"], groups=params["groups"], full=params["full"],
+                             retention_h=params["retention_h"])
 
     @task
     def validate_gold(summary: dict, params: dict | None = None) -> dict:

@@ -39,7 +39,7 @@ def cmd_reconcile(a: argparse.Namespace) -> int:
     groups = [g for g in (a.groups or "").split(",") if g] or None
     summary = reconcile.run(a.lake, a.reports, as_of=a.as_of, run_id=a.run_id, window=a.window, groups=groups,
                             dlq_warn_retries=a.dlq_warn_retries, blocking_min_age_s=a.blocking_min_age,
-                            progress=_progress)
+                            full=a.full, retention_h=a.retention_h, progress=_progress)
     _print_json(summary)
     return 0
 
@@ -160,6 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--groups", default=None, help="comma-separated consumer groups (default: all)")
     s.add_argument("--dlq-warn-retries", type=int, default=3)
     s.add_argument("--blocking-min-age", type=int, default=900, help="seconds (default 900 = consumeTimeout)")
+    s.add_argument("--full", action="store_true",
+                   help="recompute everything (investigation, backfill) instead of carrying the previous run's "
+                        "final rows beyond the horizon")
+    s.add_argument("--retention-h", type=float, default=None,
+                   help="the horizon: the broker's fileReservedTime in hours (default RMQ_RECON_RETENTION_H or 72)")
     s.set_defaults(func=cmd_reconcile)
 
     s = sub.add_parser("dashboard", help="gold tables -> <reports>/dashboard/, a static site across runs")
@@ -180,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("maintain", help="compact small files and vacuum old versions (keeps what the ledgers read)")
     s.add_argument("--lake", required=True)
     s.add_argument("--retention-h", type=float, default=None,
-                   help="hours a removed file is kept at least (default RMQ_RECON_RETENTION_H or 168); raised per "
+                   help="hours a removed file is kept at least (default RMQ_RECON_VACUUM_RETENTION_H or 168); raised per "
                         "table to keep the versions the newest ledger rows name readable")
     s.set_defaults(func=cmd_maintain)
 

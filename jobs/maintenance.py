@@ -52,10 +52,10 @@ LEASES = ("writer", "gold", "quality", "alerts")
 
 
 def retention_default() -> float:
-    """Hours a removed file is kept at least (``RMQ_RECON_RETENTION_H``, default 168: a week)."""
+    """Hours a removed file is kept at least (``RMQ_RECON_VACUUM_RETENTION_H``, default 168: a week)."""
     import os
 
-    return float(os.environ.get("RMQ_RECON_RETENTION_H", RETENTION_H_DEFAULT))
+    return float(os.environ.get("RMQ_RECON_VACUUM_RETENTION_H", RETENTION_H_DEFAULT))
 
 
 def _table(lake: str, table: "Table", version: int | None = None) -> Any:

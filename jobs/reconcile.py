@@ -257,7 +257,7 @@ def summarize(run_id: str, as_of: dt.datetime, lake: str, pdfs: dict[str, pd.Dat
 
 def write_report_folder(folder: str, run_id: str, as_of: dt.datetime, lake: str, pdfs: dict[str, pd.DataFrame],
                         agreement: pd.DataFrame, latest_offsets: pd.DataFrame,
-                        files_version: int | None = None) -> dict[str, Any]:
+                        files_version: int | None = None, horizon_info: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write every §5 file of one run into ``folder`` (local or s3://), published all at once."""
     out: dict[str, str] = {}
     for name, mod in REPORT_MODULES.items():
@@ -270,6 +270,8 @@ def write_report_folder(folder: str, run_id: str, as_of: dt.datetime, lake: str,
         out[f"corrected/{cluster}/{broker}/consumerOffset.json"] = reports.corrected_offset_file(
             originals.get((cluster, broker)), rows.to_dict("records"))
     summary = summarize(run_id, as_of, lake, pdfs, agreement, list(out) + ["summary.json", "index.html"])
+    if horizon_info is not None:
+        summary["horizon"] = horizon_info
     out["summary.json"] = reports.summary_json(summary)
     columns = {n: m.REPORT_COLUMNS for n, m in REPORT_MODULES.items()}
     sorted_frames = {n: (pdfs[n].sort_values(m.SORT_KEY, kind="mergesort") if len(pdfs[n]) else pdfs[n])
@@ -284,7 +286,8 @@ def write_report_folder(folder: str, run_id: str, as_of: dt.datetime, lake: str,
 
 def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None, run_id: str | None = None,
         window: int = 10, groups: list[str] | None = None, dlq_warn_retries: int = 3,
-        blocking_min_age_s: int = 900, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+        blocking_min_age_s: int = 900, full: bool = False, retention_h: float | str | None = None,
+        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Reconcile the lake as of ``as_of`` and write gold tables and ``<reports_root>/<run_id>/``.
 
     Args:
@@ -293,7 +296,10 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
         as_of: the reconciliation time; snapshots after it are ignored. Default: the newest snapshot.
         run_id: the run's identity; default ``asof-<YYYYMMDDTHHMMSSZ>``. Re-running a run id replaces its rows.
         window: snapshots per queue for the consumer status (Burrow's intervals).
-        groups: restrict to these consumer groups.
+        groups: restrict to these consumer groups (always a full computation).
+        full: recompute everything (an investigation, a backfill) instead of carrying the previous run's final
+            rows (docs/semantics.md rule 24).
+        retention_h: the horizon, hours before as-of (default ``RMQ_RECON_RETENTION_H`` or 72).
 
     Returns:
         The summary (counts per table and group) plus ``report_dir`` and ``seconds``.
@@ -302,9 +308,12 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
 
     from jobs import _spark, lease, ledger
 
+    from jobs import horizon
+
     say = progress or log.info
     t0 = time.time()
     check_inputs(lake, reports_root, as_of=as_of, window=window)
+    hours = horizon.retention_hours(retention_h)
     with ExitStack() as stack:
         if _delta.table_format() == "parquet":
             # Parquet tables have no versions to pin: read them with no ingest running beside.
@@ -321,20 +330,47 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
         as_of_ts = _as_of(frames, as_of, lake, groups)
         rid = sanitize_run_id(run_id or default_run_id(as_of_ts))
         say(f"reconcile: run {rid} as of {reports.format_ts(as_of_ts)} (lake as ingest {state['run_id']} left it)")
-        # What several reports read is computed once: the records they read one by one (at 10 M records most
-        # are untraced traffic). The replay is one plan that reads its timeline once: nothing to keep.
+        cut = as_of_ts - dt.timedelta(hours=hours)
+        params = horizon.params_of(window=window, dlq_warn_retries=dlq_warn_retries,
+                                   blocking_min_age_s=blocking_min_age_s, groups=groups)
+        snaps = state["table_versions"].get(horizon.snapshots_schema.TABLE.qualified)
+        info: dict[str, Any] = {"mode": "full", "retention_h": hours, "cut": reports.format_ts(cut),
+                                "params": params, "snapshots_digest": horizon.snapshots_digest(lake, snaps, as_of_ts)}
+        previous, why = (None, "--full") if full else (None, "--groups") if groups else horizon.previous_run(
+            lake, run_id=rid, as_of=as_of_ts, cut=cut, params=params, snapshots_version=snaps)
         tmp = storage.join(lake, "_tmp", f"reconcile-{uuid.uuid4().hex[:12]}")
         try:
             frames["stored_messages"] = frames["messages"]
-            frames["messages"] = _spark.materialize(spark, snapshots.relevant_messages(
-                frames["messages"], frames["deliveries"], frames["consumer_offsets"]).select(*messages.TABLE.columns),
-                storage.join(tmp, "messages"))
-            r = _reconcile(spark, lake, frames, as_of_ts, rid, window, dlq_warn_retries, blocking_min_age_s, say)
+            h = None
+            if previous is not None:
+                h = horizon.compute(spark, lake, frames, tmp, as_of=as_of_ts, cut=cut, previous=previous,
+                                    window=window, dlq_warn_retries=dlq_warn_retries,
+                                    blocking_min_age_s=blocking_min_age_s, say=say)
+                why = "" if h is not None else "old records at or above a queue's lowest recent offset"
+            if h is not None:
+                assert previous is not None
+                info.update(mode="horizon", previous_run=previous["run_id"], full_groups=h["full_groups"],
+                            read=h["read"])
+                r = _load(spark, lake, frames, as_of_ts, rid, h["pdfs"], h["agreement"],
+                          {"status_samples": h["status_samples"], "audit_hours": h["audit_hours"]}, say)
+            else:
+                # What several reports read is computed once: the records they read one by one (at 10 M records
+                # most are untraced traffic). The replay is one plan that reads its timeline once: nothing to keep.
+                info["why_full"] = why
+                frames["messages"] = _spark.materialize(spark, snapshots.relevant_messages(
+                    frames["messages"], frames["deliveries"], frames["consumer_offsets"])
+                    .select(*messages.TABLE.columns), storage.join(tmp, "messages"))
+                info["read"] = {"consumer_offsets": "all", "queue_bounds": "all", "subscription_groups": "all",
+                                "messages": frames["stored_messages"].count(),
+                                "deliveries": frames["deliveries"].count()}
+                r = _reconcile(spark, lake, frames, as_of_ts, rid, window, dlq_warn_retries, blocking_min_age_s, say)
+            say(f"reconcile: {info['mode']} run" + (f" (full: {info.get('why_full')})" if info["mode"] == "full"
+                                                    else f", {len(info['full_groups'])} group(s) in full"))
         finally:
             storage.delete_tree(tmp)
         folder = storage.join(reports_root, rid)
         summary = write_report_folder(folder, rid, as_of_ts, lake, r["pdfs"], r["agreement"], r["latest_offsets"],
-                                      state["table_versions"].get(files.TABLE.qualified))
+                                      state["table_versions"].get(files.TABLE.qualified), horizon_info=info)
         failpoints.hit("reconcile.after_publish")
         held.check()
         ledger.record_reconcile(spark, lake, run_id=rid, as_of=as_of_ts, report_dir=folder,
@@ -374,19 +410,24 @@ def _reconcile(spark: Any, lake: str, frames: dict[str, Any], as_of_ts: dt.datet
     """Transform, load the gold tables and collect what the report folder needs (inside the Spark session)."""
     out = transform(frames, as_of=as_of_ts, window=window, dlq_warn_retries=dlq_warn_retries,
                     blocking_min_age_s=blocking_min_age_s)
-    pdfs: dict[str, pd.DataFrame] = {}
+    pdfs = {name: out[name].select(*mod.REPORT_COLUMNS).toPandas() for name, mod in REPORT_MODULES.items()}
+    return _load(spark, lake, frames, as_of_ts, rid, pdfs, out["_agreement"].toPandas(),
+                 {name: out[name] for name in DASHBOARD_TABLES}, say)
+
+
+def _load(spark: Any, lake: str, frames: dict[str, Any], as_of_ts: dt.datetime, rid: str,
+          pdfs: dict[str, pd.DataFrame], agreement: pd.DataFrame, dashboard: dict[str, Any],
+          say: Callable[[str], None]) -> dict[str, Any]:
+    """Write the run's gold rows (replaced per run id) and collect what the report folder needs."""
     for name, mod in REPORT_MODULES.items():
-        df = out[name].select(*mod.REPORT_COLUMNS)
-        pdf = df.toPandas()
-        pdfs[name] = pdf
+        pdf = pdfs[name]
         gold = spark.createDataFrame(pdf if len(pdf) else [], _report_schema(mod))
         _delta.replace_run(spark, _with_run_id(gold, rid), lake, mod.TABLE, rid)
         failpoints.hit("reconcile.after_gold_table")
         say(f"reconcile:   gold/{name}: {len(pdf)} rows")
     for name, table in DASHBOARD_TABLES.items():
-        _delta.replace_run(spark, _with_run_id(out[name], rid), lake, table, rid)
+        _delta.replace_run(spark, _with_run_id(dashboard[name], rid), lake, table, rid)
         say(f"reconcile:   gold/{name} (dashboard)")
-    agreement = out["_agreement"].toPandas()
     latest_offsets = (
         frames["consumer_offsets"]
         .where("client_id = ''")

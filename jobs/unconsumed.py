@@ -63,13 +63,19 @@ def with_original(deliveries: DataFrame, messages: DataFrame) -> DataFrame:
     )
 
 
-def skipped(series: DataFrame, deliveries: DataFrame, messages: DataFrame) -> DataFrame:
+def skipped(series: DataFrame, deliveries: DataFrame, messages: DataFrame,
+            earlier_first: DataFrame | None = None) -> DataFrame:
     """``SKIPPED``: the committed offset moved past them without a consumption (rule 15).
 
     ``deliveries`` must be windowed and client-normalised (:func:`jobs.snapshots.deliveries_in_window`).
+    ``earlier_first``: (cluster, consumer_group, topic, broker, queue_id, _first) from deliveries not in
+    ``deliveries`` (a horizon run's old part, rule 24): the first delivered offset is the lower of the two.
     """
     mapped = with_original(deliveries, messages)
     first = mapped.groupBy("cluster", "consumer_group", *QUEUE[1:]).agg(F.min("queue_offset").alias("_first"))
+    if earlier_first is not None:
+        first = first.unionByName(earlier_first.select("cluster", "consumer_group", *QUEUE[1:], "_first")).groupBy(
+            "cluster", "consumer_group", *QUEUE[1:]).agg(F.min("_first").alias("_first"))
     s = (
         latest(series).where(~is_system_topic_col(F.col("topic")))
         .join(first, on=["cluster", "consumer_group", *QUEUE[1:]], how="inner")

@@ -1,0 +1,114 @@
+"""Issue 12.3: scheduled runs reconcile over a horizon (docs/semantics.md rule 24) and report exactly what one full run
+reports, every row and column, and what the simulator's truth says.
+
+`mixed` (seed 1) spans 00:30-06:00 with a snapshot every 30 minutes per broker; a horizon of 2 h cuts it. The runs as
+of 03:00 (full: nothing to carry), 04:00, 05:00 and 06:00 (each carrying the one before) are compared with one full
+run as of 06:00. Groups whose data crosses the cut (a retry chain of 4 h 46 m, a rewind, a broadcast client's resend)
+are computed in full inside the horizon run; the others from the recent part plus the previous run's final rows.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pandas as pd
+import pytest
+
+from exactness import compare
+
+REPORTS = ["duplicated_ranges", "unconsumed_ranges", "offset_corrections", "dlq_candidates", "consumer_status"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    from jobs import ingest, reconcile, simulate
+
+    root = tmp_path_factory.mktemp("horizon")
+    simulate.run("mixed", str(root / "landing"), seed=1)
+    ingest.run(str(root / "landing"), str(root / "lake"))
+    lake, reports = str(root / "lake"), str(root / "reports")
+    out = {}
+    for hour in ("03", "04", "05", "06"):
+        out[hour] = reconcile.run(lake, reports, as_of=f"2026-01-05T{hour}:00:00Z", run_id=f"sched-{hour}",
+                                  retention_h=2)
+    out["full"] = reconcile.run(lake, reports, as_of="2026-01-05T06:00:00Z", run_id="full-06", full=True)
+    return {"root": root, "lake": lake, "summaries": out}
+
+
+def _gold(lake: str, run_id: str, name: str) -> list[tuple]:
+    from jobs import gold_runs, reconcile
+
+    mod = reconcile.REPORT_MODULES[name]
+    columns = [c for c in mod.SCHEMA.fieldNames() if c != "run_id"]  # every column of the gold table
+    df = gold_runs.run_rows(lake, gold_runs.run(lake, run_id), mod.TABLE, columns).astype(str)
+    return sorted(df.itertuples(index=False, name=None))
+
+
+@pytest.mark.integration
+def test_the_last_scheduled_run_equals_one_full_run_and_the_truth(runs: dict) -> None:
+    root, lake = runs["root"], runs["lake"]
+    sched, full = root / "reports" / "sched-06", root / "reports" / "full-06"
+    for name in REPORTS:
+        assert (sched / f"{name}.csv").read_text() == (full / f"{name}.csv").read_text(), name
+        assert _gold(lake, "sched-06", name) == _gold(lake, "full-06", name), name
+    assert (sched / "offset_corrections.sh").read_text().replace("sched-06", "X") == \
+        (full / "offset_corrections.sh").read_text().replace("full-06", "X")
+    corrected = sorted(p.relative_to(full) for p in (full / "corrected").rglob("*.json"))
+    assert [(sched / p).read_text() for p in corrected] == [(full / p).read_text() for p in corrected]
+    assert compare(sched, root / "landing" / "_truth") == []
+    assert [r[:6] for r in _gold(lake, "sched-06", "duplicated_ranges")] != []  # the comparison saw rows
+
+
+@pytest.mark.integration
+def test_each_scheduled_run_says_what_it_carried_and_computed_in_full(runs: dict) -> None:
+    s = runs["summaries"]
+    h = {k: v["horizon"] for k, v in s.items()}
+    assert [h[k]["mode"] for k in ("03", "04", "05", "06", "full")] == ["full", "horizon", "horizon", "horizon", "full"]
+    assert (h["03"]["why_full"], h["full"]["why_full"]) == ("no completed run to carry", "--full")
+    assert [h[k].get("previous_run") for k in ("04", "05", "06")] == ["sched-03", "sched-04", "sched-05"]
+    assert h["06"]["cut"] == "2026-01-05T04:00:00.000Z"
+    print(json.dumps({k: (h[k].get("full_groups"), h[k]["read"]) for k in h}, indent=1))
+    # 04:00: a rewind and two resets redeliver messages stored before 02:00: those groups are computed in full
+    assert h["04"]["full_groups"] == {
+        "DefaultCluster/GID_001_rewind": "a key delivered both before and after the horizon",
+        "DefaultCluster/GID_009_reset_later": "a key delivered after the horizon has a copy stored before it",
+        "DefaultCluster/GID_012_skip": "a key delivered after the horizon has a copy stored before it",
+    }
+    # 06:00: GID_005_retry_to_dlq's two failing keys were first delivered before 04:00 and retried after it
+    assert (h["06"]["full_groups"], h["06"]["read"]["retry_chains"]) == ({}, 2)
+
+
+@pytest.mark.integration
+def test_a_horizon_run_reads_less_than_a_full_run(runs: dict) -> None:
+    read = {k: v["horizon"]["read"] for k, v in runs["summaries"].items()}
+    assert (read["full"]["messages"], read["full"]["deliveries"]) == (98169, 65503)
+    assert read["06"] == {"consumer_offsets": "all", "queue_bounds": "all", "subscription_groups": "all",
+                          "messages_recent": 29682, "messages_old_looked_up": 72, "deliveries_recent_and_open": 19654,
+                          "retry_chains": 2, "messages_audit_band": 98169}
+    assert read["06"]["messages_recent"] + read["06"]["messages_old_looked_up"] < read["full"]["messages"] / 3
+    assert read["06"]["deliveries_recent_and_open"] < read["full"]["deliveries"] / 2
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("as_of, hours, params, version, expected", [
+    ("2026-01-05T06:30:00Z", 1, {}, 0, ("full-06", "")),
+    ("2026-01-05T06:30:00Z", 0.25, {}, 0, (None, "the previous run full-06 is older than the horizon")),
+    ("2026-01-05T05:30:00Z", 1, {}, 0, ("sched-05", "")),
+    ("2026-01-05T06:30:00Z", 1, {"window": 5}, 0,
+     (None, "no run since the horizon ran with the same parameters and all groups")),
+    ("2026-01-05T06:30:00Z", 1, {"groups": ["GID_001_rewind"]}, 0,
+     (None, "no run since the horizon ran with the same parameters and all groups")),
+    ("2026-01-05T06:30:00Z", 1, {}, None,
+     (None, "snapshots at or before 2026-01-05 06:00:00+00:00 changed since the previous run full-06")),
+], ids=["the_latest_run_since_the_cut", "none_since_the_cut", "the_latest_at_or_before_the_as_of_time",
+        "another_window_is_not_carried", "a_groups_run_is_not_carried", "a_lake_changed_below_it_is_not_carried"])
+def test_which_previous_run_a_run_carries(runs: dict, as_of: str, hours: float, params: dict, version: int | None,
+                                          expected: tuple) -> None:
+    from jobs import horizon, reconcile
+
+    at = reconcile.parse_as_of(as_of)
+    want = horizon.params_of(**{"window": 10, "dlq_warn_retries": 3, "blocking_min_age_s": 900, "groups": None,
+                                **params})
+    run, why = horizon.previous_run(runs["lake"], run_id="next", as_of=at, cut=at - pd.Timedelta(hours=hours),
+                                    params=want, snapshots_version=version)
+    assert ((run or {}).get("run_id"), why) == expected
