@@ -540,9 +540,10 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
     latest = snapshots.latest(series).select(*SERIES_KEY, "committed_offset", "min_offset").toPandas()
     first_old = first_delivered(parts["old_d"])
     more = range_checks(prev, lo, latest, first_old.toPandas())
-    fallback: dict[tuple[str, str], str] = {}
+    why_full: dict[tuple[str, str], set[str]] = {}
     for c, g, why in [*zip(reasons["cluster"], reasons["consumer_group"], reasons["reason"]), *more]:
-        fallback.setdefault((c, g), why)
+        why_full.setdefault((c, g), set()).add(why)
+    fallback = {cg: "; ".join(sorted(whys)) for cg, whys in why_full.items()}  # every reason, in a stable order
     full_groups = _groups_frame(spark, set(fallback))
     say(f"reconcile: horizon {reconcile.reports.format_ts(cut)}, carrying {previous['run_id']}; checked, "
         f"{len(fallback)} group(s) in full")

@@ -68,9 +68,12 @@ def test_each_scheduled_run_says_what_it_carried_and_computed_in_full(runs: dict
     assert [h[k].get("previous_run") for k in ("04", "05", "06")] == ["sched-03", "sched-04", "sched-05"]
     assert h["06"]["cut"] == "2026-01-05T04:00:00.000Z"
     print(json.dumps({k: (h[k].get("full_groups"), h[k]["read"]) for k in h}, indent=1))
-    # 04:00: a rewind and two resets redeliver messages stored before 02:00: those groups are computed in full
+    # 04:00: a rewind and two resets redeliver messages stored before 02:00: those groups are computed in full (every
+    # reason is named, in a stable order)
     assert h["04"]["full_groups"] == {
-        "DefaultCluster/GID_001_rewind": "a key delivered both before and after the horizon",
+        "DefaultCluster/GID_001_rewind": "a key delivered after the horizon has a copy stored before it; a key "
+                                         "delivered both before and after the horizon; offsets before the horizon "
+                                         "were committed past after the previous run",
         "DefaultCluster/GID_009_reset_later": "a key delivered after the horizon has a copy stored before it",
         "DefaultCluster/GID_012_skip": "a key delivered after the horizon has a copy stored before it",
     }
