@@ -81,4 +81,4 @@ def validation(lake: str, given: dict[str, Any] | None, run_id: str | None = Non
         from jobs import quality
 
         given = quality.validate_layer(lake, "gold", run_id=run_id, fail=False)
-    return given.get("tables", given) if isinstance(given.get("tables"), dict) else given
+    return given["tables"] if isinstance(given.get("tables"), dict) else given

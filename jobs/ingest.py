@@ -214,18 +214,19 @@ def extract_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, now:
             continue
         ended = False
         for f, data in zip(fs, raw):
-            if cl_end is not None and not ended:
-                data, at = consumequeue.truncate_dirty(data, f.start or 0, cl_end)
+            used = data  # what the bounds see; bronze/files records the file as it is
+            if ended:
+                used = bytes(len(data))
+            elif cl_end is not None:
+                used, at = consumequeue.truncate_dirty(data, f.start or 0, cl_end)
                 if at is not None:
                     ended = True
-                    entry = consumequeue.decode_cq(raw[fs.index(f)][at:at + 20], file_start_byte=(f.start or 0) + at)
+                    pointed = int.from_bytes(data[at:at + 8], "big", signed=True)
                     out.problem(snap.cluster, snap.broker, snap.ts, Problem(
-                        f.path, at, f"entry {((f.start or 0) + at) // 20} points at commitlog offset "
-                        f"{int(entry.commit_offset[0])}, past the end of the commitlog ({cl_end}): the queue ends "
-                        "before it (as the broker's truncateDirtyLogicFiles does)"))
-            elif ended:
-                data = bytes(len(data))
-            blobs.append((f.start or 0, data))
+                        f.path, at, f"entry {((f.start or 0) + at) // 20} points at commitlog offset {pointed}, past "
+                        f"the end of the commitlog ({cl_end}): the queue ends before it (as the broker's "
+                        "truncateDirtyLogicFiles does)"))
+            blobs.append((f.start or 0, used))
             out.add(files.NAME, {**base, "source_path": f.path, "file_kind": "consumequeue", "size": len(data),
                                  "sha256": _sha(data), "content": None, "used_backup": None,
                                  "read_from": 0, "read_to": len(data), "ingested_at": now})

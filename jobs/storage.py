@@ -129,10 +129,12 @@ def relative(uri: str, root_uri: str) -> str:
         if b1 != b2 or not (not k2 or k1 == k2 or k1.startswith(k2 + "/")):
             raise ValueError(f"{uri} is not below {root_uri}")
         return k1[len(k2):].strip("/")
-    # the file's own name is not resolved: it may be a symlink loop, which is listed and then quarantined
-    rel = (pathlib.Path(uri).parent.resolve() / pathlib.Path(uri).name).relative_to(
-        pathlib.Path(root_uri).resolve()).as_posix() if pathlib.Path(uri).name not in ("", ".", "..") else \
-        pathlib.Path(uri).resolve().relative_to(pathlib.Path(root_uri).resolve()).as_posix()
+    path = pathlib.Path(uri)
+    if path.name in ("", ".", ".."):
+        full = path.resolve()
+    else:  # the file's own name is not resolved: it may be a symlink loop, which is listed and then quarantined
+        full = path.parent.resolve() / path.name
+    rel = full.relative_to(pathlib.Path(root_uri).resolve()).as_posix()
     return "" if rel == "." else rel
 
 

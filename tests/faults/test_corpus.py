@@ -116,3 +116,17 @@ def test_a_rerun_changes_nothing(ingested: dict[str, Any]) -> None:
                        capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
     assert ledger.versions(ingested["lake"], tables) == before
+
+
+def test_a_cut_consume_queue_file_is_recorded_as_it_is(ingested: dict[str, Any]) -> None:
+    """The queue ends before an entry past the commitlog, but bronze/files keeps the digest of the file's own bytes."""
+    import hashlib
+
+    from schemas import files
+
+    rel = f"cluster={corpus.CLUSTER}/broker=cq_entry_past_commitlog/{corpus.FOLDER}/store/consumequeue/T/0/" \
+          "00000000000000000000"
+    got = _delta.read_pandas_columns(ingested["lake"], files.TABLE, ["source_path", "size", "sha256"],
+                                     filters=[("source_path", "=", rel)])
+    data = (ingested["landing"] / rel).read_bytes()
+    assert got[["size", "sha256"]].values.tolist() == [[len(data), hashlib.sha256(data).hexdigest()]]
