@@ -190,12 +190,15 @@ def _create(df: "DataFrame", lake: str, table: "Table") -> None:
     writer.save(table.path(lake))
 
 
-def merge(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table", *, insert_only: bool = False) -> int:
+def merge(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table", *, insert_only: bool = False,
+          target_filter: str | None = None) -> int:
     """Upsert ``df`` into ``table`` on its key. Idempotent: merging the same rows twice changes nothing.
 
     Rows whose key is new are inserted; rows whose key exists are updated only when a non-volatile column
-    differs (``insert_only`` skips updates altogether, for append-only bronze tables). When nothing would
-    change no commit is made at all.
+    differs (``insert_only`` skips updates altogether, for append-only bronze tables: the new rows are appended,
+    as :func:`insert_new` does, so the write does not scan the table). When nothing would change no commit is
+    made at all. ``target_filter`` (SQL on ``t``) prunes the table's rows compared: only rows it keeps can share
+    a key with ``df``.
 
     Returns:
         The number of source rows that were new or changed.
@@ -208,6 +211,8 @@ def merge(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table", *, 
     if table_format() == "delta":
         add_missing_columns(lake, table)
     target = read(spark, lake, table)
+    if target_filter is not None:
+        target = target.alias("t").where(target_filter)
     compare = [c for c in table.columns if c not in VOLATILE_COLUMNS]
     if insert_only:
         compare = list(table.key)
@@ -216,7 +221,10 @@ def merge(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table", *, 
     if n == 0:
         return 0
     if table_format() == "parquet":
-        _merge_parquet(spark, df, target, lake, table)
+        _merge_parquet(spark, df, read(spark, lake, table), lake, table)
+        return n
+    if insert_only:  # one writer per lake (jobs.lease): appending what the anti-join left equals the MERGE
+        changed.write.format("delta").mode("append").save(table.path(lake))
         return n
     view = f"rmq_src_{uuid.uuid4().hex[:12]}"
     changed.createOrReplaceTempView(view)

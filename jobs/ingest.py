@@ -264,9 +264,16 @@ class KnownRecords:
         import pyarrow.parquet as pq
 
         parts = []
-        if _delta.exists(lake, messages.TABLE):
+        ranges = staged.ranges.get((cluster, broker), {})
+        spans = [r for rs in ranges.values() for r in rs]
+        if spans and _delta.exists(lake, messages.TABLE):
+            # Only the records inside the ranges this run's snapshots see: a snapshot checks its CQ entries against
+            # those alone (dangling_entries), and the lowest range starts a segment, so no record straddles it. The
+            # read follows what the run decoded (bounded by the broker's retention), not the broker's history.
+            lo, hi = min(r[0] for r in spans), max(r[1] for r in spans)
             df = _delta.read_pandas_columns(lake, messages.TABLE, ["physical_offset", "size"],
-                                            filters=[("cluster", "=", cluster), ("broker", "=", broker)])
+                                            filters=[("cluster", "=", cluster), ("broker", "=", broker),
+                                                     ("physical_offset", ">=", lo), ("physical_offset", "<", hi)])
             parts.append((df["physical_offset"].to_numpy(np.int64), df["size"].to_numpy(np.int64),
                           np.full(len(df), np.iinfo(np.int64).min, np.int64)))
         if staged.messages and (cluster, broker) in staged.spans:
@@ -536,13 +543,17 @@ def load_decoded(spark: Any, lake: str, staged: Decoded) -> int:
     """
     if not staged.messages:
         return 0
-    q = lambda s: s.replace("'", "''")  # noqa: E731
-    target = " OR ".join(
-        f"(t.cluster = '{q(c)}' AND t.broker = '{q(b)}' AND t.physical_offset >= {lo} AND t.physical_offset < {hi})"
-        for (c, b), (lo, hi) in sorted(staged.spans.items()))
     df = staged.read(spark, messages.TABLE, "message")
-    _delta.insert_new(spark, df, lake, messages.TABLE, target_filter=target, rows=staged.messages)
+    _delta.insert_new(spark, df, lake, messages.TABLE, target_filter=_spans_filter(staged), rows=staged.messages)
     return staged.messages
+
+
+def _spans_filter(staged: Decoded) -> str:
+    """SQL on ``t``: the rows of the brokers and physical ranges decoded (records and trace records alike)."""
+    q = lambda s: s.replace("'", "''")  # noqa: E731
+    return " OR ".join(
+        f"(t.cluster = '{q(c)}' AND t.broker = '{q(b)}' AND t.physical_offset >= {lo} AND t.physical_offset < {hi})"
+        for (c, b), (lo, hi) in sorted(staged.spans.items())) or "false"
 
 
 def load_trace(spark: Any, lake: str, staged: Decoded) -> int:
@@ -554,7 +565,7 @@ def load_trace(spark: Any, lake: str, staged: Decoded) -> int:
         _delta.insert_new(spark, df, lake, trace_records.TABLE, target_filter="true")
         return staged.trace
     return _delta.merge(spark, df.dropDuplicates(list(trace_records.TABLE.key)), lake, trace_records.TABLE,
-                        insert_only=True)
+                        insert_only=True, target_filter=_spans_filter(staged))
 
 
 def load_small(spark: Any, lake: str, ex: Extracted, now: dt.datetime) -> dict[str, int]:
@@ -692,6 +703,13 @@ def deliveries_stale(lake: str, previous: dict[str, Any] | None) -> bool:
 
 
 
+def _since(t0: float) -> str:
+    """Seconds since ``t0`` and the process's peak RSS so far (the embedded engine included): for progress lines."""
+    import resource
+
+    return f"{time.time() - t0:.1f} s, peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB"
+
+
 def check_inputs(landing_uri: str, lake: str) -> None:
     """Refuse, before any engine starts, a landing zone that is not there and a lake that is a file (spec §6)."""
     if not storage.is_s3(lake) and os.path.isfile(lake):
@@ -800,22 +818,22 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
         t_decode = time.time()
         staged = decode_commitlogs(spark, lake, snaps, state, ex, now, seen_paths)
         say(f"ingest: decoded {staged.messages} records and {staged.trace} trace records in "
-            f"{time.time() - t_decode:.1f} s")
+            f"{_since(t_decode)}")
         extract_all_queue_bounds(snaps, landing_uri, lake, staged, ex, now)
-        say(f"ingest: queue bounds of {len(snaps)} snapshot(s) in {time.time() - t_decode:.1f} s since the decode began")
+        say(f"ingest: queue bounds of {len(snaps)} snapshot(s) ({_since(t_decode)} since the decode began)")
         n_messages = load_decoded(spark, lake, staged)
-        say(f"ingest: silver/messages loaded ({time.time() - t_decode:.1f} s since the decode began)")
+        say(f"ingest: silver/messages loaded ({_since(t_decode)} since the decode began)")
         failpoints.hit("ingest.after_snapshot")
         for snap in snaps:
             for t in extract_exports(snap, ex):
                 _delta.merge(spark, messages_frame(spark, t), lake, messages.TABLE, insert_only=True)
                 n_messages += t.num_rows
         n_trace = load_trace(spark, lake, staged)
-        say(f"ingest: bronze/trace_records loaded ({time.time() - t_decode:.1f} s since the decode began)")
+        say(f"ingest: bronze/trace_records loaded ({_since(t_decode)} since the decode began)")
         storage.delete_tree(staged.staging)
         failpoints.hit("ingest.after_trace")
         counts = load_small(spark, lake, ex, now)
-        say(f"ingest: small tables loaded ({time.time() - t_decode:.1f} s since the decode began)")
+        say(f"ingest: small tables loaded ({_since(t_decode)} since the decode began)")
         failpoints.hit("ingest.after_configs")
         counts[segments.TABLE.qualified] = save_segments_state(spark, lake, state, now)
         failpoints.hit("ingest.after_segments")
@@ -825,6 +843,7 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
             say("ingest: bringing silver/deliveries up to date")
             counts[deliveries.TABLE.qualified] = build_deliveries(
                 spark, lake, previous["table_versions"] if previous else None)
+            say(f"ingest: silver/deliveries up to date ({_since(t_decode)} since the decode began)")
             failpoints.hit("ingest.after_deliveries")
         counts[messages.TABLE.qualified] = n_messages
         counts[trace_records.TABLE.qualified] = n_trace

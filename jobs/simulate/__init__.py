@@ -97,6 +97,8 @@ def run(scenario: str, out: str, *, seed: int = 7, scale: int = 1, bulk_messages
         "scenario": scenario, "seed": seed, "scale": scale, "cluster": world.cluster,
         **({"hours": hours or 6, "rate": rate, "every_min": every} if soak else {}),
         "brokers": [b.name for b in world.brokers + world.bulk_brokers],
+        # the brokers' fileReservedTime: what a reconcile's --retention-h should be for this fleet
+        "file_reserved_h": max(b.cfg.file_reserved_ms for b in world.brokers + world.bulk_brokers) / 3_600_000,
         "snapshot_times": [iso_ms(t) for t in sorted(world.snapshot_times)],
         "snapshot_folders": [f"snapshot_ts={snapshot_name(t)}" for t in sorted(world.snapshot_times)],
         "groups": [world.group_info[g] for g in sorted(world.group_info)],

@@ -50,6 +50,7 @@ GiB = 1 << 30
 TARGET_RATIO = 1.5
 TARGET_RSS = 2 * GiB
 STEPS = ["ingest", "validate", "reconcile"]
+LOG_PREFIX = [""]  # "hour-07-" while hour 7 is fed: every step's output is kept in <workdir>/logs
 T0 = time.time()
 _TS = re.compile(r"snapshot_ts=(\d{8}T\d{6}Z)$")
 
@@ -61,7 +62,9 @@ def say(msg: str) -> None:
 def run_measured(name: str, *args: str, ok_codes: tuple[int, ...] = (0,)) -> dict[str, Any]:
     """One ``rmq-recon`` command in a fresh process with its own peak RSS (``os.wait4``), output kept in files."""
     work = Path(os.environ["SOAK_WORKDIR"])
-    out_path, err_path = work / f".{name}.out", work / f".{name}.err"
+    logs = work / "logs"
+    logs.mkdir(exist_ok=True)
+    out_path, err_path = logs / f"{LOG_PREFIX[0]}{name}.out", logs / f"{LOG_PREFIX[0]}{name}.err"
     t0 = time.perf_counter()
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", *args], cwd=str(ROOT),
@@ -107,11 +110,17 @@ def link_tree(src: Path, dst: Path) -> int:
 
 def feed(a: argparse.Namespace, work: Path, source: Path, figs: dict[str, Any]) -> None:
     landing, lake, reports = work / "landing", work / "lake", work / "reports"
-    for p in (landing, lake, reports):
+    for p in (landing, lake, reports, work / "logs"):
         shutil.rmtree(p, ignore_errors=True)
     landing.mkdir(parents=True)
     meta = json.loads((source / "_truth" / "scenario.json").read_text())
     folders = snapshot_folders(source)
+    # The reconcile's horizon is the simulated brokers' fileReservedTime, as an operator sets it for the fleet.
+    retention_h = a.retention_h or meta.get("file_reserved_h")
+    if not retention_h:
+        raise SystemExit(f"{source}/_truth/scenario.json has no file_reserved_h: give --retention-h")
+    figs["retention_h"] = retention_h
+    say(f"reconcile horizon: --retention-h {retention_h:g} (the simulated brokers' fileReservedTime)")
     t0 = min(ts for ts, _ in folders).replace(minute=0, second=0)
     hours = max(1, -(-int((max(ts for ts, _ in folders) - t0).total_seconds()) // 3600))
     figs["hours"] = []
@@ -120,12 +129,14 @@ def feed(a: argparse.Namespace, work: Path, source: Path, figs: dict[str, Any]) 
         fed = [p for ts, p in folders if lo < ts <= hi]
         files = sum(link_tree(p, landing / p.relative_to(source)) for p in fed)
         row: dict[str, Any] = {"hour": h, "snapshot_folders": len(fed), "files": files}
+        LOG_PREFIX[0] = f"hour-{h:02d}-"
         ing = run_measured("ingest", "ingest", "--landing", str(landing), "--lake", str(lake))
         row["ingest"] = ing
         run_id = (ing["result"] or {}).get("run_id")
         row["validate"] = run_measured("validate", "validate", "--lake", str(lake), "--layer", "silver",
                                        *(["--run-id", run_id] if run_id else []), ok_codes=(0, 1))
-        rec = run_measured("reconcile", "reconcile", "--lake", str(lake), "--reports", str(reports))
+        rec = run_measured("reconcile", "reconcile", "--lake", str(lake), "--reports", str(reports),
+                           "--retention-h", f"{retention_h:g}")
         row["reconcile"] = rec
         row["report_dir"] = (rec["result"] or {}).get("report_dir")
         row["messages"] = int(((ing["result"] or {}).get("changed_rows") or {}).get("silver/messages", 0))
@@ -185,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", default="/tmp/rmq-bench-soak")
     p.add_argument("--stages", default="simulate,feed")
     p.add_argument("--maintain-every", type=int, default=0, help="run rmq-recon maintain every H hours (0: never)")
+    p.add_argument("--retention-h", type=float, default=None,
+                   help="the reconcile's --retention-h (default: the simulated brokers' fileReservedTime, from "
+                        "_truth/scenario.json)")
     p.add_argument("--cleanup", action="store_true", help="delete the workdir at the end")
     a = p.parse_args(argv)
     os.environ.setdefault("RUST_LOG", "warn,sail_common::actor=error")
