@@ -61,6 +61,7 @@ TRACE_BATCH_ROWS = 100_000
 MESSAGE_BATCH_ROWS = 100_000
 # Below the lake: the decode tasks' output until it is loaded (jobs.decode_tasks).
 STAGING = "_staging/ingest"
+DELIVERIES_STAGING = "_staging/deliveries"  # the rows silver/deliveries gains or changes, computed once
 
 
 def task_bytes() -> int:
@@ -665,7 +666,7 @@ def build_deliveries(spark: Any, lake: str, since: dict[str, int] | None = None)
         msgs = msgs.join(trace.select("cluster", F.col("msg_id").alias("uniq_key")).distinct(),
                          ["cluster", "uniq_key"], "left_semi")
     df = deliveries_job.deliveries(trace, msgs, client_ids)
-    return _delta.merge(spark, df, lake, deliveries.TABLE)
+    return _delta.merge(spark, df, lake, deliveries.TABLE, stage=f"{lake.rstrip('/')}/{DELIVERIES_STAGING}")
 
 
 # ------------------------------------------------------------------------------------------------- run

@@ -115,12 +115,15 @@ def feed(a: argparse.Namespace, work: Path, source: Path, figs: dict[str, Any]) 
     landing.mkdir(parents=True)
     meta = json.loads((source / "_truth" / "scenario.json").read_text())
     folders = snapshot_folders(source)
-    # The reconcile's horizon is the simulated brokers' fileReservedTime, as an operator sets it for the fleet.
-    retention_h = a.retention_h or meta.get("file_reserved_h")
-    if not retention_h:
+    # The reconcile's horizon (a tuning: the crossing checks keep every horizon exact, docs/semantics.md rule 24).
+    # A broker deletes a segment fileReservedTime after its LAST write, so it still holds messages stored up to
+    # fileReservedTime + the time a segment takes to fill; a horizon as short as the run interval puts every group
+    # whose consumer commits the previous hour's tail in full. Default: fileReservedTime + 2 h.
+    if a.retention_h is None and meta.get("file_reserved_h") is None:
         raise SystemExit(f"{source}/_truth/scenario.json has no file_reserved_h: give --retention-h")
+    retention_h = a.retention_h if a.retention_h is not None else meta["file_reserved_h"] + 2
     figs["retention_h"] = retention_h
-    say(f"reconcile horizon: --retention-h {retention_h:g} (the simulated brokers' fileReservedTime)")
+    say(f"reconcile horizon: --retention-h {retention_h:g}")
     t0 = min(ts for ts, _ in folders).replace(minute=0, second=0)
     hours = max(1, -(-int((max(ts for ts, _ in folders) - t0).total_seconds()) // 3600))
     figs["hours"] = []
@@ -197,8 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stages", default="simulate,feed")
     p.add_argument("--maintain-every", type=int, default=0, help="run rmq-recon maintain every H hours (0: never)")
     p.add_argument("--retention-h", type=float, default=None,
-                   help="the reconcile's --retention-h (default: the simulated brokers' fileReservedTime, from "
-                        "_truth/scenario.json)")
+                   help="the reconcile's --retention-h (default: the simulated brokers' fileReservedTime from "
+                        "_truth/scenario.json, plus 2 h)")
     p.add_argument("--cleanup", action="store_true", help="delete the workdir at the end")
     a = p.parse_args(argv)
     os.environ.setdefault("RUST_LOG", "warn,sail_common::actor=error")
