@@ -16,7 +16,7 @@ import logging
 import os
 import sys
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator, Literal
+from typing import TYPE_CHECKING, Callable, Iterator, Literal
 
 from pyspark.sql import SparkSession
 
@@ -275,3 +275,8 @@ def materialize(spark: SparkSession, df: "DataFrame", path: str) -> "DataFrame":
     if not any(k.endswith(".parquet") for k in storage.list_keys(path)):
         return spark.createDataFrame([], df.schema)
     return spark.read.schema(df.schema).parquet(path)
+
+
+def materializer(spark: SparkSession, folder: str) -> "Callable[[DataFrame, str], DataFrame]":
+    """``(df, name) -> df`` computed once into ``folder/name`` (:func:`materialize`), for transforms that take one."""
+    return lambda df, name: materialize(spark, df, f"{folder.rstrip('/')}/{name}")

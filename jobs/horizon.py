@@ -552,8 +552,9 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
     tail = open_entries(parts["old_d"], parts["recent_d"], cut=cut)
     dels = _only(parts["recent_d"].unionByName(tail), full_groups, keep=False)
     dels = _spark.materialize(spark, dels, f"{tmp}/deliveries")
-    recent = _spark.materialize(spark, snapshots.relevant_messages(parts["recent_m"], dels, frames["consumer_offsets"])
-                                .select(*messages_schema.TABLE.columns), f"{tmp}/messages")
+    recent = _spark.materialize(spark, snapshots.relevant_messages(
+        parts["recent_m"], dels, frames["consumer_offsets"], small=_spark.materializer(spark, f"{tmp}/recent"))
+        .select(*messages_schema.TABLE.columns), f"{tmp}/messages")
     at_positions = _spark.materialize(spark, looked["at_positions"], f"{tmp}/positions")
     dlq_copies = _spark.materialize(spark, looked["dlq_copies"], f"{tmp}/dlq_copies")
     msgs = {"recent": recent, "positions": recent.unionByName(at_positions), "dlq": recent.unionByName(dlq_copies)}
@@ -572,8 +573,8 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
     if fallback:  # those groups as a full run computes them
         d_full = _only(frames["deliveries"], full_groups, keep=True)
         m_full = _spark.materialize(spark, snapshots.relevant_messages(
-            frames["stored_messages"], d_full,
-            _only(frames["consumer_offsets"], full_groups, keep=True)).select(*messages_schema.TABLE.columns),
+            frames["stored_messages"], d_full, _only(frames["consumer_offsets"], full_groups, keep=True),
+            small=_spark.materializer(spark, f"{tmp}/full")).select(*messages_schema.TABLE.columns),
             f"{tmp}/messages_full")
         full = reports_from(spark, series_of(series, full_groups), snapshots.deliveries_as_of(d_full, as_of=as_of),
                             {k: snapshots.messages_as_of(m_full, as_of=as_of) for k in ("recent", "positions", "dlq")},

@@ -545,7 +545,10 @@ def load_decoded(spark: Any, lake: str, staged: Decoded) -> int:
     if not staged.messages:
         return 0
     df = staged.read(spark, messages.TABLE, "message")
-    _delta.insert_new(spark, df, lake, messages.TABLE, target_filter=_spans_filter(staged), rows=staged.messages)
+    dnf = [[("cluster", "=", c), ("broker", "=", b), ("physical_offset", ">=", lo), ("physical_offset", "<", hi)]
+           for (c, b), (lo, hi) in sorted(staged.spans.items())]
+    _delta.insert_new(spark, df, lake, messages.TABLE, target_filter=_spans_filter(staged), rows=staged.messages,
+                      target_dnf=dnf)
     return staged.messages
 
 

@@ -358,7 +358,8 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
                 # most are untraced traffic). The replay is one plan that reads its timeline once: nothing to keep.
                 info["why_full"] = why
                 frames["messages"] = _spark.materialize(spark, snapshots.relevant_messages(
-                    frames["messages"], frames["deliveries"], frames["consumer_offsets"])
+                    frames["messages"], frames["deliveries"], frames["consumer_offsets"],
+                    small=_spark.materializer(spark, storage.join(tmp, "relevant")))
                     .select(*messages.TABLE.columns), storage.join(tmp, "messages"))
                 info["read"] = {"consumer_offsets": "all", "queue_bounds": "all", "subscription_groups": "all",
                                 "messages": frames["stored_messages"].count(),

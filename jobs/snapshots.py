@@ -11,6 +11,7 @@ pure DataFrame -> DataFrame functions.
 from __future__ import annotations
 
 import datetime as dt
+from typing import Callable
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -175,7 +176,8 @@ def deliveries_as_of(deliveries: DataFrame, *, as_of: dt.datetime) -> DataFrame:
                          for c in deliveries_schema.TABLE.columns])
 
 
-def relevant_messages(messages: DataFrame, deliveries: DataFrame, consumer_offsets: DataFrame) -> DataFrame:
+def relevant_messages(messages: DataFrame, deliveries: DataFrame, consumer_offsets: DataFrame,
+                      small: Callable[[DataFrame, str], DataFrame] = lambda df, _name: df) -> DataFrame:
     """The records some report reads one by one; every other record can be left out without changing a report.
 
     Kept: every retry/DLQ/schedule/trace record, every copy of a UNIQ_KEY that was delivered or has such a
@@ -183,18 +185,22 @@ def relevant_messages(messages: DataFrame, deliveries: DataFrame, consumer_offse
     (the SKIPPED scan reads those queues) and every record at a committed offset of any snapshot (time lag,
     BLOCKING_COMMIT). Untraced healthy traffic, most of a large fleet, is only ever counted through the offsets;
     dropping it before the per-position and per-key windows keeps those windows to the traced part.
+
+    ``small`` computes a small frame once (``jobs._spark.materialize``): the keys, queues and positions the records
+    are joined to. The small frame is always the left side of a join, and engines that build the hash table from
+    the left input (DataFusion, hence Sail) keep it there only while the statistics say it is the smaller one: a
+    filter on ``messages`` (a horizon run's recent part) made its estimate smaller than the keys' and the
+    records became the build side (3.5 GiB at 3 M records instead of 0.5). Materialized, their sizes are exact.
     """
     system = is_system_topic_col(F.col("topic"))
-    keys = (
+    keys = small(
         deliveries.select("cluster", "uniq_key")
         .unionByName(messages.where(system).select("cluster", "uniq_key"))
-        .where(F.col("uniq_key").isNotNull()).distinct()
-    )
-    # The small frame is always the left side of a join: engines that build the hash table from the left input
-    # (DataFusion, hence Sail) would otherwise hold all the records in memory (12.6 GB at 10 M records).
-    queues = keys.join(messages.select("cluster", "uniq_key", *QUEUE[1:]), on=["cluster", "uniq_key"],
-                       how="inner").select(*QUEUE).distinct()
-    positions = consumer_offsets.select(*QUEUE, F.col("committed_offset").cast("long").alias("_qo")).distinct()
+        .where(F.col("uniq_key").isNotNull()).distinct(), "relevant_keys")
+    queues = small(keys.join(messages.select("cluster", "uniq_key", *QUEUE[1:]), on=["cluster", "uniq_key"],
+                             how="inner").select(*QUEUE).distinct(), "relevant_queues")
+    positions = small(consumer_offsets.select(*QUEUE, F.col("committed_offset").cast("long").alias("_qo"))
+                      .distinct(), "relevant_positions")
     flag = lambda df, name: df.withColumn(name, F.lit(True))  # noqa: E731
     m = messages.withColumn("_qo", F.col("queue_offset").cast("long"))
     m = flag(keys, "_k").join(m, on=["cluster", "uniq_key"], how="right")
