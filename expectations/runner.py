@@ -165,7 +165,8 @@ def validate_table(df: "DataFrame", suite: "ExpectationSuite", *,
     The metrics are Spark queries on ``df``: only counts and up to 20 unexpected values per expectation reach Python.
 
     Args:
-        df: the rows (a Spark or Spark Connect DataFrame) with the table's columns (e.g. from ``jobs.lake._delta.read``).
+        df: the rows (a Spark or Spark Connect DataFrame) with the table's columns (e.g. from
+            ``jobs.lake._delta.read``).
         suite: a suite from ``expectations/<table>.py``; it is registered in the context under its own name
             (replacing a suite of that name validated earlier in the same context).
         context: a context from :func:`ephemeral_context`; default a fresh one without Data Docs.

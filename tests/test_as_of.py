@@ -85,11 +85,8 @@ def test_an_as_of_run_sees_the_deliveries_of_a_lake_ingested_up_to_then(tmp_path
     import pandas as pd
 
     from jobs import simulate
-
     from jobs.ingest import ingest
-
     from jobs.lake import _delta, _spark
-
     from jobs.rules import snapshots
     from schemas import deliveries as D
 

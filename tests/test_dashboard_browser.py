@@ -204,7 +204,6 @@ def test_quality_page_from_stored_validation_results(site: dict[str, Any], brows
     from deltalake import write_deltalake
 
     from jobs.lake import _delta
-
     from jobs.ops import dashboard
     from schemas import validation_results
 

@@ -100,11 +100,8 @@ def test_mixed_with_bulk_traffic_equals_truth(tmp_path: pathlib.Path) -> None:
     import json
 
     from jobs import simulate
-
     from jobs.ingest import ingest
-
     from jobs.lake import _delta
-
     from jobs.reconcile import reconcile
     from schemas import consumer_offsets, messages
 

@@ -35,9 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from jobs.formats import configs
-
 from jobs.ingest import landing
-
 from jobs.lake import _delta, storage
 from jobs.ingest.landing import LandingFile, Snapshot
 from jobs.problems import Problem, UsageError

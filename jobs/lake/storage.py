@@ -10,7 +10,7 @@ Failures are named (:class:`BucketNotFoundError`, :class:`S3EndpointError`, :cla
 never logged nor put in a message. A missing *object* is not an error: :func:`read_bytes` returns ``None``.
 
 Example:
-    >>> from jobs import storage
+    >>> from jobs.lake import storage
     >>> storage.write_bytes("s3://landing/cluster=c1/a.json", b"{}")
     >>> [(f.uri, f.size) for f in storage.list_files("s3://landing/cluster=c1")]
     [('s3://landing/cluster=c1/a.json', 2)]
@@ -205,7 +205,8 @@ def _error(op: str, uri: str, exc: Exception) -> StorageError:
         return S3AccessError(f"{op} {uri}: no credentials for {where}. Set {_KEYS_HINT}")
     if code == "NoSuchBucket":
         return BucketNotFoundError(f"{op} {uri}: bucket {split(uri)[0]!r} does not exist at {where}. Create it "
-                                   "(jobs.lake.storage.ensure_bucket) or set AWS_ENDPOINT_URL to the store that holds it")
+                                   "(jobs.lake.storage.ensure_bucket) or set AWS_ENDPOINT_URL to the store that "
+                                   "holds it")
     if code in _ACCESS:
         return S3AccessError(f"{op} {uri}: {where} refused the credentials ({code}). Set {_KEYS_HINT}")
     return StorageError(f"{op} {uri}: {type(exc).__name__}: {exc} at {where}. Check AWS_ENDPOINT_URL, AWS_REGION, "

@@ -5,8 +5,8 @@ versions its ledger row records) and, for the trends, a few columns of the ``rec
 pandas transforms compute what the pages show (:func:`group_overview`, :func:`audit`, :func:`run_trends`,
 :func:`quality_runs`, each tested on tiny frames with exact rows), and :func:`render` writes HTML with inline CSS
 and inline SVG plots drawn by matplotlib (no script, no font or file from the network: it works from ``file://``
-and offline). The folder is published all at once through :mod:`jobs.reconcile.reports` / :mod:`jobs.lake.storage`, so an
-``s3://`` reports root works the same.
+and offline). The folder is published all at once through :mod:`jobs.reconcile.reports` /
+:mod:`jobs.lake.storage`, so an ``s3://`` reports root works the same.
 
 Pages: ``index.html`` (the headline audit plot and the groups ranked by severity), ``groups/<group>.html`` (per
 queue: timeline, "why this status", ranges), ``audit.html`` (per group and hour), ``trends.html`` (over runs),
@@ -27,7 +27,6 @@ import numpy as np
 import pandas as pd
 
 from jobs.lake import _delta, storage
-
 from jobs.reconcile import reports
 from schemas import (
     audit_hours,
@@ -799,7 +798,8 @@ def run(lake: str, reports_root: str, *, run_id: str | None = None, recent_runs:
         progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Build ``<reports_root>/dashboard/`` from the lake's gold and quality tables (local or ``s3://``).
 
-    Idempotent: the same lake gives the same files, published all at once (:func:`jobs.reconcile.reports.publish_folder`).
+    Idempotent: the same lake gives the same files, published all at once
+    (:func:`jobs.reconcile.reports.publish_folder`).
 
     Returns:
         ``{"dashboard": folder, "index": index uri, "run_id", "files", "seconds"}``.

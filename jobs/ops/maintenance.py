@@ -9,8 +9,8 @@ files only old versions still name.
 
 Safety, by construction:
 
-* **Alone on the lake.** The run holds the ``writer``, ``gold``, ``quality`` and ``alerts`` leases (``jobs.lake.lease``),
-  so no ingest, reconcile, validation or alert writes beside it.
+* **Alone on the lake.** The run holds the ``writer``, ``gold``, ``quality`` and ``alerts`` leases
+  (``jobs.lake.lease``), so no ingest, reconcile, validation or alert writes beside it.
 * **Vacuum never deletes what a reader may still read.** Reconcile reads silver at the versions of the newest
   completed ingest (``bronze/ingest_runs``); silver validation reads the newest real ingest's increment; the
   dashboard, alerts and gold validation read gold at the versions of the recent ``gold/reconcile_runs`` rows (the
@@ -46,7 +46,8 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 UTC = dt.timezone.utc
 RETENTION_H_DEFAULT = 168
-# gold/reconcile_runs rows whose gold versions stay readable: the dashboard's trend window (jobs.ops.dashboard.RECENT_RUNS)
+# gold/reconcile_runs rows whose gold versions stay readable: the dashboard's trend window
+# (jobs.ops.dashboard.RECENT_RUNS)
 KEEP_RECONCILE_RUNS = 30
 LEASES = ("writer", "gold", "quality", "alerts")
 

@@ -26,7 +26,6 @@ from typing import Any
 import pandas as pd
 
 from jobs.lake import _delta
-
 from jobs.reconcile import gold_runs
 from jobs.problems import UsageError
 from schemas import reconcile_runs
@@ -524,9 +523,7 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
     from pyspark.sql import functions as F
 
     from jobs.lake import _spark
-
     from jobs.reconcile import reconcile
-
     from jobs.rules import snapshots, status
     from schemas import messages as messages_schema
 

@@ -26,9 +26,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from jobs.lake import _delta, failpoints, storage
-
 from jobs.reconcile import reports
-
 from jobs.rules import snapshots
 from jobs.problems import UsageError
 from jobs.formats.topics import DLQ_PREFIX

@@ -24,7 +24,7 @@ What it does, in one run:
    every record's physical offset, queue offset and size, no problems, end-of-segment state, the total count, and
    exact equality of whole rows for a sample of records. The decoder's kernels are numba-compiled: the timed
    region includes the decoder's first call in each fresh process (numba loading the kernels from its cache in
-   ``jobs/__pycache__``). That one-time cost is also measured on its own, before the runs, in two fresh
+   ``jobs/formats/__pycache__``). That one-time cost is also measured on its own, before the runs, in two fresh
    processes: the first compiles the kernels if the cache is missing or stale (so no timed run compiles), the
    second loads them from the cache.
 3. Decodes the first ``--baseline-mib`` MiB with a plain ``struct.unpack_from`` loop that builds one dict per

@@ -11,9 +11,9 @@ What it does:
    ``--messages`` (``plan_scale``: the event-loop part up to scale 3, then ``BULK_UNIT_MESSAGES`` of vectorised
    bulk traffic per unit, ``jobs.simulate.bulk``) and prints wall time, messages stored (and how many are bulk),
    messages/s, landing-zone bytes (logical and on disk) and files.
-2. ``ingest`` and ``reconcile``: ``jobs.ingest.ingest.run(landing, lake)`` then ``jobs.reconcile.reconcile.run(lake, reports)``, each
-   in a fresh process; wall time and peak RSS per stage (the child's ``ru_maxrss`` from ``os.wait4``, and the
-   sampled RSS of its whole process tree), and the total.
+2. ``ingest`` and ``reconcile``: ``jobs.ingest.ingest.run(landing, lake)`` then
+   ``jobs.reconcile.reconcile.run(lake, reports)``, each in a fresh process; wall time and peak RSS per stage (the
+   child's ``ru_maxrss`` from ``os.wait4``, and the sampled RSS of its whole process tree), and the total.
 3. ``replay``: exports silver/deliveries, silver/consumer_offsets and silver/queue_bounds from the lake with
    delta-rs into Parquet once, computes ``jobs.rules.snapshots.offset_series`` from them once (Sail, as the reconcile
    job does, as of the newest snapshot) into Parquet, then times
@@ -143,7 +143,6 @@ def child_export(a: dict[str, Any]) -> dict[str, Any]:
     from deltalake import DeltaTable
 
     from jobs.lake import _delta, _spark
-
     from jobs.rules import snapshots
     from jobs.reconcile.reconcile import parse_as_of
     from schemas import consumer_offsets, deliveries, queue_bounds
@@ -261,8 +260,8 @@ def child_replay_spark(a: dict[str, Any]) -> dict[str, Any]:
             "median_s": statistics.median(times), "rows": rows}
 
 
-# The replay of jobs/rules/replay.py (commit_timeline + replayed_commits + agreement) in DuckDB SQL, in the same as-of form. Times are compared
-# as epoch microseconds, which is what Spark's timestamps are.
+# The replay of jobs/rules/replay.py (commit_timeline + replayed_commits + agreement) in DuckDB SQL, in the same as-of
+# form. Times are compared as epoch microseconds, which is what Spark's timestamps are.
 K = "cluster, consumer_group, client_id, client_host, topic, broker, queue_id"
 SK = ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id"]
 BY_TIME = "ORDER BY start_us ASC NULLS FIRST, queue_offset ASC NULLS FIRST, left_us ASC NULLS FIRST"

@@ -45,9 +45,7 @@ def test_reconcile_dag_alerts_once_per_change_and_pushes_its_metrics(
     from airflow.dag_processing.dagbag import DagBag
 
     from jobs import simulate
-
     from jobs.ingest import ingest
-
     from jobs.reconcile import reconcile
 
     hook, box = servers

@@ -154,8 +154,9 @@ def test_scenario_on_cluster_equals_truth_and_sail(tmp_path: pathlib.Path, monke
 def test_ingest_decodes_on_the_cluster_and_lands_the_rows_sail_lands(tmp_path: pathlib.Path,
                                                                      monkeypatch: pytest.MonkeyPatch,
                                                                      spark_cluster: str) -> None:
-    """Issue 13: the ingest job itself on the cluster (its executors decode the commitlogs, jobs.ingest.decode_tasks): every
-    bronze and silver table holds exactly the rows the same ingest on Sail writes, and a second run changes none."""
+    """Issue 13: the ingest job itself on the cluster (its executors decode the commitlogs,
+    jobs.ingest.decode_tasks): every bronze and silver table holds exactly the rows the same ingest on Sail writes,
+    and a second run changes none."""
     from jobs import simulate
     from jobs.ingest import ingest
     from jobs.lake import _delta

@@ -220,11 +220,8 @@ def test_the_site_is_written_to_s3_when_the_reports_root_is_s3(moto_s3: object, 
     import uuid
 
     from jobs import simulate
-
     from jobs.ingest import ingest
-
     from jobs.lake import storage
-
     from jobs.reconcile import reconcile
 
     moto_s3.apply(monkeypatch)  # type: ignore[attr-defined]

@@ -8,7 +8,6 @@ import shutil
 import pytest
 
 from jobs.ingest import ingest, sample_landing
-
 from jobs.lake import _delta
 from schemas import (consumer_offsets, delay_offsets, files, messages, quarantine, queue_bounds, segments,
                      subscription_groups, topic_configs)

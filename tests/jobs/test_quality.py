@@ -16,9 +16,7 @@ import sys
 import pytest
 
 from jobs.ingest import ingest
-
 from jobs.lake import _delta, ledger
-
 from jobs.ops import quality
 from jobs.problems import UsageError
 from schemas import consumer_offsets, validation_results

@@ -13,9 +13,7 @@ from typing import Any
 import pytest
 
 from jobs import simulate
-
 from jobs.ingest import ingest
-
 from jobs.lake import _delta
 from schemas import consumer_offsets, deliveries, messages, queue_bounds, snapshots
 

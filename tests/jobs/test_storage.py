@@ -1,4 +1,5 @@
-"""jobs.lake.storage on local paths and on S3 (moto): exact bytes, sizes and listings; named errors with exact messages."""
+"""jobs.lake.storage on local paths and on S3 (moto): exact bytes, sizes and listings; named errors with exact
+messages."""
 from __future__ import annotations
 
 import pathlib
