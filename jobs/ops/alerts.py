@@ -337,9 +337,10 @@ def after_run(summary: dict[str, Any] | None, quality: dict[str, Any] | None, *,
     """The DAG's alert task: the run's alert on the channels whose Airflow connections exist (see :func:`run`).
 
     ``summary`` is the reconcile task's return (None when it failed: nothing to compare, nothing sent), ``quality``
-    validate_gold's (None when it failed: validated again without raising, see ``gold_runs.validation``).
+    validate_gold's (None when it failed: validated again without raising, see ``quality.gold_validation``).
     """
     from jobs.ops import notifiers
+    from jobs.ops.quality import gold_validation
 
     if summary is None:
         log.info("alerts: the reconcile did not complete; nothing to compare")
@@ -347,7 +348,7 @@ def after_run(summary: dict[str, Any] | None, quality: dict[str, Any] | None, *,
     senders = notifiers.senders(webhook_conn_id=webhook_conn_id, smtp_conn_id=smtp_conn_id, context=context)
     if not senders:  # each channel said why in one line
         return None
-    return run(lake, summary["run_id"], senders=senders, quality=gold_runs.validation(lake, quality, summary["run_id"]),
+    return run(lake, summary["run_id"], senders=senders, quality=gold_validation(lake, quality, summary["run_id"]),
                dashboard_base_url=dashboard_base_url or None)
 
 

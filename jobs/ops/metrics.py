@@ -211,7 +211,9 @@ def after_run(summary: dict[str, Any] | None, quality: dict[str, Any] | None, *,
     if summary is None:
         log.info("metrics: the reconcile did not complete; nothing to push")
         return None
-    return run(lake, summary["run_id"], url=url, quality=gold_runs.validation(lake, quality, summary["run_id"]))
+    from jobs.ops.quality import gold_validation
+
+    return run(lake, summary["run_id"], url=url, quality=gold_validation(lake, quality, summary["run_id"]))
 
 
 def run(lake: str, run_id: str, *, url: str | None = None, quality: dict[str, Any] | None = None) -> dict[str, Any]:

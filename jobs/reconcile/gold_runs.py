@@ -67,18 +67,3 @@ def run(lake: str, run_id: str) -> dict[str, Any]:
         raise KeyError(f"reconcile run {run_id} has not completed in {lake} (no row in "
                        f"{reconcile_runs.TABLE.qualified}): run the reconcile first")
     return row
-
-
-def validation(lake: str, given: dict[str, Any] | None, run_id: str | None = None) -> dict[str, Any]:
-    """The gold validation of the run just made, per table (``{table: {"success", "failed", ...}}``): from
-    ``given`` (validate_gold's return), else validated again.
-
-    Why: validate_gold raises on a failed expectation and so hands nothing on, and a failed expectation is exactly
-    what alerts and metrics must report; validating again (without raising; the stored result rows are reused)
-    gives the same result.
-    """
-    if given is None:
-        from jobs.ops import quality
-
-        given = quality.validate_layer(lake, "gold", run_id=run_id, fail=False)
-    return given["tables"] if isinstance(given.get("tables"), dict) else given
