@@ -35,7 +35,7 @@ from airflow.sdk import Param, dag, task
 def rocketmq_maintenance() -> None:
     @task
     def maintain(params: dict | None = None) -> dict:
-        from jobs import maintenance
+        from jobs.ops import maintenance
 
         return maintenance.run(params["lake"], retention_h=params["retention_h"])
 

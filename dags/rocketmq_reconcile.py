@@ -58,7 +58,8 @@ GOLD_READY = consumer_offsets.TABLE.asset() & queue_bounds.TABLE.asset()
 def rocketmq_reconcile() -> None:
     @task
     def reconcile(params: dict | None = None, run_id: str | None = None, logical_date=None) -> dict:  # noqa: ANN001
-        from jobs import engine_config, reconcile
+        from jobs.lake import engine_config
+        from jobs.reconcile import reconcile
 
         engine_config.apply_spark_connection(params["spark_conn_id"])
         as_of = params["as_of"] or engine_config.as_of_for(logical_date)
@@ -68,20 +69,20 @@ def rocketmq_reconcile() -> None:
 
     @task
     def validate_gold(summary: dict, params: dict | None = None) -> dict:
-        from jobs import quality
+        from jobs.ops import quality
 
         return quality.validate_layer(params["lake"], "gold", run_id=summary["run_id"])
 
     @task
     def dashboard(params: dict | None = None) -> dict:
-        from jobs import dashboard
+        from jobs.ops import dashboard
 
         return dashboard.run(params["lake"], params["reports"])
 
     @task
     def alert(summary: dict | None, quality: dict | None, params: dict | None = None,
               **context) -> dict | None:  # noqa: ANN003
-        from jobs import alerts
+        from jobs.ops import alerts
 
         return alerts.after_run(summary, quality, lake=params["lake"], webhook_conn_id=params["webhook_conn_id"],
                                 smtp_conn_id=params["smtp_conn_id"], dashboard_base_url=params["dashboard_url"],
@@ -89,7 +90,7 @@ def rocketmq_reconcile() -> None:
 
     @task
     def push_metrics(summary: dict | None, quality: dict | None, params: dict | None = None) -> dict | None:
-        from jobs import metrics
+        from jobs.ops import metrics
 
         return metrics.after_run(summary, quality, lake=params["lake"], url=params["pushgateway_url"])
 

@@ -43,14 +43,14 @@ SILVER_ASSETS = [t.TABLE.asset() for t in (consumer_offsets, queue_bounds, messa
 def rocketmq_snapshot() -> None:
     @task(outlets=SILVER_ASSETS)
     def ingest(params: dict | None = None) -> dict:
-        from jobs import ingest
+        from jobs.ingest import ingest
 
         return ingest.run(params["landing"], params["lake"], settle_s=params["settle_s"],
                           require_marker=params["require_marker"])
 
     @task
     def validate_silver(summary: dict, params: dict | None = None) -> dict:
-        from jobs import quality
+        from jobs.ops import quality
 
         return quality.validate_layer(params["lake"], "silver", run_id=summary["run_id"], reuse=True)
 

@@ -6,7 +6,7 @@ the rows. Why ephemeral: the suites are code (``expectations/<table>.py``), so n
 project; the only thing written is the Data Docs site, and only when a ``docs_dir`` is given.
 
 Table-wide rules (``expect_compound_columns_to_be_unique``: one row per key) are not run here on an increment:
-rows added by one run can collide with rows already in the table, so ``jobs.quality`` answers them with an engine
+rows added by one run can collide with rows already in the table, so ``jobs.ops.quality`` answers them with an engine
 query over the table (:func:`row_rules` leaves them out of the GE run).
 
 Example::
@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
 
 DOCS_SITE = "local_site"
-# Rules about the whole table, not each row: answered by an engine query over the table (jobs.quality).
+# Rules about the whole table, not each row: answered by an engine query over the table (jobs.ops.quality).
 TABLE_WIDE = frozenset({"expect_compound_columns_to_be_unique"})
 # How many unexpected values a result keeps as its observed value (GE's partial_unexpected_list).
 EXAMPLES = 20
@@ -165,13 +165,14 @@ def validate_table(df: "DataFrame", suite: "ExpectationSuite", *,
     The metrics are Spark queries on ``df``: only counts and up to 20 unexpected values per expectation reach Python.
 
     Args:
-        df: the rows (a Spark or Spark Connect DataFrame) with the table's columns (e.g. from ``jobs._delta.read``).
+        df: the rows (a Spark or Spark Connect DataFrame) with the table's columns (e.g. from
+            ``jobs.lake._delta.read``).
         suite: a suite from ``expectations/<table>.py``; it is registered in the context under its own name
             (replacing a suite of that name validated earlier in the same context).
         context: a context from :func:`ephemeral_context`; default a fresh one without Data Docs.
 
     Returns:
-        The :class:`Outcome`; nothing is raised when expectations fail (``jobs.quality`` decides that).
+        The :class:`Outcome`; nothing is raised when expectations fail (``jobs.ops.quality`` decides that).
     """
     import great_expectations as gx
 

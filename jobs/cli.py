@@ -26,7 +26,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
 
 
 def cmd_ingest(a: argparse.Namespace) -> int:
-    from jobs import ingest
+    from jobs.ingest import ingest
 
     _print_json(ingest.run(a.landing, a.lake, snapshot_glob=a.snapshots, progress=_progress, settle_s=a.settle_s,
                            require_marker=a.require_marker or None, retake=a.retake))
@@ -34,7 +34,7 @@ def cmd_ingest(a: argparse.Namespace) -> int:
 
 
 def cmd_reconcile(a: argparse.Namespace) -> int:
-    from jobs import reconcile
+    from jobs.reconcile import reconcile
 
     groups = [g for g in (a.groups or "").split(",") if g] or None
     summary = reconcile.run(a.lake, a.reports, as_of=a.as_of, run_id=a.run_id, window=a.window, groups=groups,
@@ -45,7 +45,7 @@ def cmd_reconcile(a: argparse.Namespace) -> int:
 
 
 def cmd_dashboard(a: argparse.Namespace) -> int:
-    from jobs import dashboard
+    from jobs.ops import dashboard
 
     _print_json(dashboard.run(a.lake, a.reports, run_id=a.run_id, recent_runs=a.runs, progress=_progress))
     return 0
@@ -53,7 +53,7 @@ def cmd_dashboard(a: argparse.Namespace) -> int:
 
 def cmd_validate(a: argparse.Namespace) -> int:
     """Exit 0 when every suite passed, 1 when one failed (one line naming each table and expectation)."""
-    from jobs import quality
+    from jobs.ops import quality
 
     summary = quality.validate_layer(a.lake, a.layer, run_id=a.run_id, fail=False, progress=_progress)
     _print_json(summary)
@@ -65,7 +65,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
 
 
 def cmd_maintain(a: argparse.Namespace) -> int:
-    from jobs import maintenance
+    from jobs.ops import maintenance
 
     _print_json(maintenance.run(a.lake, retention_h=a.retention_h, progress=_progress))
     return 0
@@ -88,7 +88,7 @@ def _window(text: str) -> int:
 
 
 def _as_of(text: str) -> str:
-    from jobs.reconcile import AS_OF_FORMATS, parse_as_of
+    from jobs.reconcile.reconcile import AS_OF_FORMATS, parse_as_of
 
     try:
         parse_as_of(text)
@@ -204,10 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     # Progress goes to stderr as plain lines; the log shows warnings (everything with -v).
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from jobs._spark import RUST_LOG_DEFAULT
+    from jobs.lake._spark import RUST_LOG_DEFAULT
 
     os.environ.setdefault("RUST_LOG", RUST_LOG_DEFAULT)
-    from jobs import interrupts
+    from jobs.lake import interrupts
 
     interrupts.install()
     try:

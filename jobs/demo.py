@@ -46,7 +46,7 @@ def _airflow(args: list[str], env: dict[str, str], log_path: pathlib.Path) -> No
 
 def offsets_table(lake: str, *, max_rows: int = 25) -> str:
     """Committed offsets per group and queue at each broker's newest snapshot, the first ``max_rows`` of them."""
-    from jobs import _delta
+    from jobs.lake import _delta
     from schemas import consumer_offsets, queue_bounds
 
     off = _delta.read_pandas(lake, consumer_offsets.TABLE)
@@ -76,7 +76,7 @@ def offsets_table(lake: str, *, max_rows: int = 25) -> str:
 def make_landing(landing: pathlib.Path, scenario: str, seed: int, scale: int) -> dict[str, Any]:
     """``real``: the real broker stores of tests/fixtures/real; anything else: the fleet simulator."""
     if scenario == "real":
-        from jobs import sample_landing
+        from jobs.ingest import sample_landing
 
         sample_landing.build(landing)
         return {"scenario": "real", "source": str(sample_landing.REAL)}

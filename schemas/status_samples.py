@@ -2,7 +2,7 @@
 
 One row per (run, group, client, queue, snapshot with known bounds) for the last ``max(window, 48)`` such
 snapshots of each key as of the run: the committed offset, Min, Max and lag of each sample, and whether the
-sample is in the status window (the ``window`` newest ones, the rows :func:`jobs.status.window_status` judged).
+sample is in the status window (the ``window`` newest ones, the rows :func:`jobs.rules.status.window_status` judged).
 Bounded per key, so the table grows with queues and runs, never with messages.
 """
 from __future__ import annotations

@@ -26,7 +26,7 @@ os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{AIRFLOW_HOME / 
 @pytest.fixture(scope="session")
 def spark() -> Iterator["object"]:
     """An embedded Sail Spark Connect session (stopped before its server, so the run never hangs at exit)."""
-    from jobs._spark import session
+    from jobs.lake._spark import session
 
     with session("sail") as s:
         yield s

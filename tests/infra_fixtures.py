@@ -114,7 +114,7 @@ def _report(config: pytest.Config, line: str) -> None:
 
 
 def _make_bucket() -> str:
-    from jobs import storage
+    from jobs.lake import storage
 
     uri = f"s3://{BUCKET}"
     storage.ensure_bucket(uri)

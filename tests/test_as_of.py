@@ -19,7 +19,8 @@ COLUMNS = ["reason", "queue_offset", "reconsume_times", "max_reconsume_times", "
 
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    from jobs import ingest, simulate
+    from jobs import simulate
+    from jobs.ingest import ingest
 
     root = tmp_path_factory.mktemp("as_of")
     simulate.run("retry-to-dlq", str(root / "landing"), seed=7)
@@ -38,7 +39,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 ], ids=["retrying_14_as_of_0200", "retrying_15_as_of_0300", "in_dlq_at_the_last_snapshot"])
 def test_an_as_of_run_sees_only_its_snapshots(lake: pathlib.Path, as_of: str | None, snapshot: str,
                                                expected: tuple) -> None:
-    from jobs import reconcile
+    from jobs.reconcile import reconcile
 
     summary = reconcile.run(str(lake / "lake"), str(lake / "reports"), as_of=as_of)
     folder = pathlib.Path(summary["report_dir"])
@@ -53,7 +54,7 @@ def test_an_as_of_run_sees_only_its_snapshots(lake: pathlib.Path, as_of: str | N
 def test_a_groups_run_reports_the_dlq_records_of_those_groups_only(lake: pathlib.Path, groups: list[str],
                                                                    expected: list[tuple]) -> None:
     """``--groups``: IN_DLQ reads every record of ``%DLQ%G`` (rule 18), so the filter must reach the records."""
-    from jobs import reconcile
+    from jobs.reconcile import reconcile
 
     summary = reconcile.run(str(lake / "lake"), str(lake / "reports"), groups=groups, as_of="2026-01-05T05:30:00Z",
                             run_id="groups-" + groups[0])
@@ -66,7 +67,7 @@ def test_a_groups_run_reports_the_dlq_records_of_those_groups_only(lake: pathlib
 def test_a_groups_run_names_the_groups_the_lake_does_not_know(lake: pathlib.Path) -> None:
     """Not silently dropped: a name with no offsets, subscription, delivery or DLQ record stops the run, before any
     report is written (the lake's %DLQ%GID_recon record belongs to another group)."""
-    from jobs import reconcile
+    from jobs.reconcile import reconcile
     from jobs.problems import UsageError
 
     with pytest.raises(UsageError, match=r"^--groups GID_absent: not in the lake .*check the names"):
@@ -83,7 +84,10 @@ def test_an_as_of_run_sees_the_deliveries_of_a_lake_ingested_up_to_then(tmp_path
 
     import pandas as pd
 
-    from jobs import _delta, _spark, ingest, simulate, snapshots
+    from jobs import simulate
+    from jobs.ingest import ingest
+    from jobs.lake import _delta, _spark
+    from jobs.rules import snapshots
     from schemas import deliveries as D
 
     landing, part = tmp_path / "landing", tmp_path / "landing_0030"

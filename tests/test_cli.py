@@ -28,7 +28,8 @@ def one_line(err: str) -> str:
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     """blocked-head (snapshots 00:04-00:13 of 2026-01-05, group GID_recon) ingested."""
-    from jobs import ingest, simulate
+    from jobs import simulate
+    from jobs.ingest import ingest
 
     root = tmp_path_factory.mktemp("cli")
     simulate.run("blocked-head", str(root / "landing"), seed=7)

@@ -34,7 +34,10 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from jobs import dashboard, ingest, reconcile, simulate
+    from jobs import simulate
+    from jobs.ingest import ingest
+    from jobs.ops import dashboard
+    from jobs.reconcile import reconcile
 
     tmp = tmp_path_factory.mktemp("dash")
     landing, lake, reports = tmp / "landing", tmp / "lake", tmp / "reports"
@@ -87,7 +90,7 @@ def _n(text: str) -> int:
 
 def _gold(lake: str, name: str, run_id: str) -> pd.DataFrame:
     import schemas
-    from jobs import _delta
+    from jobs.lake import _delta
 
     table = getattr(schemas, name).TABLE
     return _delta.read_pandas(lake, table, filters=[("run_id", "=", run_id)])
@@ -142,7 +145,7 @@ def test_overview_shows_the_gold_numbers_ranked_by_severity(site: dict[str, Any]
 
 
 def test_group_page_shows_each_queue_and_the_window_behind_its_status(site: dict[str, Any], browser: Any) -> None:
-    from jobs import dashboard
+    from jobs.ops import dashboard
 
     lake, rid = site["lake"], site["run_id"]
     slug = dashboard.group_slug("DefaultCluster", "GID_008_expired")
@@ -200,7 +203,8 @@ def test_quality_page_from_stored_validation_results(site: dict[str, Any], brows
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    from jobs import _delta, dashboard
+    from jobs.lake import _delta
+    from jobs.ops import dashboard
     from schemas import validation_results
 
     at = dt.datetime(2026, 1, 5, 6, tzinfo=dt.timezone.utc)

@@ -2,8 +2,8 @@
 
 For a set of §7 scenarios the simulator writes a landing zone, the ingest job builds the silver tables (on
 Sail, Delta), and the silver rows are read to pandas. From those rows each engine builds in-memory DataFrames
-with the tables' declared schemas, runs :func:`jobs.snapshots.offset_series` and
-:func:`jobs.reconcile.transform`, and every output frame must hold exactly the same rows on both engines
+with the tables' declared schemas, runs :func:`jobs.rules.snapshots.offset_series` and
+:func:`jobs.reconcile.reconcile.transform`, and every output frame must hold exactly the same rows on both engines
 (rows sorted, compared as tuples, timestamps normalised to UTC). No Delta on the classic side: the only
 thing the engines share is the in-memory data.
 
@@ -60,12 +60,12 @@ def _mode(connect: bool) -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def classic(request: pytest.FixtureRequest) -> Iterator[Any]:
-    """One classic local JVM Spark session (``jobs._spark.session("classic")``) for the module, stopped after.
+    """One classic local JVM Spark session (``jobs.lake._spark.session("classic")``) for the module, stopped after.
 
     ``session("classic")`` clears ``SPARK_REMOTE``/``SPARK_CONNECT_MODE_ENABLED`` for itself; they are put
     back as soon as it is up, so the Sail session of the rest of the run keeps working.
     """
-    from jobs._spark import session
+    from jobs.lake._spark import session
 
     saved = {k: os.environ.get(k) for k in ("SPARK_REMOTE", _CONNECT_FLAG, "PYSPARK_SUBMIT_ARGS")}
     # No console progress bars in the test output (the JVM reads this only when it starts).
@@ -144,7 +144,10 @@ def _rows(pdf: Any, schema: Any) -> list[tuple[Any, ...]]:
 
 def _silver(tmp_path: pathlib.Path, scenario: str, seed: int) -> tuple[dict[str, tuple[list, Any]], dt.datetime]:
     """simulate -> ingest (Sail, Delta) -> the rows of the silver tables ``reconcile.extract`` reads."""
-    from jobs import _delta, ingest, reconcile, simulate
+    from jobs import simulate
+    from jobs.ingest import ingest
+    from jobs.lake import _delta
+    from jobs.reconcile import reconcile
     from schemas import consumer_offsets, deliveries, messages, queue_bounds, subscription_groups
 
     landing, lake = tmp_path / "landing", tmp_path / "lake"
@@ -209,7 +212,8 @@ def _outputs(spark: Any, silver: dict[str, tuple[list, Any]], as_of: dt.datetime
 
     ``reconcile.transform`` runs unchanged.
     """
-    from jobs import reconcile, snapshots
+    from jobs.reconcile import reconcile
+    from jobs.rules import snapshots
 
     frames = _frames(spark, silver)
     out = dict(reconcile.transform(frames, as_of=as_of, **PARAMS))

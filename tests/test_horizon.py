@@ -21,7 +21,9 @@ REPORTS = ["duplicated_ranges", "unconsumed_ranges", "offset_corrections", "dlq_
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    from jobs import ingest, reconcile, simulate
+    from jobs import simulate
+    from jobs.ingest import ingest
+    from jobs.reconcile import reconcile
 
     root = tmp_path_factory.mktemp("horizon")
     simulate.run("mixed", str(root / "landing"), seed=1)
@@ -36,7 +38,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 def _gold(lake: str, run_id: str, name: str) -> list[tuple]:
-    from jobs import gold_runs, reconcile
+    from jobs.reconcile import gold_runs, reconcile
 
     mod = reconcile.REPORT_MODULES[name]
     columns = [c for c in mod.SCHEMA.fieldNames() if c != "run_id"]  # every column of the gold table
@@ -107,7 +109,7 @@ def test_a_horizon_run_reads_less_than_a_full_run(runs: dict) -> None:
         "another_window_is_not_carried", "a_groups_run_is_not_carried", "a_lake_changed_below_it_is_not_carried"])
 def test_which_previous_run_a_run_carries(runs: dict, as_of: str, hours: float, params: dict, version: int | None,
                                           expected: tuple) -> None:
-    from jobs import horizon, reconcile
+    from jobs.reconcile import horizon, reconcile
 
     at = reconcile.parse_as_of(as_of)
     want = horizon.params_of(**{"window": 10, "dlq_warn_retries": 3, "blocking_min_age_s": 900, "groups": None,

@@ -63,7 +63,7 @@ def test_ingest_stops_within_10_s_and_a_rerun_completes(landing: pathlib.Path, t
     rerun = subprocess.run([sys.executable, "-m", "jobs.cli", "ingest", "--landing", str(landing), "--lake", str(lake)],
                            cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
-    from jobs import _delta
+    from jobs.lake import _delta
     from schemas import messages
 
     assert len(_delta.read_pandas_columns(str(lake), messages.TABLE, ["physical_offset"])) == 98_169
@@ -71,7 +71,7 @@ def test_ingest_stops_within_10_s_and_a_rerun_completes(landing: pathlib.Path, t
 
 @pytest.fixture(scope="module")
 def lake(landing: pathlib.Path, tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    from jobs import ingest
+    from jobs.ingest import ingest
 
     out = tmp_path_factory.mktemp("interrupts-lake") / "lake"
     ingest.run(str(landing), str(out))

@@ -15,7 +15,9 @@ STRICT_CAUSE = {"blocked-head"}
 
 
 def _pipeline(tmp_path: pathlib.Path, scenario: str, seed: int) -> tuple[pathlib.Path, pathlib.Path, dict]:
-    from jobs import ingest, reconcile, simulate
+    from jobs import simulate
+    from jobs.ingest import ingest
+    from jobs.reconcile import reconcile
 
     landing, lake, out = tmp_path / "landing", tmp_path / "lake", tmp_path / "reports"
     simulate.run(scenario, str(landing), seed=seed, scale=1)
@@ -44,7 +46,10 @@ def test_reingest_changes_nothing_and_reports_equal_truth_in_either_table_format
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, table_format: str) -> None:
     """The simulator preallocates segments like a broker, so the newest one is re-read on every run: a re-read
     that finds no new record must change nothing. Parquet is the format for engines without Delta."""
-    from jobs import _delta, ingest, reconcile, simulate
+    from jobs import simulate
+    from jobs.ingest import ingest
+    from jobs.lake import _delta
+    from jobs.reconcile import reconcile
     from schemas import ALL_TABLES
 
     monkeypatch.setenv("RMQ_RECON_FORMAT", table_format)
@@ -67,7 +72,10 @@ def test_records_sent_in_small_batches_land_the_same_rows(tmp_path: pathlib.Path
     """Ingest sends trace records and decoded messages to the engine in batches (one Connect message must stay
     under 128 MiB; one MERGE per read window was most of ingest): blocked-head's 6802 trace records in batches
     of 500 and its messages in batches of 300 give the same tables and the same reports."""
-    from jobs import _delta, ingest, reconcile, simulate
+    from jobs import simulate
+    from jobs.ingest import ingest
+    from jobs.lake import _delta
+    from jobs.reconcile import reconcile
     from schemas import deliveries, messages, trace_records
 
     monkeypatch.setattr(ingest, "TRACE_BATCH_ROWS", 500)
@@ -91,7 +99,10 @@ def test_mixed_with_bulk_traffic_equals_truth(tmp_path: pathlib.Path) -> None:
     groups, GID_bulk_0001 stops after 30-80 min: STALL, EXPIRED + BACKLOG and BELOW_MIN on all four queues."""
     import json
 
-    from jobs import _delta, ingest, reconcile, simulate
+    from jobs import simulate
+    from jobs.ingest import ingest
+    from jobs.lake import _delta
+    from jobs.reconcile import reconcile
     from schemas import consumer_offsets, messages
 
     landing, lake = tmp_path / "landing", tmp_path / "lake"

@@ -17,8 +17,9 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from jobs import fastjson
-from jobs.commitlog import BLANK_MAGIC, END_FILE_MIN_BLANK_LENGTH, encode_message, tags_hash
+from jobs.formats import fastjson
+from jobs.formats.commitlog import BLANK_MAGIC, END_FILE_MIN_BLANK_LENGTH
+from jobs.formats.commitlog_encode import encode_message, tags_hash
 from jobs.simulate import java
 from jobs.simulate.clock import HOUR, SECOND, EventLoop, to_datetime
 

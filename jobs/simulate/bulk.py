@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
-from jobs.commitlog import encode_message, tags_hash
-from jobs.msgid import make_uniq_key
+from jobs.formats.commitlog_encode import encode_message, tags_hash
+from jobs.formats.msgid import make_uniq_key
 from jobs.simulate import java
 from jobs.simulate.clock import SECOND, month_start_ms
 

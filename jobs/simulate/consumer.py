@@ -14,7 +14,7 @@ import heapq
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from jobs import fastjson
+from jobs.formats import fastjson
 from jobs.simulate import java
 from jobs.simulate.broker import Stored, retry_topic
 from jobs.simulate.clock import SECOND, EventLoop

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from jobs import fastjson
+from jobs.formats import fastjson
 from jobs.simulate.clock import snapshot_name
 
 if TYPE_CHECKING:  # pragma: no cover

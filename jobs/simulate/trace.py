@@ -11,7 +11,7 @@ import socket
 import struct
 from typing import TYPE_CHECKING, Any
 
-from jobs.msgid import make_uniq_key
+from jobs.formats.msgid import make_uniq_key
 from jobs.simulate import java
 from jobs.simulate.clock import EventLoop, month_start_ms
 
@@ -80,7 +80,7 @@ class TraceDispatcher:
         self.buffer = []
 
     def flush(self) -> None:
-        from jobs.trace import encode_trace_records
+        from jobs.formats.trace import encode_trace_records
 
         while self.alive and self.buffer:
             batch, self.buffer = self.buffer[:TRACE_BATCH], self.buffer[TRACE_BATCH:]

@@ -18,13 +18,13 @@ What it does, in one run:
    offset, timestamps, the UNIQ_KEY time and counter) are patched per record. Before anything is timed, a window
    of the tiled log (crossing a template-cycle and two segment boundaries) is compared byte for byte with what
    ``CommitLogWriter`` writes for the same messages.
-2. Decodes every segment with ``jobs.commitlog.decode_file`` (memory-mapped, bounded chunks of ingest's
+2. Decodes every segment with ``jobs.formats.commitlog.decode_file`` (memory-mapped, bounded chunks of ingest's
    ``CHUNK_BYTES``: full metadata, properties map, UNIQ_KEY / KEYS / TAGS, hosts, offsetMsgId) in a fresh process
    per run, timing only the decoder (wall and CPU seconds) and checking the output outside the timed region:
    every record's physical offset, queue offset and size, no problems, end-of-segment state, the total count, and
    exact equality of whole rows for a sample of records. The decoder's kernels are numba-compiled: the timed
    region includes the decoder's first call in each fresh process (numba loading the kernels from its cache in
-   ``jobs/__pycache__``). That one-time cost is also measured on its own, before the runs, in two fresh
+   ``jobs/formats/__pycache__``). That one-time cost is also measured on its own, before the runs, in two fresh
    processes: the first compiles the kernels if the cache is missing or stale (so no timed run compiles), the
    second loads them from the cache.
 3. Decodes the first ``--baseline-mib`` MiB with a plain ``struct.unpack_from`` loop that builds one dict per
@@ -62,7 +62,7 @@ if ROOT not in sys.path:
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
-from jobs import commitlog  # noqa: E402
+from jobs.formats import commitlog, commitlog_encode  # noqa: E402
 
 GENERATOR_VERSION = 1
 MIB = 1 << 20
@@ -74,7 +74,7 @@ T0_MS = int(dt.datetime(2024, 5, 2, 8, 0, tzinfo=UTC).timestamp() * 1000)
 MONTH_START_MS = int(dt.datetime(2024, 5, 1, tzinfo=UTC).timestamp() * 1000)
 MSGS_PER_MS = 4  # store timestamps advance 1 ms every 4 messages
 STORE_HOST = ("10.0.0.11", 10911)
-CHUNK_BYTES = 64 << 20  # jobs.ingest.CHUNK_BYTES (checked against it in main; not imported in the workers)
+CHUNK_BYTES = 64 << 20  # jobs.ingest.ingest.CHUNK_BYTES (checked against it in main; not imported in the workers)
 
 TARGET_RATE = 1_000_000
 TARGET_RATIO = 10.0
@@ -212,7 +212,7 @@ class Template:
         n = tpl["count"]
         d = os.path.join(workdir, "template")
         shutil.rmtree(d, ignore_errors=True)
-        w = commitlog.CommitLogWriter(d, segment_size=1 << 30)
+        w = commitlog_encode.CommitLogWriter(d, segment_size=1 << 30)
         pos, size = np.zeros(n, np.int64), np.zeros(n, np.int64)
         for j in range(n):
             pos[j], size[j] = w.append(**message_fields(tpl, j))
@@ -317,7 +317,7 @@ def write_log(tmpl: Template, directory: str, layout: list[dict[str, Any]]) -> N
                 g = nxt
             assert fh.tell() == seg["data_end"]
             if seg["full"]:
-                fh.write(commitlog.encode_blank(seg["segment_size"] - seg["data_end"]))
+                fh.write(commitlog_encode.encode_blank(seg["segment_size"] - seg["data_end"]))
             fh.truncate(seg["segment_size"])  # preallocated and zero-filled, like a broker's mapped file
 
 
@@ -331,7 +331,7 @@ def writer_crosscheck(tmpl: Template, workdir: str) -> int:
     for d in (a, b):
         shutil.rmtree(d, ignore_errors=True)
     write_log(tmpl, a, layout)
-    w = commitlog.CommitLogWriter(b, segment_size=seg)
+    w = commitlog_encode.CommitLogWriter(b, segment_size=seg)
     w.next_offset = base
     total = sum(s["count"] for s in layout)
     for g in range(g0, g0 + total):
@@ -419,7 +419,7 @@ def _files_ok(manifest: dict[str, Any]) -> bool:
             with open(path, "rb") as fh:
                 fh.seek(s["data_end"])
                 marker = fh.read(8)
-            want = commitlog.encode_blank(s["segment_size"] - s["data_end"]) if s["full"] else b"\0" * 8
+            want = commitlog_encode.encode_blank(s["segment_size"] - s["data_end"]) if s["full"] else b"\0" * 8
             if marker != want:
                 return False
     return os.path.exists(manifest["template"])
@@ -475,7 +475,7 @@ class _LightTemplate:
     def __init__(self, tpl: dict[str, Any]) -> None:
         specs = tpl["specs"]
         self.n = tpl["count"]
-        self.size = np.array([len(commitlog.encode_message(physical_offset=0, **message_fields(tpl, j)))
+        self.size = np.array([len(commitlog_encode.encode_message(physical_offset=0, **message_fields(tpl, j)))
                               for j in range(self.n)], np.int64)
         self.end = np.cumsum(self.size)
         self.pos = self.end - self.size
@@ -663,7 +663,7 @@ def first_call_worker() -> dict[str, float]:
     the first includes numba loading the compiled kernels (or compiling them, when the cache is cold)."""
     data = bytearray()
     for i in range(50):
-        data += commitlog.encode_message(
+        data += commitlog_encode.encode_message(
             topic="TopicTest", queue_id=0, queue_offset=i, physical_offset=len(data), body=b"x" * 100,
             properties={"TAGS": "a", "KEYS": "k", "UNIQ_KEY": f"{i:032X}"}, born_ts_ms=T0_MS, store_ts_ms=T0_MS,
             born_host=("10.0.0.1", 50000), store_host=STORE_HOST)
@@ -697,10 +697,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--samples", type=int, default=3000, help="records compared field by field with what was written")
     args = ap.parse_args(argv)
 
-    from jobs import ingest
+    from jobs.ingest import ingest
 
     if ingest.CHUNK_BYTES != CHUNK_BYTES:
-        print(f"note: jobs.ingest.CHUNK_BYTES is {ingest.CHUNK_BYTES}; using it", flush=True)
+        print(f"note: jobs.ingest.ingest.CHUNK_BYTES is {ingest.CHUNK_BYTES}; using it", flush=True)
     chunk = ingest.CHUNK_BYTES
 
     man = prepare(args)

@@ -11,14 +11,14 @@ What it does:
    ``--messages`` (``plan_scale``: the event-loop part up to scale 3, then ``BULK_UNIT_MESSAGES`` of vectorised
    bulk traffic per unit, ``jobs.simulate.bulk``) and prints wall time, messages stored (and how many are bulk),
    messages/s, landing-zone bytes (logical and on disk) and files.
-2. ``ingest`` and ``reconcile``: ``jobs.ingest.run(landing, lake)`` then ``jobs.reconcile.run(lake, reports)``, each
-   in a fresh process; wall time and peak RSS per stage (the child's ``ru_maxrss`` from ``os.wait4``, and the
-   sampled RSS of its whole process tree), and the total.
+2. ``ingest`` and ``reconcile``: ``jobs.ingest.ingest.run(landing, lake)`` then
+   ``jobs.reconcile.reconcile.run(lake, reports)``, each in a fresh process; wall time and peak RSS per stage (the
+   child's ``ru_maxrss`` from ``os.wait4``, and the sampled RSS of its whole process tree), and the total.
 3. ``replay``: exports silver/deliveries, silver/consumer_offsets and silver/queue_bounds from the lake with
-   delta-rs into Parquet once, computes ``jobs.snapshots.offset_series`` from them once (Sail, as the reconcile
+   delta-rs into Parquet once, computes ``jobs.rules.snapshots.offset_series`` from them once (Sail, as the reconcile
    job does, as of the newest snapshot) into Parquet, then times
    ``replay.agreement(deliveries, series, as_of=as_of)``, as the reconcile job does (collected, so fully computed) on
-   (a) Sail, (b) classic local Spark (``jobs._spark.session("classic")``) and (c) the same replay written in
+   (a) Sail, (b) classic local Spark (``jobs.lake._spark.session("classic")``) and (c) the same replay written in
    DuckDB SQL, all reading the same Parquet files, each engine in its own process: one warm-up, then
    ``--repeats`` timed runs; medians and the ratios Sail/DuckDB and classic/Sail. The three must return the same
    (cluster, consumer_group, compared, agreeing) rows, and the same as the reconcile stage's summary.json.
@@ -116,7 +116,7 @@ def _throttled(prefix: str, keep: Callable[[str], bool], every_s: float = 10.0) 
 
 
 def child_ingest(a: dict[str, Any]) -> dict[str, Any]:
-    from jobs import ingest
+    from jobs.ingest import ingest
 
     if os.path.exists(a["lake"]):
         shutil.rmtree(a["lake"])
@@ -126,7 +126,7 @@ def child_ingest(a: dict[str, Any]) -> dict[str, Any]:
 
 
 def child_reconcile(a: dict[str, Any]) -> dict[str, Any]:
-    from jobs import reconcile
+    from jobs.reconcile import reconcile
 
     if os.path.exists(a["reports"]):
         shutil.rmtree(a["reports"])
@@ -142,8 +142,9 @@ def child_export(a: dict[str, Any]) -> dict[str, Any]:
     import pyarrow.parquet as pq
     from deltalake import DeltaTable
 
-    from jobs import _delta, _spark, snapshots
-    from jobs.reconcile import parse_as_of
+    from jobs.lake import _delta, _spark
+    from jobs.rules import snapshots
+    from jobs.reconcile.reconcile import parse_as_of
     from schemas import consumer_offsets, deliveries, queue_bounds
 
     out = Path(a["dir"])
@@ -235,8 +236,9 @@ def _time_runs(label: str, fn: Callable[[], list[list[Any]]], repeats: int) -> t
 
 
 def child_replay_spark(a: dict[str, Any]) -> dict[str, Any]:
-    from jobs import _spark, replay
-    from jobs.reconcile import parse_as_of
+    from jobs.lake import _spark
+    from jobs.rules import replay
+    from jobs.reconcile.reconcile import parse_as_of
 
     d = Path(a["dir"])
     as_of = parse_as_of(a["as_of"])
@@ -258,8 +260,8 @@ def child_replay_spark(a: dict[str, Any]) -> dict[str, Any]:
             "median_s": statistics.median(times), "rows": rows}
 
 
-# The replay of jobs/replay.py (commit_timeline + replayed_commits + agreement) in DuckDB SQL, in the same as-of form. Times are compared
-# as epoch microseconds, which is what Spark's timestamps are.
+# The replay of jobs/rules/replay.py (commit_timeline + replayed_commits + agreement) in DuckDB SQL, in the same as-of
+# form. Times are compared as epoch microseconds, which is what Spark's timestamps are.
 K = "cluster, consumer_group, client_id, client_host, topic, broker, queue_id"
 SK = ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id"]
 BY_TIME = "ORDER BY start_us ASC NULLS FIRST, queue_offset ASC NULLS FIRST, left_us ASC NULLS FIRST"
@@ -297,7 +299,7 @@ entries AS (
     SELECT *, coalesce(mark, lag(mark IGNORE NULLS) OVER (PARTITION BY hid {BY_TIME})) AS lifetime FROM entries0
 ),
 -- D of the previous entry in the lifetime: running max of (lifetime, time left) over the earlier entries, packed
--- in one number as jobs/replay.py does; D(o) = max(that, L(o)); NEVER while some offset <= o is in flight
+-- in one number as jobs/rules/replay.py does; D(o) = max(that, L(o)); NEVER while some offset <= o is in flight
 prior AS (
     SELECT *, CASE WHEN earlier >= 0 THEN earlier END AS before
     FROM (
@@ -317,7 +319,7 @@ s AS (
     FROM (SELECT DISTINCT {SK}, sid FROM ids) JOIN read_parquet('{series}') USING ({SK})
 ),
 -- the active ProcessQueue at t_s: the (host, lifetime) of the latest entry started at or before it, in the order
--- (start, hid, lifetime), (hid, lifetime) packed in one BIGINT as jobs/replay.py does: the entry before each
+-- (start, hid, lifetime), (hid, lifetime) packed in one BIGINT as jobs/rules/replay.py does: the entry before each
 -- snapshot row
 active AS (
     SELECT sid, t_us, a >> {life_bits} AS hid, a & {life_mask} AS lifetime
@@ -363,7 +365,7 @@ GROUP BY cluster, consumer_group
 
 
 def replay_sql(deliveries_glob: str, series_glob: str, as_of_us: int, lag_s: int) -> str:
-    from jobs import replay
+    from jobs.rules import replay
 
     def huge(n: int) -> str:
         return f"{n}::HUGEINT"
@@ -379,8 +381,8 @@ def child_replay_duckdb(a: dict[str, Any]) -> dict[str, Any]:
         import duckdb
     except ImportError:
         raise SystemExit("duckdb is a benchmark-only dependency: .venv/bin/pip install duckdb")
-    from jobs.replay import BROKER_LAG_S
-    from jobs.reconcile import parse_as_of
+    from jobs.rules.replay import BROKER_LAG_S
+    from jobs.reconcile.reconcile import parse_as_of
 
     d = Path(a["dir"])
     as_of = parse_as_of(a["as_of"])

@@ -10,10 +10,10 @@ What it does:
 1. ``simulate``: ``rmq-recon simulate --scenario mixed --scale N`` into ``<workdir>/landing`` (scale 13 is about
    1.25 M messages, scale 103 about 10 M);
 2. ``ingest``: ``rmq-recon ingest`` into ``<workdir>/lake`` (one run: its increment is every silver row);
-3. ``new``: ``jobs.quality.validate_layer(lake, "silver")`` as the snapshot DAG's ``validate_silver`` task runs it
+3. ``new``: ``jobs.ops.quality.validate_layer(lake, "silver")`` as the snapshot DAG's ``validate_silver`` task runs it
    (GE Spark suites on the rows the ingest added, the key rule as an engine query, results MERGEd into
    ``gold/validation_results``, Data Docs written), in a fresh process;
-4. ``old``: what ``jobs/quality.py`` did before (every silver table read whole into pandas with delta-rs, each suite
+4. ``old``: what ``jobs/ops/quality.py`` did before (every silver table read whole into pandas with delta-rs, each suite
    on it with GE's pandas datasource, Data Docs written), in a fresh process;
 5. prints wall time and peak RSS (the child's ``ru_maxrss`` from ``os.wait4``: the embedded Sail engine runs inside
    that process) of both, the targets (<= 20 s, < 1.5 GiB), and checks both found the same failed expectations and
@@ -54,20 +54,20 @@ def say(msg: str) -> None:
 
 
 def child_new(a: dict[str, Any]) -> dict[str, Any]:
-    from jobs import quality
+    from jobs.ops import quality
 
     out = quality.validate_layer(a["lake"], "silver", fail=False)
     return {t: {"rows": v["rows"], "failed": v["failed"]} for t, v in out["tables"].items()}
 
 
 def child_old(a: dict[str, Any]) -> dict[str, Any]:
-    """The previous jobs/quality.py: whole tables into pandas, GE's pandas datasource, every expectation."""
+    """The previous jobs/ops/quality.py: whole tables into pandas, GE's pandas datasource, every expectation."""
     import great_expectations as gx
 
     import schemas
     from expectations import SILVER, SUITES
     from expectations.runner import ephemeral_context
-    from jobs import _delta
+    from jobs.lake import _delta
 
     by_name = {t.qualified: t for t in schemas.ALL_TABLES}
     ctx = ephemeral_context(tempfile.mkdtemp(prefix="old-docs-"))

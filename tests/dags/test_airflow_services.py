@@ -19,7 +19,8 @@ from typing import Iterator
 import pytest
 
 from exactness import read_csv
-from jobs import _delta, sample_landing
+from jobs.ingest import sample_landing
+from jobs.lake import _delta
 from schemas import consumer_offsets, messages, queue_bounds
 
 pytestmark = pytest.mark.integration
@@ -106,7 +107,9 @@ def test_triggered_snapshot_run_succeeds(services: Services) -> None:
 
 
 def test_backfill_reconciles_each_hour_as_of_its_logical_date(services: Services, tmp_path: pathlib.Path) -> None:
-    from jobs import ingest, reconcile, simulate
+    from jobs import simulate
+    from jobs.ingest import ingest
+    from jobs.reconcile import reconcile
 
     landing, lake, reports = tmp_path / "landing", tmp_path / "lake", tmp_path / "reports"
     simulate.run("retry-to-dlq", str(landing), seed=7)

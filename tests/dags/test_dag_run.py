@@ -6,7 +6,8 @@ import pathlib
 import pytest
 
 from alert_servers import pushgateway, servers  # noqa: F401 - fixtures
-from jobs import _delta, sample_landing
+from jobs.ingest import sample_landing
+from jobs.lake import _delta
 from schemas import consumer_offsets, messages, queue_bounds, validation_results
 
 
@@ -27,7 +28,7 @@ def test_snapshot_dag_ingests_and_validates(tmp_path: pathlib.Path, airflow_db: 
         counts.append([len(_delta.read_pandas(lake, t.TABLE)) for t in (consumer_offsets, queue_bounds, messages)])
     assert counts == [[123, 1, 179], [123, 1, 179]]
     # The second run ingested nothing: validate_silver answered from the first run's kept results (no new commit).
-    from jobs import ledger
+    from jobs.lake import ledger
 
     kept = _delta.read_pandas(lake, validation_results.TABLE)
     assert (sorted(set(kept["validation_id"])), len(kept), int(kept["success"].sum()),
@@ -43,7 +44,9 @@ def test_reconcile_dag_alerts_once_per_change_and_pushes_its_metrics(
 
     from airflow.dag_processing.dagbag import DagBag
 
-    from jobs import ingest, reconcile, simulate
+    from jobs import simulate
+    from jobs.ingest import ingest
+    from jobs.reconcile import reconcile
 
     hook, box = servers
     simulate.run("queue2-offset32", str(tmp_path / "landing"), seed=7)

@@ -17,8 +17,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Callable
 
-from jobs.commitlog import CommitLogWriter, tags_hash
-from jobs.consumequeue import ConsumeQueueWriter, encode_cq_entry
+from jobs.formats.commitlog_encode import CommitLogWriter, tags_hash
+from jobs.formats.consumequeue import ConsumeQueueWriter, encode_cq_entry
 
 CLUSTER = "c"
 FOLDER = "snapshot_ts=20260105T000000Z"

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import pandas as pd
 import pytest
 
-from jobs import _delta
+from jobs.lake import _delta
 from schemas import consumer_offsets, messages, quarantine, queue_bounds, subscription_groups, topic_configs
 import fault_corpus as corpus
 
@@ -107,7 +107,7 @@ def test_fault_is_quarantined_and_the_rest_lands(ingested: dict[str, Any], fault
 
 def test_a_rerun_changes_nothing(ingested: dict[str, Any]) -> None:
     """The corpus taken again (--retake): no table version moves; bad input is not quarantined twice."""
-    from jobs import ledger
+    from jobs.lake import ledger
 
     tables = [quarantine.TABLE, messages.TABLE, consumer_offsets.TABLE, queue_bounds.TABLE, subscription_groups.TABLE]
     before = ledger.versions(ingested["lake"], tables)

@@ -1,7 +1,7 @@
 """Issue 15: kill ingest and reconcile anywhere, run them twice at once: the lake and the reports always end up
 exactly as a clean run leaves them, and a reader never sees a half-written state.
 
-Real processes (``python -m jobs.cli``), killed with SIGKILL at the named failpoints of ``jobs.failpoints`` (no
+Real processes (``python -m jobs.cli``), killed with SIGKILL at the named failpoints of ``jobs.lake.failpoints`` (no
 cleanup, no exit handler: as the OOM killer or a lost node would). The landing zone is ``blocked-head`` (4 broker
 snapshots, 2,641 records, 6,802 trace records); the lake starts as a completed ingest of its first two snapshots, so
 every kill lands on a lake that already has a completed run, as on a live fleet.
@@ -53,7 +53,7 @@ def reconcile(lake: pathlib.Path, reports: pathlib.Path, failpoint: str | None =
 def lake_rows(lake: pathlib.Path, layers: tuple[str, ...] = ("bronze", "silver")) -> dict[str, list[tuple]]:
     """Every row of every table of ``layers`` but the ledgers (whose run ids and times differ by nature), volatile
     columns out."""
-    from jobs import _delta
+    from jobs.lake import _delta
     from schemas import ALL_TABLES
 
     out = {}
@@ -75,7 +75,7 @@ def report_files(folder: pathlib.Path, lake: pathlib.Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The landing zone, a lake after the first two snapshots, and the clean results to compare with."""
-    from jobs import landing as landing_mod
+    from jobs.ingest import landing as landing_mod
     from jobs import simulate
 
     base = tmp_path_factory.mktemp("kill")

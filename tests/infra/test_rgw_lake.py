@@ -18,7 +18,7 @@ from typing import Iterator
 import pytest
 
 from infra_fixtures import _free_port, stop_process
-from jobs import _delta, storage
+from jobs.lake import _delta, storage
 from schemas import consumer_offsets
 
 pytestmark = pytest.mark.integration
@@ -44,7 +44,7 @@ def sail(store: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ob
     of this module would reach S3 with the first one's credentials from an in-process server. A deployment has
     one endpoint per process; this fixture gives each backend its own server process the same way.
     """
-    from jobs._spark import session
+    from jobs.lake._spark import session
 
     port = _free_port()
     log_path = tmp_path_factory.mktemp("sail") / "sail.log"
@@ -160,10 +160,10 @@ def test_wrong_secret_is_refused_with_a_named_error_that_hides_it(
 
 
 def test_lease_is_exclusive_and_a_dead_holders_expires(store: object, lake: str) -> None:
-    """jobs.lease on the store's own conditional writes (If-None-Match / If-Match): Ceph RGW as moto."""
+    """jobs.lake.lease on the store's own conditional writes (If-None-Match / If-Match): Ceph RGW as moto."""
     import json
 
-    from jobs import lease
+    from jobs.lake import lease
 
     with lease.hold(lake, "writer", purpose="first") as held:
         with pytest.raises(lease.LeaseBusy, match="held by first"):

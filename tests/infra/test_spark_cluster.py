@@ -6,7 +6,7 @@ in ``var/pytest-spark-cluster/log``, process groups stopped at the end of the ru
 1. simulate the landing zone and ingest it on embedded Sail into a Parquet lake (``RMQ_RECON_FORMAT=parquet``:
    the cluster has no Delta jars);
 2. copy that lake, one copy per engine, so that each run writes its own gold tables;
-3. run the unchanged reconcile job, ``jobs.reconcile.run``, with the engine chosen by configuration only:
+3. run the unchanged reconcile job, ``jobs.reconcile.reconcile.run``, with the engine chosen by configuration only:
    ``SPARK_REMOTE=<cluster>``, ``RMQ_RECON_ENGINE=connect``, ``RMQ_RECON_FORMAT=parquet``;
 4. the reports must equal the simulator's ``_truth`` (``tests/exactness.py``) and hold the same rows as the
    same job run on Sail over the same Parquet tables.
@@ -80,7 +80,7 @@ def test_cluster_is_standalone_spark_chosen_by_configuration(spark_cluster: str,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """The URL is a loopback Spark Connect server whose driver runs on the standalone master; the job's own
     session factory reaches it from the environment alone; the script's processes and logs are there."""
-    from jobs import _spark
+    from jobs.lake import _spark
 
     assert spark_cluster.startswith("sc://127.0.0.1:")
     _clear_engine_env(monkeypatch)
@@ -103,7 +103,9 @@ def test_cluster_is_standalone_spark_chosen_by_configuration(spark_cluster: str,
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_scenario_on_cluster_equals_truth_and_sail(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
                                                    spark_cluster: str, suite: Suite, scenario: str) -> None:
-    from jobs import ingest, reconcile, simulate
+    from jobs import simulate
+    from jobs.ingest import ingest
+    from jobs.reconcile import reconcile
 
     landing, lake = tmp_path / "landing", tmp_path / "lake"
     cluster_lake, sail_lake = tmp_path / "lake-cluster", tmp_path / "lake-sail"
@@ -152,9 +154,12 @@ def test_scenario_on_cluster_equals_truth_and_sail(tmp_path: pathlib.Path, monke
 def test_ingest_decodes_on_the_cluster_and_lands_the_rows_sail_lands(tmp_path: pathlib.Path,
                                                                      monkeypatch: pytest.MonkeyPatch,
                                                                      spark_cluster: str) -> None:
-    """Issue 13: the ingest job itself on the cluster (its executors decode the commitlogs, jobs.decode_tasks): every
-    bronze and silver table holds exactly the rows the same ingest on Sail writes, and a second run changes none."""
-    from jobs import _delta, ingest, simulate
+    """Issue 13: the ingest job itself on the cluster (its executors decode the commitlogs,
+    jobs.ingest.decode_tasks): every bronze and silver table holds exactly the rows the same ingest on Sail writes,
+    and a second run changes none."""
+    from jobs import simulate
+    from jobs.ingest import ingest
+    from jobs.lake import _delta
     from schemas import ALL_TABLES
 
     def lake_rows(lake: pathlib.Path) -> dict[str, list[tuple]]:  # every bronze/silver row but the ledgers'

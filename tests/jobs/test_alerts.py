@@ -17,8 +17,9 @@ import pandas as pd
 import pytest
 
 from alert_servers import Mailbox, Webhook, servers  # noqa: F401 - a fixture
-from jobs import alerts, gold_runs
-from jobs.notifiers import webhook_target
+from jobs.ops import alerts
+from jobs.reconcile import gold_runs
+from jobs.ops.notifiers import webhook_target
 
 Q = ["DefaultCluster", "G", "", "T", "broker-a"]
 
@@ -172,7 +173,9 @@ def test_webhook_target(conn: dict[str, Any], expected: str) -> None:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """queue2-offset32 reconciled as of 00:05, 00:10, 00:15, 00:20: the lake and reports roots."""
-    from jobs import ingest, reconcile, simulate
+    from jobs import simulate
+    from jobs.ingest import ingest
+    from jobs.reconcile import reconcile
 
     root = tmp_path_factory.mktemp("alerts")
     simulate.run("queue2-offset32", str(root / "landing"), seed=7)
@@ -189,7 +192,7 @@ STALL_TEXT = ("RocketMQ reconciliation asof-20260105T001000Z (as of 2026-01-05T0
 
 
 def _sent(lake: str) -> list[tuple[str, str, str]]:
-    from jobs import _delta
+    from jobs.lake import _delta
     from schemas import alerts_sent
 
     df = _delta.read_pandas(lake, alerts_sent.TABLE)
@@ -199,7 +202,8 @@ def _sent(lake: str) -> list[tuple[str, str, str]]:
 @pytest.mark.integration
 def test_one_message_for_a_new_stall_group_and_none_for_its_rerun(runs: dict[str, str],
                                                                   servers: tuple[Webhook, Mailbox]) -> None:
-    from jobs import notifiers, reconcile
+    from jobs.ops import notifiers
+    from jobs.reconcile import reconcile
 
     hook, box = servers
     base = "http://dash.example/reports"
@@ -245,8 +249,8 @@ def test_a_channel_that_failed_is_retried_alone(runs: dict[str, str], servers: t
                                                 caplog: pytest.LogCaptureFixture) -> None:
     """00:20: the new BLOCKING_COMMIT. The webhook answers 500: the email goes out and is recorded, the job fails
     naming the connection (never its URL, which holds a token); the retry sends the webhook only."""
-    from jobs import notifiers
-    from jobs.notifiers import WebhookError
+    from jobs.ops import notifiers
+    from jobs.ops.notifiers import WebhookError
 
     hook, box = servers
     hook.status = 500
@@ -275,14 +279,14 @@ def test_a_channel_that_failed_is_retried_alone(runs: dict[str, str], servers: t
 def test_missing_connections_turn_alerts_off_with_one_line_each(monkeypatch: pytest.MonkeyPatch,
                                                                 caplog: pytest.LogCaptureFixture,
                                                                 tmp_path: pathlib.Path) -> None:
-    from jobs import notifiers
+    from jobs.ops import notifiers
 
     monkeypatch.delenv("AIRFLOW_CONN_RMQ_RECON_WEBHOOK", raising=False)
     monkeypatch.delenv("AIRFLOW_CONN_RMQ_RECON_SMTP", raising=False)
-    with caplog.at_level(logging.INFO, logger="jobs.notifiers"):
+    with caplog.at_level(logging.INFO, logger="jobs.ops.notifiers"):
         senders = notifiers.senders()
     assert senders == {}
-    assert [r.getMessage() for r in caplog.records if r.name == "jobs.notifiers"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "jobs.ops.notifiers"] == [
         "alerts: webhook off (no Airflow connection rmq_recon_webhook)",
         "alerts: email off (no Airflow connection rmq_recon_smtp)"]
     # With no channel the job reads nothing (the lake need not even exist) and sends nothing.
@@ -294,7 +298,8 @@ def test_missing_connections_turn_alerts_off_with_one_line_each(monkeypatch: pyt
 def test_a_failed_expectation_alone_is_worth_a_message(runs: dict[str, str], servers: tuple[Webhook, Mailbox]) -> None:
     """A second run as of 00:15 changes nothing against the first (same as-of, completed earlier), but its gold
     validation failed: one message naming the expectation."""
-    from jobs import notifiers, reconcile
+    from jobs.ops import notifiers
+    from jobs.reconcile import reconcile
 
     hook, box = servers
     reconcile.run(runs["lake"], runs["reports"], as_of="2026-01-05T00:15:00Z", run_id="manual-0015")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import REAL
-from jobs import commitlog, msgid
+from jobs.formats import commitlog, commitlog_encode, msgid
 
 STORE = REAL / "ericpan-unit-test-store" / "store" / "unit_test_store"
 SEGMENTS = sorted((STORE / "commitlog").iterdir())
@@ -109,9 +109,9 @@ def test_field_lengths_that_do_not_add_up_lose_only_that_record(tmp_path: pathli
 def test_encode_decode_round_trip(tmp_path: pathlib.Path, topic_len: int, born: str, store: str, compression: int) -> None:
     topic = ("T" * topic_len) if topic_len != 5 else commitlog.TRACE_TOPIC
     body = b"SubBefore\x01" * 20
-    stored = commitlog.compress_body(body, compression) if compression else body
+    stored = commitlog_encode.compress_body(body, compression) if compression else body
     flag = (commitlog.COMPRESSED | (compression << commitlog.COMPRESSION_SHIFT)) if compression else 0
-    w = commitlog.CommitLogWriter(str(tmp_path), segment_size=4096)
+    w = commitlog_encode.CommitLogWriter(str(tmp_path), segment_size=4096)
     props = {"UNIQ_KEY": "0A0102030001AABBCCDD00000001", "KEYS": "k1 k2", "TAGS": "tag", "WAIT": "true"}
     written = [w.append(topic=topic, queue_id=i % 3, queue_offset=i, body=stored, properties=props,
                         born_ts_ms=1_700_000_000_000 + i, store_ts_ms=1_700_000_000_100 + i, born_host=(born, 5000 + i),
@@ -144,7 +144,7 @@ def test_query_msg_by_offset_output_is_reproduced() -> None:
     props = dict(kv.split("=", 1) for kv in fields["Properties"].strip("{}").split(", "))
     born_ip, born_port = fields["Born Host"].rsplit(":", 1)
     store_ip, store_port = fields["Store Host"].rsplit(":", 1)
-    rec = commitlog.encode_message(topic=fields["Topic"], queue_id=int(fields["Queue ID"]),
+    rec = commitlog_encode.encode_message(topic=fields["Topic"], queue_id=int(fields["Queue ID"]),
                                    queue_offset=int(fields["Queue Offset"]),
                                    physical_offset=int(fields["CommitLog Offset"]), body=b"book",
                                    properties=props, born_ts_ms=ms(fields["Born Timestamp"]),
@@ -163,10 +163,10 @@ def test_query_msg_by_offset_output_is_reproduced() -> None:
 
 
 def test_tags_hash_is_java_string_hashcode_and_real_tags_slots_are_ext_addresses() -> None:
-    from jobs import consumequeue
+    from jobs.formats import consumequeue
 
-    assert [commitlog.tags_hash(t) for t in ("", "TAG1", "TagA", "book")] == [0, 2567159, 2598919, 3029737]
-    assert commitlog.tags_hash("\U0001F600") == 0xD83D * 31 + 0xDE00  # a surrogate pair, as Java hashes it
+    assert [commitlog_encode.tags_hash(t) for t in ("", "TAG1", "TagA", "book")] == [0, 2567159, 2598919, 3029737]
+    assert commitlog_encode.tags_hash("\U0001F600") == 0xD83D * 31 + 0xDE00  # a surrogate pair, as Java hashes it
     # This store ran with enableConsumeQueueExt: its tags slots hold ext addresses (ConsumeQueueExt.isExtAddr:
     # value <= Integer.MIN_VALUE - 1), Long.MIN_VALUE + the entry's byte position in consumequeue_ext.
     cq = consumequeue.decode_cq((STORE / "consumequeue/abc/0/00000000000000000000").read_bytes(), file_start_byte=0)
@@ -176,7 +176,7 @@ def test_tags_hash_is_java_string_hashcode_and_real_tags_slots_are_ext_addresses
 def test_property_pairs_without_a_name_or_a_value_are_dropped_as_the_broker_does() -> None:
     """``MessageDecoder.string2messageProperties`` keeps a pair only with a name and a value: an empty UNIQ_KEY is no
     UNIQ_KEY (the msgId is then the offsetMsgId), not a key ''."""
-    rec = commitlog.encode_message(topic="T", queue_id=0, queue_offset=0, physical_offset=0, body=b"x",
+    rec = commitlog_encode.encode_message(topic="T", queue_id=0, queue_offset=0, physical_offset=0, body=b"x",
                                    properties={"UNIQ_KEY": "", "": "v", "KEYS": "k", "TAGS": "t"}, born_ts_ms=1,
                                    store_ts_ms=2, born_host=("10.0.0.1", 1), store_host=("10.0.0.2", 10911))
     out = commitlog.decode_segment(rec, segment_start=0, segment="s")
@@ -187,7 +187,7 @@ def test_property_pairs_without_a_name_or_a_value_are_dropped_as_the_broker_does
 def test_a_body_whose_crc_does_not_match_is_dropped_with_a_problem() -> None:
     """BODYCRC = CRC32(body) & 0x7FFFFFFF (the broker checks it on recovery, for every record); a corrupted body is
     not decoded, the record's header is kept."""
-    rec = bytearray(commitlog.encode_message(
+    rec = bytearray(commitlog_encode.encode_message(
         topic=commitlog.TRACE_TOPIC, queue_id=0, queue_offset=0, physical_offset=0, body=b"SubBefore\x011\x02",
         properties={"UNIQ_KEY": "AB"}, born_ts_ms=1, store_ts_ms=2, born_host=("10.0.0.1", 1),
         store_host=("10.0.0.2", 10911)))

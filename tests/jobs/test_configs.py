@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import REAL
-from jobs import configs
+from jobs.formats import configs
 from jobs.problems import Problem
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import REAL
-from jobs import commitlog, consumequeue
+from jobs.formats import commitlog, consumequeue
 
 STORE = REAL / "ericpan-unit-test-store" / "store" / "unit_test_store"
 FILES = consumequeue.read_queue_files(str(STORE / "consumequeue" / "abc" / "0"))

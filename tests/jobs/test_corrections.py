@@ -8,7 +8,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 from pyspark.testing import assertDataFrameEqual
 
-from jobs import corrections, snapshots
+from jobs.rules import corrections, snapshots
 from schemas import consumer_offsets as CO
 from schemas import offset_corrections as OC
 from schemas import queue_bounds as QB

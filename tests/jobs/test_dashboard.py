@@ -6,7 +6,7 @@ import datetime as dt
 import pandas as pd
 import pytest
 
-from jobs import dashboard as d
+from jobs.ops import dashboard as d
 
 UTC = dt.timezone.utc
 T0 = pd.Timestamp("2026-01-05T00:00:00Z")
@@ -219,7 +219,10 @@ def test_the_site_is_written_to_s3_when_the_reports_root_is_s3(moto_s3: object, 
     import pathlib
     import uuid
 
-    from jobs import ingest, reconcile, simulate, storage
+    from jobs import simulate
+    from jobs.ingest import ingest
+    from jobs.lake import storage
+    from jobs.reconcile import reconcile
 
     moto_s3.apply(monkeypatch)  # type: ignore[attr-defined]
     root = pathlib.Path(str(tmp_path))

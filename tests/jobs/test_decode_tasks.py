@@ -1,4 +1,4 @@
-"""Commitlog work units (jobs.decode_tasks): planned from the listing alone, decoded the same in any process."""
+"""Commitlog work units (jobs.ingest.decode_tasks): planned from the listing alone, decoded the same in any process."""
 from __future__ import annotations
 
 import datetime as dt
@@ -8,8 +8,8 @@ import shutil
 
 import pyarrow as pa
 
-from jobs import decode_tasks, landing
-from jobs.commitlog import CommitLogWriter
+from jobs.ingest import decode_tasks, landing
+from jobs.formats.commitlog_encode import CommitLogWriter
 
 UTC = dt.timezone.utc
 SEG = 64 * 1024
@@ -62,7 +62,7 @@ def test_a_growing_segment_is_one_unit_read_on_from_where_each_copy_stopped(tmp_
 
 def test_a_segment_decoded_to_its_end_is_settled_without_reading(tmp_path: pathlib.Path) -> None:
     """The ledger says the segment is complete: no task, no read (the file may even be gone by now)."""
-    from jobs.ingest import SegmentState
+    from jobs.ingest.ingest import SegmentState
 
     _store(tmp_path, "20260105T000000Z", 5)
     snaps, _, _ = landing.discover(str(tmp_path))

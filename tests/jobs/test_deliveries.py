@@ -5,7 +5,7 @@ import datetime as dt
 
 from pyspark.testing import assertDataFrameEqual
 
-from jobs import deliveries
+from jobs.rules import deliveries
 from schemas import deliveries as D
 from schemas import messages as M
 from schemas import trace_records as T
@@ -84,7 +84,7 @@ def _delivery(req: str, before_snap: float | None, after_snap: float | None, *, 
 def test_an_as_of_run_sees_the_trace_records_its_snapshots_held(spark) -> None:  # noqa: ANN001
     """As of 01:00 (rule 0): a SubAfter first held at 02:00 is not seen yet (in flight then, as in a lake ingested
     up to 01:00); a SubBefore first held at 02:00 is not seen at all; records of no snapshot always are."""
-    from jobs import snapshots
+    from jobs.rules import snapshots
 
     d = spark.createDataFrame([_delivery("seen", 3600, 3600), _delivery("after-later", 3600, 7200),
                                _delivery("before-later", 7200, 7200), _delivery("export", None, None),

@@ -1,4 +1,4 @@
-"""jobs._delta: a lake written before a table schema gained a column keeps working (reads null, merges add it)."""
+"""jobs.lake._delta: a lake written before a table schema gained a column keeps working (reads null, merges add it)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -7,7 +7,7 @@ import pathlib
 import pandas as pd
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from jobs import _delta
+from jobs.lake import _delta
 from schemas._table import Table
 
 T = dt.datetime(2026, 1, 5, tzinfo=dt.timezone.utc)

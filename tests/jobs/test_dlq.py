@@ -8,7 +8,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 from pyspark.testing import assertDataFrameEqual
 
-from jobs import dlq, snapshots
+from jobs.rules import dlq, snapshots
 from schemas import consumer_offsets as CO
 from schemas import deliveries as D
 from schemas import dlq_candidates as DC

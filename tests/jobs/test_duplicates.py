@@ -6,7 +6,7 @@ import datetime as dt
 import pytest
 from pyspark.testing import assertDataFrameEqual
 
-from jobs import duplicates, snapshots
+from jobs.rules import duplicates, snapshots
 from schemas import consumer_offsets as CO
 from schemas import deliveries as D
 from schemas import duplicated_ranges as DR

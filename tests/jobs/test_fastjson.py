@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import REAL
-from jobs import fastjson
+from jobs.formats import fastjson
 from jobs.problems import ConfigParseError
 
 ROUND_TRIP = [

@@ -7,7 +7,8 @@ import shutil
 
 import pytest
 
-from jobs import _delta, ingest, sample_landing
+from jobs.ingest import ingest, sample_landing
+from jobs.lake import _delta
 from schemas import (consumer_offsets, delay_offsets, files, messages, quarantine, queue_bounds, segments,
                      subscription_groups, topic_configs)
 
@@ -169,7 +170,7 @@ def _segment(root: pathlib.Path, body: bytes, size: int, folder: str = "snapshot
 def test_the_newest_segment_s_zero_filled_tail_ends_decoding_quietly(tmp_path: pathlib.Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """A broker preallocates its newest segment: written records, then zeros running past several read windows."""
-    from jobs.commitlog import CommitLogWriter
+    from jobs.formats.commitlog_encode import CommitLogWriter
 
     seg = tmp_path / "landing" / "cluster=c" / "broker=b" / "snapshot_ts=20260105T000000Z" / "store" / "commitlog"
     w = CommitLogWriter(str(seg), segment_size=64 * 1024)
@@ -244,8 +245,8 @@ def test_queue_entries_into_a_record_are_checked_against_the_records_each_snapsh
     record 3, and one giving record 4 a wrong size; the second's also points into record 15, which only it holds.
     Each entry is quarantined against the records of its own snapshot and those before it (issue 13: the decode runs
     in engine tasks, the checks afterwards on the driver)."""
-    from jobs import consumequeue
-    from jobs.commitlog import CommitLogWriter
+    from jobs.formats import consumequeue
+    from jobs.formats.commitlog_encode import CommitLogWriter
 
     def snapshot(ts: str, records: int) -> list[tuple[int, int]]:
         store = tmp_path / "landing" / "cluster=c" / "broker=b" / f"snapshot_ts={ts}" / "store"

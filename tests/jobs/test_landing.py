@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from jobs import landing
+from jobs.ingest import landing
 
 UTC = dt.timezone.utc
 

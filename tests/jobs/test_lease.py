@@ -1,4 +1,4 @@
-"""jobs.lease: one holder at a time on a local lake (flock) and on S3 (conditional writes, moto); a dead holder's
+"""jobs.lake.lease: one holder at a time on a local lake (flock) and on S3 (conditional writes, moto); a dead holder's
 lease is free at once locally and after its TTL on S3; a lease taken over is reported to its old holder."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from jobs import lease, storage
+from jobs.lake import lease, storage
 
 
 @pytest.fixture(params=["local", "s3"])

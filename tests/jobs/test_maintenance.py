@@ -15,7 +15,11 @@ from typing import Any
 import pytest
 
 import schemas
-from jobs import _delta, ingest, ledger, maintenance, reconcile, simulate
+from jobs import simulate
+from jobs.ingest import ingest
+from jobs.lake import _delta, ledger
+from jobs.ops import maintenance
+from jobs.reconcile import reconcile
 from schemas import ingest_runs, reconcile_runs
 
 SNAPS = ["20260105T000400Z", "20260105T000700Z", "20260105T001000Z", "20260105T001300Z"]
@@ -128,7 +132,7 @@ def test_vacuum_keeps_every_version_the_ledgers_name(flow: dict[str, Any]) -> No
 
 def test_a_no_op_ingest_after_maintenance_starts_no_engine(flow: dict[str, Any],
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    from jobs import _spark
+    from jobs.lake import _spark
 
     def no_engine(*a: Any, **k: Any) -> Any:
         raise AssertionError("the engine was started after maintenance with nothing new to ingest")
@@ -202,7 +206,7 @@ def test_parquet_lakes_are_skipped_with_a_line(tmp_path: pathlib.Path, monkeypat
 def test_an_s3_lake_is_compacted_and_vacuumed_the_same_way(flow: dict[str, Any], moto_s3: Any, tmp_path: pathlib.Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Maintenance needs no engine: a local lake of two ingests, uploaded to S3 (moto), maintained there."""
-    from jobs import storage
+    from jobs.lake import storage
 
     local = str(tmp_path / "lake")
     for ts in SNAPS[:2]:

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from alert_servers import pushgateway  # noqa: F401 - a fixture
-from jobs import metrics
+from jobs.ops import metrics
 
 QUEUE = ["C", "G", "", "T", "b"]
 
@@ -78,7 +78,9 @@ def test_metrics_are_off_without_a_url(monkeypatch: pytest.MonkeyPatch, tmp_path
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> str:
-    from jobs import ingest, reconcile, simulate
+    from jobs import simulate
+    from jobs.ingest import ingest
+    from jobs.reconcile import reconcile
 
     root = tmp_path_factory.mktemp("metrics")
     simulate.run("queue2-offset32", str(root / "landing"), seed=7)

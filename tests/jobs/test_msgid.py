@@ -1,7 +1,7 @@
 """Message ids: offsetMsgId (store host + commitlog offset) and UNIQ_KEY."""
 from __future__ import annotations
 
-from jobs import msgid
+from jobs.formats import msgid
 
 
 def test_offset_msg_id_round_trip_ipv4_and_ipv6() -> None:

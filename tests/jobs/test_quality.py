@@ -15,7 +15,9 @@ import sys
 
 import pytest
 
-from jobs import _delta, ingest, ledger, quality
+from jobs.ingest import ingest
+from jobs.lake import _delta, ledger
+from jobs.ops import quality
 from jobs.problems import UsageError
 from schemas import consumer_offsets, validation_results
 
@@ -160,7 +162,7 @@ def test_reuse_answers_from_the_kept_rows_without_an_engine(lake: str, monkeypat
     def no_engine(*a, **k):  # noqa: ANN002, ANN003, ANN202
         raise AssertionError("an engine was started")
 
-    monkeypatch.setattr("jobs._spark.session", no_engine)
+    monkeypatch.setattr("jobs.lake._spark.session", no_engine)
     assert quality.validate_layer(lake, "silver", reuse=True, docs_dir=None) == first
 
 
@@ -187,7 +189,7 @@ def test_a_lake_without_a_completed_ingest(tmp_path: pathlib.Path) -> None:
 
 def test_gold_validates_one_reconcile_runs_rows_at_the_versions_it_recorded(spark, lake: str,  # noqa: ANN001
                                                                           tmp_path: pathlib.Path) -> None:
-    from jobs import reconcile
+    from jobs.reconcile import reconcile
     from schemas import unconsumed_ranges
 
     summary = reconcile.run(lake, str(tmp_path / "reports"), run_id="r1")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from pyspark.testing import assertDataFrameEqual
 
-from jobs.ranges import interval_union, offset_runs
+from jobs.rules.ranges import interval_union, offset_runs
 
 RUN = "k string, kind string, start_offset long, end_offset long, messages long"
 

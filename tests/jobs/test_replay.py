@@ -13,8 +13,8 @@ from typing import Any, Optional
 import pandas as pd
 import pytest
 
-from jobs import replay
-from jobs.snapshots import SERIES_KEY
+from jobs.rules import replay
+from jobs.rules.snapshots import SERIES_KEY
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 1, 5, tzinfo=UTC)
@@ -177,8 +177,10 @@ def _oracle(tl: pd.DataFrame, series: pd.DataFrame) -> set[tuple]:
 def test_replayed_commits_equal_the_definition_on_simulated_fleets(tmp_path: pathlib.Path, spark: Any,
                                                                    scenario: str, seed: int, snapshots: int) -> None:
     """Every (G, client, q, snapshot) the replay covers, on the 6-hour mixed fleet and on a rebalance."""
-    from jobs import _delta, ingest, simulate
-    from jobs.snapshots import offset_series
+    from jobs import simulate
+    from jobs.ingest import ingest
+    from jobs.lake import _delta
+    from jobs.rules.snapshots import offset_series
     from schemas import consumer_offsets, deliveries, queue_bounds
 
     landing, lake = tmp_path / "landing", str(tmp_path / "lake")

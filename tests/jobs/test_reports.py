@@ -5,7 +5,7 @@ import datetime as dt
 
 import pandas as pd
 
-from jobs import reports
+from jobs.reconcile import reports
 from schemas import offset_corrections, unconsumed_ranges
 
 UTC = dt.timezone.utc

@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-from jobs import _delta, ingest, simulate
+from jobs import simulate
+from jobs.ingest import ingest
+from jobs.lake import _delta
 from schemas import consumer_offsets, deliveries, messages, queue_bounds, snapshots
 
 BROKER = "cluster=DefaultCluster/broker=broker-a"
@@ -128,7 +130,7 @@ def test_marker_required(clean: dict[str, Any], tmp_path: pathlib.Path) -> None:
 
 def test_an_unchanged_landing_zone_starts_no_engine(clean: dict[str, Any], tmp_path: pathlib.Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from jobs import _spark
+    from jobs.lake import _spark
 
     landing, lake = _copy(clean, tmp_path), tmp_path / "lake"
     first = ingest.run(str(landing), str(lake), settle_s=0)

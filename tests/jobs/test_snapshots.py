@@ -6,7 +6,7 @@ import datetime as dt
 import pytest
 from pyspark.testing import assertDataFrameEqual
 
-from jobs import snapshots
+from jobs.rules import snapshots
 from schemas import consumer_offsets as CO
 from schemas import messages as M
 from schemas import queue_bounds as QB

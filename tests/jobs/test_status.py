@@ -13,7 +13,7 @@ import pytest
 from pyspark.sql.types import StructType
 from pyspark.testing import assertDataFrameEqual
 
-from jobs import snapshots, status
+from jobs.rules import snapshots, status
 from schemas import consumer_offsets as CO
 from schemas import consumer_status as CS
 from schemas import messages as M

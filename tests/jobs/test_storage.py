@@ -1,4 +1,5 @@
-"""jobs.storage on local paths and on S3 (moto): exact bytes, sizes and listings; named errors with exact messages."""
+"""jobs.lake.storage on local paths and on S3 (moto): exact bytes, sizes and listings; named errors with exact
+messages."""
 from __future__ import annotations
 
 import pathlib
@@ -7,7 +8,7 @@ import uuid
 
 import pytest
 
-from jobs import storage
+from jobs.lake import storage
 
 DATA = bytes(range(256)) * 4  # 1024 bytes, every offset distinguishable
 
@@ -243,7 +244,7 @@ def test_missing_bucket_names_the_uri_and_what_to_set(moto: object, op: str, cal
         call(uri)  # type: ignore[operator]
     assert str(err.value) == (
         f"{op} {uri}: bucket 'no-such-bucket-rmq' does not exist at endpoint {endpoint}. "
-        "Create it (jobs.storage.ensure_bucket) or set AWS_ENDPOINT_URL to the store that holds it"
+        "Create it (jobs.lake.storage.ensure_bucket) or set AWS_ENDPOINT_URL to the store that holds it"
     )
     assert storage.exists(uri) is False
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobs import trace
+from jobs.formats import trace
 
 SB = {"type": "SubBefore", "timestamp_ms": 1000, "region_id": "R", "group": "G", "request_id": "rq1", "msg_id": "AB",
       "retry_times": 2, "keys": "k1 k2"}

@@ -7,7 +7,7 @@ import pytest
 from pyspark.sql.types import StructType
 from pyspark.testing import assertDataFrameEqual
 
-from jobs import snapshots, unconsumed
+from jobs.rules import snapshots, unconsumed
 from schemas import consumer_offsets as CO
 from schemas import deliveries as D
 from schemas import messages as M

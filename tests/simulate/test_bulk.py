@@ -8,9 +8,9 @@ import pathlib
 import numpy as np
 import pytest
 
-from jobs import commitlog, consumequeue, fastjson
-from jobs.commitlog import encode_message
-from jobs.msgid import make_uniq_key
+from jobs.formats import commitlog, commitlog_encode, consumequeue, fastjson
+from jobs.formats.commitlog_encode import encode_message
+from jobs.formats.msgid import make_uniq_key
 from jobs.simulate import java
 from jobs.simulate.broker import BrokerConfig
 from jobs.simulate.bulk import CONSUME_MS, QUEUES
@@ -77,7 +77,7 @@ def test_records_decode_to_what_was_meant_and_equal_encode_message(world: World)
             for off in range(cq.min_offset, cq.max_offset):
                 r = by_phys[cq.phys[off]]
                 assert (r["topic"], r["queue_id"], r["queue_offset"], r["size"]) == (topic, qid, off, cq.size[off])
-                assert cq.tags[off] == commitlog.tags_hash("TagA")
+                assert cq.tags[off] == commitlog_encode.tags_hash("TagA")
 
 
 def test_consume_queue_files_parse_with_the_pipeline_decoder(world: World) -> None:

@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from jobs import commitlog, configs, consumequeue, trace
+from jobs.formats import commitlog, commitlog_encode, configs, consumequeue, trace
 from jobs.simulate.scenarios import retry_to_dlq, broadcast
 
 
@@ -106,7 +106,7 @@ def test_config_files_parse_to_the_brokers_state(world) -> None:
 def test_commitlog_records_are_byte_identical_to_the_reference_writer(world, tmp_path: pathlib.Path) -> None:
     w, _ = world
     b = w.brokers[0]
-    ref = commitlog.CommitLogWriter(str(tmp_path), b.cfg.segment_size)
+    ref = commitlog_encode.CommitLogWriter(str(tmp_path), b.cfg.segment_size)
     for m in [m for m in w.stored if m.broker == b.name][:300]:
         phys, size = ref.append(topic=m.topic, queue_id=m.queue_id, queue_offset=m.queue_offset, body=m.body,
                                 properties=m.props, born_ts_ms=m.born_ts, store_ts_ms=m.store_ts,

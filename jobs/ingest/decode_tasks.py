@@ -1,0 +1,347 @@
+"""Commitlog decoding as engine tasks (issue 13): the driver plans work units, the engine's tasks decode them.
+
+Why: sending decoded records from the driver to the engine made the driver hold and serialise every record (a
+standalone cluster's Connect server died of heap exhaustion on the 100k-row local relations, and the driver could
+only use one core). Now the driver lists files and reads the segment ledger (bronze/segments) only; the records
+never pass through it.
+
+A work unit is one commitlog segment of one broker with its copies in the snapshots this run takes, in snapshot
+order, and the ledger's state for it: each copy is read from where the previous one stopped, so a segment's copies
+stay in one task. Units are packed into tasks of about ``task_bytes`` to read; :func:`decode_tasks` (the function
+handed to ``mapInArrow``, importable on any executor) reads its segments' bytes itself (local disk or S3), decodes
+them with :mod:`jobs.formats.commitlog` and yields Arrow batches of one wide schema, :data:`OUTPUT`, whose ``kind`` says
+what a row is: a message, a trace record, a problem (the quarantine's source path, position and reason, in the
+order the decode found them) or, one per unit, its progress (the segment's new state, its bronze/files rows and the
+record ranges it covered, as JSON) from which the driver records bronze/segments as before.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from typing import Any, Callable, Iterable, Iterator
+
+import pyarrow as pa
+
+UTC = dt.timezone.utc
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+UNREADABLE_HINT = "not read; fix it, then run ingest --retake"
+_TS = pa.timestamp("us", tz="UTC")
+_STR = pa.string()
+
+# kinds of output rows
+MESSAGE, TRACE, PROBLEM, PROGRESS = "message", "trace", "problem", "progress"
+
+_MESSAGE_FIELDS = [
+    ("physical_offset", pa.int64()), ("topic", _STR), ("queue_id", pa.int32()), ("queue_offset", pa.int64()),
+    ("store_ts", _TS), ("born_ts", _TS), ("uniq_key", _STR), ("keys", _STR), ("tags", _STR),
+    ("reconsume_times", pa.int32()), ("properties", pa.map_(_STR, _STR)), ("size", pa.int32()),
+    ("sys_flag", pa.int32()), ("born_host", _STR), ("store_host", _STR), ("offset_msg_id", _STR), ("segment", _STR),
+    ("first_snapshot_ts", _TS),
+]
+# trace_records columns not among the messages' (same names have the same types)
+_TRACE_ONLY = [
+    ("record_index", pa.int32()), ("client_host", _STR), ("type", _STR), ("timestamp", _TS), ("group", _STR),
+    ("request_id", _STR), ("msg_id", _STR), ("retry_times", pa.int32()), ("cost_time_ms", pa.int64()),
+    ("success", pa.bool_()), ("context_code", pa.int32()), ("msg_type", pa.int32()),
+]
+OUTPUT_ARROW = pa.schema(
+    [("kind", _STR), ("unit", pa.int64()), ("seq", pa.int64()), ("cluster", _STR), ("broker", _STR),
+     ("snapshot_ts", _TS)]
+    + _MESSAGE_FIELDS + _TRACE_ONLY
+    + [("source_path", _STR), ("position", pa.int64()), ("reason", _STR), ("info", _STR)]
+)
+
+
+def output_ddl() -> str:
+    """:data:`OUTPUT_ARROW` as a Spark DDL string (the ``mapInArrow`` schema)."""
+    names = {pa.int64(): "BIGINT", pa.int32(): "INT", _STR: "STRING", _TS: "TIMESTAMP", pa.bool_(): "BOOLEAN"}
+    cols = []
+    for f in OUTPUT_ARROW:
+        typ = "MAP<STRING, STRING>" if pa.types.is_map(f.type) else names[f.type]
+        cols.append(f"`{f.name}` {typ}")
+    return ", ".join(cols)
+
+
+# ------------------------------------------------------------------------------------------------- plan
+
+
+def plan_units(snaps: Iterable[Any], state: dict[tuple[str, str, str], Any], seen_paths: frozenset[str],
+               problem: Callable[[Any, Any], None], *, chunk_bytes: int, batch_rows: int,
+               trace_batch_rows: int) -> list[dict[str, Any]]:
+    """The work units of ``snaps`` (broker snapshots in ledger order): one per segment, its copies in order.
+
+    Reads nothing but the listing. ``state`` maps (cluster, broker, segment) to the ledger's SegmentState;
+    ``problem(snap, Problem)`` records what the listing alone shows (an empty segment followed by a newer one).
+    """
+    from jobs.problems import Problem
+
+    units: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for snap in snaps:
+        segs = sorted(snap.of_kind("commitlog"), key=lambda f: f.start or 0)
+        for i, f in enumerate(segs):
+            name = f.rel.rsplit("/", 1)[-1]
+            if f.size == 0 and i < len(segs) - 1:
+                # The newest segment may be empty (just created); one followed by another has lost its records.
+                problem(snap, Problem(f.path, 0, "empty commitlog segment (0 bytes) followed by a newer one: its "
+                                      "records are missing from this copy; nothing read"))
+                continue
+            key = (snap.cluster, snap.broker, name)
+            u = units.get(key)
+            if u is None:
+                st = state.get(key)
+                u = units[key] = {
+                    "unit": len(units), "cluster": snap.cluster, "broker": snap.broker, "segment": name,
+                    "state": None if st is None else {
+                        "start_offset": st.start_offset, "decoded_to": st.decoded_to,
+                        "segment_size": st.segment_size, "complete": st.complete,
+                        "snapshot_ts": st.snapshot_ts.isoformat() if st.snapshot_ts else None},
+                    "chunk_bytes": chunk_bytes, "batch_rows": batch_rows, "trace_batch_rows": trace_batch_rows,
+                    "copies": []}
+            # Full: a newer segment follows (the broker rolls only when a file is full) and this file has the full
+            # size (the distance to the next one's start), so a segment still being uploaded is read again later.
+            has_newer = i < len(segs) - 1 and f.size >= (segs[i + 1].start or 0) - (f.start or 0)
+            u["copies"].append({"ts": snap.ts.isoformat(), "folder": snap.folder, "path": f.path, "uri": f.uri,
+                                "size": f.size, "start": f.start or 0, "has_newer": has_newer,
+                                "seen": f.path in seen_paths})
+    return list(units.values())
+
+
+def reads_nothing(unit: dict[str, Any]) -> bool:
+    """Whether no copy of the unit has bytes past what the ledger says was decoded (the driver settles it)."""
+    st = unit["state"]
+    if st is None:
+        return False
+    return all(st["complete"] or c["size"] <= st["decoded_to"] for c in unit["copies"])
+
+
+def pack(units: list[dict[str, Any]], task_bytes: int, min_tasks: int) -> list[list[dict[str, Any]]]:
+    """Units packed into tasks of about ``task_bytes`` to read (at least ``min_tasks`` when there are as many
+    units), largest first onto the least loaded task."""
+    def cost(u: dict[str, Any]) -> int:
+        begin = u["state"]["decoded_to"] if u["state"] else 0
+        return max(max((c["size"] for c in u["copies"]), default=0) - begin, 0) + 4096
+
+    total = sum(cost(u) for u in units)
+    n = max(1, min(len(units), max(min_tasks, -(-total // max(task_bytes, 1)))))
+    tasks: list[list[dict[str, Any]]] = [[] for _ in range(n)]
+    load = [0] * n
+    for u in sorted(units, key=cost, reverse=True):
+        k = load.index(min(load))
+        tasks[k].append(u)
+        load[k] += cost(u)
+    for t in tasks:
+        t.sort(key=lambda u: u["unit"])
+    return [t for t in tasks if t]
+
+
+# ------------------------------------------------------------------------------------------------- decode
+
+
+def decode_tasks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` body: rows of (task, units JSON) -> :data:`OUTPUT_ARROW` batches."""
+    for batch in batches:
+        for text in batch.column("units").to_pylist():
+            for unit in json.loads(text):
+                yield from decode_unit(unit)
+
+
+def _batch(kind: str, unit: int, n: int, cols: dict[str, pa.Array], seq0: int = 0) -> pa.RecordBatch:
+    arrays = []
+    for f in OUTPUT_ARROW:
+        if f.name == "kind":
+            arrays.append(pa.array([kind] * n, _STR))
+        elif f.name == "unit":
+            arrays.append(pa.array([unit] * n, pa.int64()))
+        elif f.name == "seq":
+            arrays.append(pa.array(range(seq0, seq0 + n), pa.int64()))
+        elif f.name in cols:
+            a = cols[f.name]
+            arrays.append(a if a.type == f.type else a.cast(f.type))
+        else:
+            arrays.append(pa.nulls(n, f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=OUTPUT_ARROW)
+
+
+def _parse_ts(s: str | None) -> dt.datetime | None:
+    return None if s is None else dt.datetime.fromisoformat(s)
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class _Out:
+    """What one unit yields, in the order the decode finds it."""
+
+    def __init__(self, unit: dict[str, Any]) -> None:
+        self.unit = unit["unit"]
+        self.cluster, self.broker = unit["cluster"], unit["broker"]
+        self.seq = 0
+        self.problems: list[tuple[str, str, int, str]] = []  # (snapshot ts, path, position, reason)
+        self.trace: list[dict[str, Any]] = []
+
+    def problem(self, ts: str, path: str, position: int, reason: str) -> None:
+        self.problems.append((ts, path, position, reason))
+
+    def flush_problems(self) -> Iterator[pa.RecordBatch]:
+        if not self.problems:
+            return
+        n = len(self.problems)
+        ts, path, pos, reason = zip(*self.problems)
+        yield _batch(PROBLEM, self.unit, n, {
+            "cluster": pa.array([self.cluster] * n, _STR), "broker": pa.array([self.broker] * n, _STR),
+            "snapshot_ts": pa.array([_parse_ts(t) for t in ts], _TS), "source_path": pa.array(path, _STR),
+            "position": pa.array(pos, pa.int64()), "reason": pa.array(reason, _STR)}, self.seq)
+        self.seq += n
+        self.problems = []
+
+    def flush_trace(self) -> Iterator[pa.RecordBatch]:
+        if not self.trace:
+            return
+        n = len(self.trace)
+        cols = {name: pa.array([r[name] for r in self.trace], typ)
+                for name, typ in [("cluster", _STR), ("broker", _STR), ("physical_offset", pa.int64()),
+                                  ("first_snapshot_ts", _TS), ("keys", _STR), ("topic", _STR), ("tags", _STR),
+                                  ("store_host", _STR), ("offset_msg_id", _STR)] + _TRACE_ONLY}
+        yield _batch(TRACE, self.unit, n, cols)
+        self.trace = []
+
+
+def _messages(tbl: pa.Table, cluster: str, broker: str, ts: dt.datetime, unit: int) -> Iterator[pa.RecordBatch]:
+    n = tbl.num_rows
+    cols = {name: tbl.column(name).combine_chunks() for name, _ in _MESSAGE_FIELDS if name in tbl.column_names}
+    cols["cluster"] = pa.array([cluster] * n, _STR)
+    cols["broker"] = pa.array([broker] * n, _STR)
+    cols["first_snapshot_ts"] = cols["snapshot_ts"] = pa.array([ts] * n, _TS)
+    yield _batch(MESSAGE, unit, n, cols)
+
+
+def _trace_rows(out: _Out, tbl: pa.Table, ts: str, segment_path: str, segment_start: int) -> None:
+    """Decode the trace message bodies of ``tbl`` into bronze/trace_records rows (problems in order)."""
+    from jobs.formats import trace
+
+    topics = tbl.column("topic").to_pylist()
+    idx = [i for i, t in enumerate(topics) if t == TRACE_TOPIC]
+    if not idx:
+        return
+    sub = tbl.take(pa.array(idx))
+    first = _parse_ts(ts)
+    for off, host, body in zip(sub.column("physical_offset").to_pylist(), sub.column("born_host").to_pylist(),
+                               sub.column("body").to_pylist()):
+        recs, problems = trace.decode_trace_body(body or b"", source_path=segment_path, position=off - segment_start)
+        for p in problems:
+            out.problem(ts, p.source_path, p.position, p.reason)
+        client_host = (host or "").rsplit(":", 1)[0]
+        for i, r in enumerate(recs):
+            t = r.get("timestamp_ms")
+            out.trace.append({
+                "cluster": out.cluster, "broker": out.broker, "physical_offset": off, "record_index": i,
+                "client_host": client_host, "type": r.get("type"),
+                "timestamp": dt.datetime.fromtimestamp(t / 1000, UTC) if t is not None else None,
+                "group": r.get("group"), "request_id": r.get("request_id"), "msg_id": r.get("msg_id"),
+                "retry_times": r.get("retry_times"), "keys": r.get("keys"), "cost_time_ms": r.get("cost_time_ms"),
+                "success": r.get("success"), "context_code": r.get("context_code"), "topic": r.get("topic"),
+                "tags": r.get("tags"), "store_host": r.get("store_host"), "offset_msg_id": r.get("offset_msg_id"),
+                "msg_type": r.get("msg_type"), "first_snapshot_ts": first,
+            })
+
+
+def decode_unit(unit: dict[str, Any]) -> Iterator[pa.RecordBatch]:
+    """Decode the copies of one segment in snapshot order; the last batch is the unit's progress row.
+
+    A segment already decoded to its end is skipped without reading it; otherwise only the bytes after
+    ``decoded_to`` are read. A segment followed by a newer one in the snapshot, at its full size, is complete by
+    definition (the broker only rolls to a new file when the old one is full).
+    """
+    from jobs.formats import commitlog, configs
+    from jobs.lake import storage
+
+    out = _Out(unit)
+    chunk_bytes, batch_rows, trace_rows = unit["chunk_bytes"], unit["batch_rows"], unit["trace_batch_rows"]
+    st = dict(unit["state"]) if unit["state"] else None
+    files: list[dict[str, Any]] = []
+    ranges: list[tuple[str, int, int]] = []  # (snapshot ts, lo, hi): the record ranges known after each copy
+    decoded: list[tuple[str, int, int]] = []  # (snapshot ts, lo, hi) of the bytes that gave records
+    pending: list[pa.Table] = []
+    pending_rows = 0
+    for c in unit["copies"]:
+        ts, path = c["ts"], c["path"]
+        snap_ts = _parse_ts(ts)
+        if st is None:
+            st = {"start_offset": c["start"], "decoded_to": 0, "segment_size": 0, "complete": False, "snapshot_ts": ts}
+        start = st["start_offset"]
+        begin = st["decoded_to"]
+        if st["complete"] or c["size"] <= begin:
+            if c["has_newer"] and not st["complete"]:
+                st["complete"] = True
+            if not c["seen"]:
+                files.append({"ts": ts, "path": path, "size": c["size"], "sha256": _sha(b""), "read_from": begin,
+                              "read_to": begin})
+            ranges.append((ts, start, start + st["decoded_to"]))
+            continue
+        pos = begin
+        digest = hashlib.sha256()
+        complete = failed = False
+        end_abs = begin
+        size = c["size"]
+        while pos < size:
+            hi = min(size, pos + chunk_bytes)
+            try:
+                data = storage.read_bytes(c["uri"], pos, hi) or b""
+            except OSError as exc:  # this segment only; the next snapshot's copy is read from the same position
+                out.problem(ts, path, pos, f"unreadable ({configs.unreadable(exc)}): {UNREADABLE_HINT}")
+                failed = True
+                break
+            final = hi >= size
+            res = commitlog.decode_segment(data, segment_start=start + pos, segment=path, final=final)
+            for p in res.problems:
+                out.problem(ts, path, p.position + pos,
+                            p.reason.replace(f"at byte {p.position}", f"at byte {p.position + pos}"))
+            tbl = res.table
+            lo, hi_abs = pos, pos + res.end
+            digest.update(data[: res.end])
+            if tbl.num_rows:
+                ranges.append((ts, start + lo, start + hi_abs))
+                decoded.append((ts, start + lo, start + hi_abs))
+                _trace_rows(out, tbl, ts, f"{c['folder']}/store/commitlog/{unit['segment']}", start)
+                pending.append(tbl.drop_columns(["body"]))
+                pending_rows += tbl.num_rows
+                if pending_rows >= batch_rows:
+                    yield from _messages(pa.concat_tables(pending), out.cluster, out.broker, snap_ts, out.unit)
+                    pending, pending_rows = [], 0
+                if len(out.trace) >= trace_rows:
+                    yield from out.flush_trace()
+            end_abs = hi_abs
+            if res.complete:
+                complete = True
+                break
+            if res.end == 0 and not final:
+                # Zeros where a record should start: the preallocated, unwritten rest of the broker's newest
+                # segment. Anything else is a record no broker writes (maxMessageSize is 4 MiB): quarantined.
+                if any(data[:8]):
+                    out.problem(ts, path, pos, f"a record at byte {pos} is larger than the {chunk_bytes}-byte read "
+                                "window; decoding of this segment stops here")
+                break
+            if final or res.end == 0 or (res.end < len(data) and not tbl.num_rows):
+                break
+            pos += res.end
+        if pending:  # a batch holds the records of one snapshot (first_snapshot_ts)
+            yield from _messages(pa.concat_tables(pending), out.cluster, out.broker, snap_ts, out.unit)
+            pending, pending_rows = [], 0
+        if failed:
+            continue  # the segment's state stays as it was: a later copy is read from the same position
+        st["decoded_to"] = max(st["decoded_to"], end_abs)
+        st["segment_size"] = size
+        st["complete"] = complete or c["has_newer"]
+        st["snapshot_ts"] = ts
+        ranges.append((ts, start, start + st["decoded_to"]))
+        if end_abs > begin or not c["seen"]:  # a re-read that found nothing new is not a new file version
+            files.append({"ts": ts, "path": path, "size": size, "sha256": digest.hexdigest(), "read_from": begin,
+                          "read_to": end_abs})
+    yield from out.flush_trace()
+    yield from out.flush_problems()
+    info = {"segment": unit["segment"], "state": st, "files": files, "ranges": ranges, "decoded": decoded}
+    yield _batch(PROGRESS, out.unit, 1, {"cluster": pa.array([out.cluster], _STR),
+                                         "broker": pa.array([out.broker], _STR),
+                                         "info": pa.array([json.dumps(info)], _STR)})

@@ -1,0 +1,886 @@
+"""Ingest job: landing zone (spec §3) -> bronze and silver Delta tables (spec §8).
+
+Reads: every snapshot folder under ``--landing`` (local path or ``s3://``).
+Writes: bronze/files, bronze/quarantine, bronze/segments, bronze/trace_records, silver/consumer_offsets,
+silver/subscription_groups, silver/topic_configs, silver/delay_offsets, silver/queue_bounds,
+silver/messages, silver/deliveries, and last bronze/ingest_runs (the ledger row that marks the run complete).
+
+Incremental and idempotent: config rows are MERGEd on their keys; a commitlog segment already decoded to
+its end is not read again and the growing last segment is read from where the previous run stopped
+(bronze/segments); messages are inserted only where their key is new (the anti-join's scan pruned to the
+brokers and byte ranges decoded), so a run that dies half-way and is run again writes the same rows once. Re-running on the same landing zone
+changes no table. The run holds the lake's writer lease (jobs.lake.lease), so a second ingest waits for the first;
+silver/deliveries is rebuilt whenever its inputs moved since the last completed run (jobs.lake.ledger), so a run killed
+anywhere is repaired by the next one. Bad input is quarantined with its file and position and never stops the rest.
+
+Plan, decode, load (issue 13): the driver lists the snapshots, parses their small JSON configs and plans the
+commitlog work units; the engine's tasks decode them (jobs.ingest.decode_tasks, ``mapInArrow``: the local cores on Sail,
+the executors on a cluster) into a staging folder below the lake; the loads are set operations on that output, one
+commit per table per run. Only problems, segment progress and bronze/files rows come back to the driver, so its
+memory does not grow with the data. Consume queues (queue bounds, entries that point at no record) are still read
+by the driver. :func:`run` is the only function that sees both the session and the table locations.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+import os
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import pyarrow as pa
+
+from jobs.formats import configs
+from jobs.ingest import landing
+from jobs.lake import _delta, storage
+from jobs.ingest.landing import LandingFile, Snapshot
+from jobs.problems import Problem, UsageError
+from schemas import (
+    consumer_offsets,
+    delay_offsets,
+    deliveries,
+    files,
+    messages,
+    quarantine,
+    queue_bounds,
+    segments,
+    subscription_groups,
+    topic_configs,
+    trace_records,
+)
+from schemas import snapshots as snapshots_table
+
+log = logging.getLogger(__name__)
+UTC = dt.timezone.utc
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+CHUNK_BYTES = 64 << 20  # bytes of a segment a decode task reads at a time
+# A decode task yields decoded records and trace records in Arrow batches of about these many rows.
+TRACE_BATCH_ROWS = 100_000
+MESSAGE_BATCH_ROWS = 100_000
+# Below the lake: the decode tasks' output until it is loaded (jobs.ingest.decode_tasks).
+STAGING = "_staging/ingest"
+DELIVERIES_STAGING = "_staging/deliveries"  # the rows silver/deliveries gains or changes, computed once
+
+
+def task_bytes() -> int:
+    """Bytes of commitlog one decode task reads, about (RMQ_RECON_DECODE_TASK_MB, default 128)."""
+    return int(float(os.environ.get("RMQ_RECON_DECODE_TASK_MB", "128")) * (1 << 20))
+
+
+def min_tasks() -> int:
+    """At least this many decode tasks when there are as many segments to read (RMQ_RECON_DECODE_MIN_TASKS,
+    default 8): enough for every task slot of a small cluster, and for the slots to finish together."""
+    return int(os.environ.get("RMQ_RECON_DECODE_MIN_TASKS", "8"))
+
+
+_CONFIG_TABLES = {
+    "consumer_offsets": consumer_offsets.TABLE,
+    "subscription_groups": subscription_groups.TABLE,
+    "topics": topic_configs.TABLE,
+    "delay_offsets": delay_offsets.TABLE,
+    "client_offsets": consumer_offsets.TABLE,
+}
+
+
+@dataclass
+class SegmentState:
+    """How far one commitlog segment of one broker has been decoded (a row of bronze/segments)."""
+
+    cluster: str
+    broker: str
+    segment: str
+    start_offset: int
+    decoded_to: int = 0
+    segment_size: int = 0
+    complete: bool = False
+    snapshot_ts: dt.datetime | None = None
+
+
+@dataclass
+class Extracted:
+    """Rows extracted from the landing zone, per target table (small tables only)."""
+
+    rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    problems: list[tuple[str, str, dt.datetime | None, Problem]] = field(default_factory=list)
+
+    def add(self, table: str, row: dict[str, Any]) -> None:
+        self.rows.setdefault(table, []).append(row)
+
+    def has_problem(self, path: str) -> bool:
+        return any(p.source_path == path for *_, p in self.problems)
+
+    def problem(self, cluster: str, broker: str, ts: dt.datetime | None, p: Problem) -> None:
+        self.problems.append((cluster, broker, ts, p))
+
+
+# --------------------------------------------------------------------------------------------- extract
+
+
+def _reader(landing_root: str) -> Callable[[str], bytes | None]:
+    """``read(path)`` for configs.load: a landing-relative path -> bytes, or None when missing."""
+
+    def read(path: str) -> bytes | None:
+        return storage.read_bytes(storage.join(landing_root, path))
+
+    return read
+
+
+UNREADABLE_HINT = "not read; fix it, then run ingest --retake"
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def extract_configs(snap: Snapshot, landing_root: str, out: Extracted, now: dt.datetime) -> None:
+    """Parse the snapshot's fastjson files (with the broker's .bak fallback) into silver rows."""
+    read = _reader(landing_root)
+    base = {"cluster": snap.cluster, "broker": snap.broker, "snapshot_ts": snap.ts}
+    seen_backup_only: set[str] = set()
+    targets = [f for f in snap.files if f.kind in _CONFIG_TABLES]
+    # A config whose main file is missing but whose .bak exists is still loaded (the broker would too).
+    present = {f.path for f in snap.files}
+    for f in snap.files:
+        if f.kind == "backup":
+            main = f.path[: -len(".bak")]
+            if main not in present:
+                kind = "client_offsets" if snap.is_clients else landing.CONFIG_FILES.get(main.rsplit("/", 1)[-1])
+                if kind:
+                    seen_backup_only.add(main)
+                    targets.append(LandingFile(uri=f.uri[: -len(".bak")], path=main, rel=f.rel[: -len(".bak")],
+                                               size=0, kind=kind, client_id=f.client_id, group=f.group))
+    for f in targets:
+        parsed = configs.load(read, f.path, f.kind)
+        for p in parsed.problems:
+            out.problem(snap.cluster, snap.broker, snap.ts, p)
+        if parsed.missing:
+            continue
+        table = _CONFIG_TABLES[f.kind].name
+        extra = {"source_file": parsed.source_path, "used_backup": parsed.used_backup}
+        for row in parsed.rows:
+            if f.kind == "client_offsets":
+                out.add(table, {**base, **row, "broker": row["broker"], "consumer_group": f.group,
+                                "client_id": f.client_id, "is_retry_topic": row["topic"].startswith("%RETRY%"), **extra})
+            elif f.kind == "consumer_offsets":
+                out.add(table, {**base, **row, "client_id": "", **extra})
+            else:
+                out.add(table, {**base, **row, **extra})
+    for f in snap.files:
+        if f.kind in ("rocksdb",):
+            out.problem(snap.cluster, snap.broker, snap.ts, Problem(
+                f.path, 0, "broker keeps consumer offsets in RocksDB (storeType=defaultRocksDB): not readable here; "
+                "export them with mqadmin or switch the sync job to the JSON config files"))
+        if f.kind in _CONFIG_TABLES or f.kind in ("backup", "other", "rocksdb"):
+            # Every file is recorded with its digest; bytes are kept for the JSON files (replayable raw layer).
+            try:
+                data = read(f.path) or b""
+            except OSError as exc:
+                if not out.has_problem(f.path):  # a config's own load already said so
+                    out.problem(snap.cluster, snap.broker, snap.ts, Problem(
+                        f.path, 0, f"unreadable ({configs.unreadable(exc)}): {UNREADABLE_HINT}"))
+                continue
+            is_json = f.kind != "other" or f.path.endswith((".json", ".json.bak"))
+            out.add(files.NAME, {**base, "source_path": f.path, "file_kind": f.kind, "size": len(data),
+                                 "sha256": _sha(data), "content": data if is_json and f.kind != "rocksdb" else None,
+                                 "used_backup": None, "read_from": 0, "read_to": len(data), "ingested_at": now})
+
+
+def extract_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, now: dt.datetime,
+                         known: "_SnapshotRecords") -> None:
+    """Min and Max of every consume queue of the snapshot (spec §4), and CQ entries that point at nothing."""
+    cq_files = snap.of_kind("consumequeue")
+    if not cq_files:
+        return
+    from jobs.formats import consumequeue
+
+    commitlogs = snap.of_kind("commitlog")
+    oldest = min((f.start for f in commitlogs if f.start is not None), default=None)
+    # the end of the commitlog files (preallocated size included): no entry can point past it
+    cl_end = max(((f.start or 0) + f.size for f in commitlogs), default=None)
+    by_queue: dict[tuple[str, int], list[LandingFile]] = {}
+    for f in cq_files:
+        by_queue.setdefault((f.topic or "", f.queue_id or 0), []).append(f)
+    base = {"cluster": snap.cluster, "broker": snap.broker, "snapshot_ts": snap.ts}
+    for (topic, qid), fs in sorted(by_queue.items()):
+        fs = sorted(fs, key=lambda f: f.start or 0)
+        blobs = []
+        try:
+            raw = [storage.read_bytes(f.uri) or b"" for f in fs]
+        except OSError as exc:
+            out.problem(snap.cluster, snap.broker, snap.ts, Problem(
+                fs[0].path, 0, f"a file of queue {topic}/{qid} is unreadable ({configs.unreadable(exc)}): the queue's "
+                f"bounds are not taken from this snapshot; fix it, then run ingest --retake"))
+            continue
+        ended = False
+        for f, data in zip(fs, raw):
+            used = data  # what the bounds see; bronze/files records the file as it is
+            if ended:
+                used = bytes(len(data))
+            elif cl_end is not None:
+                used, at = consumequeue.truncate_dirty(data, f.start or 0, cl_end)
+                if at is not None:
+                    ended = True
+                    pointed = int.from_bytes(data[at:at + 8], "big", signed=True)
+                    out.problem(snap.cluster, snap.broker, snap.ts, Problem(
+                        f.path, at, f"entry {((f.start or 0) + at) // 20} points at commitlog offset {pointed}, past "
+                        f"the end of the commitlog ({cl_end}): the queue ends before it (as the broker's "
+                        "truncateDirtyLogicFiles does)"))
+            blobs.append((f.start or 0, used))
+            out.add(files.NAME, {**base, "source_path": f.path, "file_kind": "consumequeue", "size": len(data),
+                                 "sha256": _sha(data), "content": None, "used_backup": None,
+                                 "read_from": 0, "read_to": len(data), "ingested_at": now})
+        mn, mx = consumequeue.queue_bounds(blobs, oldest)
+        out.add(queue_bounds.NAME, {**base, "topic": topic, "queue_id": qid, "min_offset": mn, "max_offset": mx})
+        for f, (start, data) in zip(fs, blobs):
+            cq = consumequeue.decode_cq(data, file_start_byte=start)
+            for p in cq.problems if hasattr(cq, "problems") else []:
+                out.problem(snap.cluster, snap.broker, snap.ts, Problem(f.path, p.position, p.reason))
+            for pos, reason in known.dangling(snap.cluster, snap.broker, cq):
+                out.problem(snap.cluster, snap.broker, snap.ts, Problem(f.path, pos, reason))
+
+
+class KnownRecords:
+    """The commitlog records of one broker as each snapshot of the run saw them: for finding CQ entries that point at
+    nothing.
+
+    A snapshot sees the records the lake held before the run and those first decoded from it or an earlier snapshot
+    of the run, within the byte ranges decoded by then (as the snapshot-by-snapshot ingest did). Offsets are sorted
+    once per broker; each snapshot takes its visible part.
+    """
+
+    def __init__(self, offsets: np.ndarray, sizes: np.ndarray, seen: np.ndarray,
+                 ranges: dict[dt.datetime, list[tuple[int, int]]]) -> None:
+        order = np.argsort(offsets, kind="stable")
+        offsets, sizes, seen = offsets[order], sizes[order], seen[order]
+        keep = np.ones(len(offsets), bool)
+        keep[1:] = offsets[1:] != offsets[:-1]
+        self.offsets, self.sizes, self.seen = offsets[keep], sizes[keep], seen[keep]
+        self._ranges = sorted(ranges.items())
+
+    @classmethod
+    def load(cls, lake: str, staged: "Decoded", cluster: str, broker: str) -> "KnownRecords":
+        """The lake's records of the broker (before this run loads any) and the ones the run staged."""
+        import pyarrow.parquet as pq
+
+        parts = []
+        ranges = staged.ranges.get((cluster, broker), {})
+        spans = [r for rs in ranges.values() for r in rs]
+        if spans and _delta.exists(lake, messages.TABLE):
+            # Only the records inside the ranges this run's snapshots see: a snapshot checks its CQ entries against
+            # those alone (dangling_entries), and the lowest range starts a segment, so no record straddles it. The
+            # read follows what the run decoded (bounded by the broker's retention), not the broker's history.
+            lo, hi = min(r[0] for r in spans), max(r[1] for r in spans)
+            df = _delta.read_pandas_columns(lake, messages.TABLE, ["physical_offset", "size"],
+                                            filters=[("cluster", "=", cluster), ("broker", "=", broker),
+                                                     ("physical_offset", ">=", lo), ("physical_offset", "<", hi)])
+            parts.append((df["physical_offset"].to_numpy(np.int64), df["size"].to_numpy(np.int64),
+                          np.full(len(df), np.iinfo(np.int64).min, np.int64)))
+        if staged.messages and (cluster, broker) in staged.spans:
+            tbl = pq.read_table(staged.staging, columns=["physical_offset", "size", "first_snapshot_ts"],
+                                filters=[("kind", "=", "message"), ("cluster", "=", cluster), ("broker", "=", broker)])
+            parts.append((tbl.column("physical_offset").to_numpy().astype(np.int64),
+                          tbl.column("size").to_numpy().astype(np.int64),
+                          tbl.column("first_snapshot_ts").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+                          .to_numpy().astype(np.int64)))
+        parts = parts or [(np.zeros(0, np.int64),) * 3]
+        return cls(*(np.concatenate([p[i] for p in parts]) for i in range(3)), staged.ranges.get((cluster, broker), {}))
+
+    def as_of(self, ts: dt.datetime) -> "_SnapshotRecords":
+        """What the snapshot at ``ts`` sees."""
+        spans = [r for t, rs in self._ranges if t <= ts for r in rs]
+        rng = (min(r[0] for r in spans), max(r[1] for r in spans)) if spans else None
+        visible = self.seen <= int(ts.timestamp() * 1_000_000)
+        if visible.all():
+            return _SnapshotRecords(self.offsets, self.sizes, rng)
+        return _SnapshotRecords(self.offsets[visible], self.sizes[visible], rng)
+
+
+@dataclass
+class _SnapshotRecords:
+    offsets: np.ndarray
+    sizes: np.ndarray
+    rng: tuple[int, int] | None
+
+    def dangling(self, cluster: str, broker: str, cq: Any) -> list[tuple[int, str]]:
+        from jobs.formats import consumequeue
+
+        if self.rng is None:
+            return []
+        return consumequeue.dangling_entries(cq, self.offsets, self.sizes, self.rng)
+
+
+def extract_all_queue_bounds(snaps: list[Snapshot], landing_root: str, lake: str, staged: "Decoded", out: Extracted,
+                             now: dt.datetime) -> None:
+    """:func:`extract_queue_bounds` of every broker snapshot; a broker's snapshots side by side on the driver's cores
+    (reads, digests and searches release the GIL), their rows and problems added in snapshot order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    by_broker: dict[tuple[str, str], list[Snapshot]] = {}
+    for snap in snaps:
+        if not snap.is_clients:
+            by_broker.setdefault((snap.cluster, snap.broker), []).append(snap)
+    with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
+        for (cluster, broker), group in by_broker.items():
+            known = KnownRecords.load(lake, staged, cluster, broker)
+
+            def one(snap: Snapshot, known: KnownRecords = known) -> Extracted:
+                mine = Extracted()
+                extract_queue_bounds(snap, landing_root, mine, now, known.as_of(snap.ts))
+                return mine
+
+            for mine in pool.map(one, group):
+                for table, rows in mine.rows.items():
+                    out.rows.setdefault(table, []).extend(rows)
+                out.problems.extend(mine.problems)
+            del known
+
+
+def _segment_state_key(cluster: str, broker: str, segment: str) -> tuple[str, str, str]:
+    return (cluster, broker, segment)
+
+
+@dataclass
+class Decoded:
+    """What the engine's decode tasks left in the staging folder, and what the driver took from their progress."""
+
+    staging: str
+    messages: int = 0
+    trace: int = 0
+    # (cluster, broker) -> snapshot ts -> the record ranges known after that snapshot's copies were read
+    ranges: dict[tuple[str, str], dict[dt.datetime, list[tuple[int, int]]]] = field(default_factory=dict)
+    # (cluster, broker) -> (lowest, highest) physical offset of the bytes that gave records
+    spans: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+
+    def read(self, spark: Any, table: Any, kind: str) -> Any:
+        """The staged rows of ``kind`` with the columns of ``table``."""
+        from pyspark.sql import functions as F
+
+        cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in table.schema.fields)
+        return (spark.read.schema(f"kind STRING, {cols}").parquet(self.staging).where(F.col("kind") == kind)
+                .select(*table.columns))
+
+
+def staging_folder(lake: str) -> str:
+    """Where the decode tasks write their output (below the lake; one writer at a time holds the lease)."""
+    return f"{lake.rstrip('/')}/{STAGING}"
+
+
+def decode_commitlogs(spark: Any, lake: str, snaps: list[Snapshot], state: dict[tuple[str, str, str], SegmentState],
+                      out: Extracted, now: dt.datetime, seen_paths: frozenset[str] = frozenset()) -> Decoded:
+    """Decode what the snapshots add to the commitlogs: planned here, decoded by the engine (jobs.ingest.decode_tasks).
+
+    The decoded messages and trace records stay in the staging folder for the loads; the problems, the bronze/files
+    rows of the segments and their new ledger state (``state`` is updated in place) come back here.
+    """
+    import json
+
+    import pyarrow.parquet as pq
+
+    from jobs.ingest import decode_tasks
+
+    units = decode_tasks.plan_units(
+        [s for s in snaps if not s.is_clients], state, seen_paths,
+        lambda snap, p: out.problem(snap.cluster, snap.broker, snap.ts, p),
+        chunk_bytes=CHUNK_BYTES, batch_rows=MESSAGE_BATCH_ROWS, trace_batch_rows=TRACE_BATCH_ROWS)
+    staged = Decoded(staging_folder(lake))
+    storage.delete_tree(staged.staging)
+    batches: list[pa.RecordBatch] = []
+    for u in units:  # segments with nothing new to read are settled here, by the same code, without a task
+        if decode_tasks.reads_nothing(u):
+            batches.extend(decode_tasks.decode_unit(u))
+    todo = [u for u in units if not decode_tasks.reads_nothing(u)]
+    if todo:
+        tasks = decode_tasks.pack(todo, task_bytes(), min_tasks())
+        log.info("ingest: %d segment(s) to decode in %d task(s)", len(todo), len(tasks))
+        frame = spark.createDataFrame([(i, json.dumps(t)) for i, t in enumerate(tasks)], "task BIGINT, units STRING")
+        (frame.repartition(len(tasks)).mapInArrow(decode_tasks.decode_tasks, decode_tasks.output_ddl())
+         .write.mode("overwrite").parquet(staged.staging))
+        # One folder, not one per kind: Spark sorts a task's rows by the partition columns before a partitioned
+        # write, which on a small executor cost more than the decode.
+        kinds = pq.read_table(staged.staging, columns=["kind"]).column("kind")
+        import pyarrow.compute as pc
+
+        counts = {r["values"]: r["counts"] for r in pc.value_counts(kinds).to_pylist()}
+        staged.messages, staged.trace = counts.get(decode_tasks.MESSAGE, 0), counts.get(decode_tasks.TRACE, 0)
+        if counts.get(decode_tasks.PROBLEM) or counts.get(decode_tasks.PROGRESS):
+            small = pq.read_table(staged.staging, filters=[("kind", "in", [decode_tasks.PROBLEM, decode_tasks.PROGRESS])],
+                                  columns=["kind", "unit", "seq", "cluster", "broker", "snapshot_ts", "source_path",
+                                           "position", "reason", "info"])
+            batches.extend(small.to_batches())
+    _apply_progress(batches, state, out, now, staged)
+    return staged
+
+
+def _apply_progress(batches: list[pa.RecordBatch], state: dict[tuple[str, str, str], SegmentState],
+                    out: Extracted, now: dt.datetime, staged: Decoded) -> None:
+    """Problems (in the order found), the segments' new state, their files rows and record ranges, per unit."""
+    import json
+
+    from jobs.ingest import decode_tasks
+
+    problems: list[tuple[int, int, dict[str, Any]]] = []
+    progress: list[tuple[int, str, str, dict[str, Any]]] = []
+    for b in batches:
+        cols = b.to_pydict()
+        for i, kind in enumerate(cols["kind"]):
+            if kind == decode_tasks.PROBLEM:
+                problems.append((cols["unit"][i], cols["seq"][i], {k: cols[k][i] for k in (
+                    "cluster", "broker", "snapshot_ts", "source_path", "position", "reason")}))
+            elif kind == decode_tasks.PROGRESS:
+                progress.append((cols["unit"][i], cols["cluster"][i], cols["broker"][i], json.loads(cols["info"][i])))
+    for _, _, p in sorted(problems, key=lambda x: (x[0], x[1])):
+        out.problem(p["cluster"], p["broker"], p["snapshot_ts"], Problem(p["source_path"], p["position"], p["reason"]))
+    for _, cluster, broker, info in sorted(progress, key=lambda x: x[0]):
+        s = info["state"]
+        ts = dt.datetime.fromisoformat(s["snapshot_ts"]) if s["snapshot_ts"] else None
+        state[_segment_state_key(cluster, broker, info["segment"])] = SegmentState(
+            cluster, broker, info["segment"], s["start_offset"], s["decoded_to"], s["segment_size"], s["complete"], ts)
+        for f in info["files"]:
+            out.add(files.NAME, {"cluster": cluster, "broker": broker, "snapshot_ts": dt.datetime.fromisoformat(f["ts"]),
+                                 "source_path": f["path"], "file_kind": "commitlog", "size": f["size"], "content": None,
+                                 "used_backup": None, "ingested_at": now, "sha256": f["sha256"],
+                                 "read_from": f["read_from"], "read_to": f["read_to"]})
+        by_ts = staged.ranges.setdefault((cluster, broker), {})
+        for ts_s, lo, hi in info["ranges"]:
+            by_ts.setdefault(dt.datetime.fromisoformat(ts_s), []).append((lo, hi))
+        for _, lo, hi in info["decoded"]:
+            old = staged.spans.get((cluster, broker))
+            staged.spans[(cluster, broker)] = (min(lo, old[0]), max(hi, old[1])) if old else (lo, hi)
+
+
+def extract_exports(snap: Snapshot, out: Extracted) -> list[pa.Table]:
+    """Tabular exports (Parquet or JSON lines with the silver/messages columns) as an alternative input."""
+    import io
+
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    tables = []
+    for f in snap.of_kind("export"):
+        data = storage.read_bytes(f.uri) or b""
+        try:
+            if f.path.endswith(".parquet"):
+                t = pq.read_table(io.BytesIO(data))
+            else:
+                t = pa.Table.from_pandas(pd.read_json(io.BytesIO(data), lines=True), preserve_index=False)
+            tables.append(_conform_messages(t, snap))
+        except Exception as exc:  # noqa: BLE001 - any unreadable export is quarantined, never fatal
+            out.problem(snap.cluster, snap.broker, snap.ts, Problem(
+                f.path, 0, f"tabular export unreadable ({type(exc).__name__}: {exc}); expected Parquet or JSON lines "
+                f"with the silver/messages columns"))
+    return tables
+
+
+def _conform_messages(t: pa.Table, snap: Snapshot) -> pa.Table:
+    """Cast an export to the silver/messages columns; cluster/broker default to the snapshot's."""
+    import pandas as pd
+
+    df = t.to_pandas()
+    missing = {"physical_offset", "topic", "queue_id", "queue_offset"} - set(df.columns)
+    if missing:
+        raise ValueError(f"missing required columns {sorted(missing)}; present: {sorted(df.columns)}")
+    df["cluster"] = df.get("cluster", snap.cluster)
+    df["broker"] = df.get("broker", snap.broker)
+    df["first_snapshot_ts"] = snap.ts
+    for c in messages.TABLE.columns:
+        if c not in df.columns:
+            df[c] = None
+    for c in ("store_ts", "born_ts", "first_snapshot_ts"):
+        df[c] = pd.to_datetime(df[c], utc=True)
+    df["properties"] = [_property_pairs(p) for p in df["properties"]]
+    # The declared schema, not pandas' guess: an all-null or JSON-decoded column must still be a string map.
+    return pa.Table.from_pandas(df[messages.TABLE.columns], schema=_delta._arrow_schema(messages.TABLE),
+                                preserve_index=False)
+
+
+def _property_pairs(value: Any) -> list[tuple[str, str]] | None:
+    """A properties cell of an export (a dict from JSON, (key, value) pairs from a Parquet map) as pairs."""
+    if value is None or (isinstance(value, float) and value != value):
+        return None
+    items = value.items() if isinstance(value, dict) else value
+    return [(str(k), None if v is None else str(v)) for k, v in items]
+
+
+# ------------------------------------------------------------------------------------------------ load
+
+
+def _spark_frame(spark: Any, rows: list[dict[str, Any]], table: Any) -> Any:
+    cols = table.columns
+    data = [tuple(r.get(c) for c in cols) for r in rows]
+    return spark.createDataFrame(data, table.schema)
+
+
+def _props_as_entries(tbl: pa.Table) -> pa.Table:
+    """Arrow maps name their entries differently across writers; hand Spark a list of (key, value) structs."""
+    col = tbl.column("properties").combine_chunks()
+    if isinstance(col.type, pa.MapType):
+        entries = pa.StructArray.from_arrays([col.keys, col.items], names=["key", "value"])
+        lst = pa.ListArray.from_arrays(col.offsets, entries, mask=col.is_null())
+        tbl = tbl.set_column(tbl.column_names.index("properties"), "properties", lst)
+    return tbl
+
+
+def messages_frame(spark: Any, tbl: pa.Table) -> Any:
+    """A Spark frame with the silver/messages columns and types from decoded (or exported) records."""
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame(_props_as_entries(tbl.select(messages.TABLE.columns)))
+    cols = []
+    for c in messages.TABLE.columns:
+        if c == "properties":
+            cols.append(F.map_from_entries(F.col("properties")).alias(c))
+        else:
+            cols.append(F.col(c).cast(messages.TABLE.schema[c].dataType).alias(c))
+    return df.select(*cols)
+
+
+def load_decoded(spark: Any, lake: str, staged: Decoded) -> int:
+    """Insert the staged messages whose key is new: one anti-join and one commit for the whole run.
+
+    The anti-join reads only the target rows of the brokers and physical ranges decoded, so a retry is harmless and
+    costs what it reads. Returns the number of decoded records (as before: decoded, not necessarily new).
+    """
+    if not staged.messages:
+        return 0
+    df = staged.read(spark, messages.TABLE, "message")
+    dnf = [[("cluster", "=", c), ("broker", "=", b), ("physical_offset", ">=", lo), ("physical_offset", "<", hi)]
+           for (c, b), (lo, hi) in sorted(staged.spans.items())]
+    _delta.insert_new(spark, df, lake, messages.TABLE, target_filter=_spans_filter(staged), rows=staged.messages,
+                      target_dnf=dnf)
+    return staged.messages
+
+
+def _spans_filter(staged: Decoded) -> str:
+    """SQL on ``t``: the rows of the brokers and physical ranges decoded (records and trace records alike)."""
+    q = lambda s: s.replace("'", "''")  # noqa: E731
+    return " OR ".join(
+        f"(t.cluster = '{q(c)}' AND t.broker = '{q(b)}' AND t.physical_offset >= {lo} AND t.physical_offset < {hi})"
+        for (c, b), (lo, hi) in sorted(staged.spans.items())) or "false"
+
+
+def load_trace(spark: Any, lake: str, staged: Decoded) -> int:
+    """MERGE the staged trace records (insert-only on their key, so re-runs never duplicate); one commit."""
+    if not staged.trace:
+        return 0
+    df = staged.read(spark, trace_records.TABLE, "trace")
+    if not _delta.exists(lake, trace_records.TABLE):  # every staged key is new (a record is decoded once a run)
+        _delta.insert_new(spark, df, lake, trace_records.TABLE, target_filter="true")
+        return staged.trace
+    return _delta.merge(spark, df.dropDuplicates(list(trace_records.TABLE.key)), lake, trace_records.TABLE,
+                        insert_only=True, target_filter=_spans_filter(staged))
+
+
+def load_small(spark: Any, lake: str, ex: Extracted, now: dt.datetime) -> dict[str, int]:
+    """MERGE the config-derived rows and quarantine rows; returns rows new or changed per table."""
+    counts: dict[str, int] = {}
+    order = [files.TABLE, consumer_offsets.TABLE, subscription_groups.TABLE, topic_configs.TABLE,
+             delay_offsets.TABLE, queue_bounds.TABLE]
+    for table in order:
+        rows = ex.rows.get(table.name, [])
+        if not rows:
+            continue
+        rows = _dedupe(rows, table.key)
+        counts[table.qualified] = _delta.merge(spark, _spark_frame(spark, rows, table), lake, table,
+                                               insert_only=table is files.TABLE)
+    qrows = _dedupe([
+        {"cluster": c, "broker": b, "snapshot_ts": ts, "source_path": p.source_path, "position": p.position,
+         "reason": p.reason, "detected_at": now}
+        for c, b, ts, p in ex.problems
+    ], quarantine.TABLE.key)
+    if qrows:
+        counts[quarantine.TABLE.qualified] = _delta.merge(spark, _spark_frame(spark, qrows, quarantine.TABLE), lake,
+                                                          quarantine.TABLE, insert_only=True)
+    return counts
+
+
+def _dedupe(rows: list[dict[str, Any]], key: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Last row wins per key (a MERGE source must not hold a key twice)."""
+    seen: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in rows:
+        seen[tuple(r.get(k) for k in key)] = r
+    return list(seen.values())
+
+
+def load_segments_state(lake: str) -> dict[tuple[str, str, str], SegmentState]:
+    if not _delta.exists(lake, segments.TABLE):
+        return {}
+    df = _delta.read_pandas(lake, segments.TABLE)
+    out = {}
+    for r in df.to_dict("records"):
+        st = SegmentState(r["cluster"], r["broker"], r["segment"], int(r["start_offset"]), int(r["decoded_to"]),
+                          int(r["segment_size"]), bool(r["complete"]),
+                          None if r["snapshot_ts"] is None or r["snapshot_ts"] != r["snapshot_ts"]
+                          else r["snapshot_ts"].to_pydatetime())
+        out[_segment_state_key(st.cluster, st.broker, st.segment)] = st
+    return out
+
+
+def save_segments_state(spark: Any, lake: str, state: dict[tuple[str, str, str], SegmentState],
+                        now: dt.datetime) -> int:
+    rows = [{"cluster": s.cluster, "broker": s.broker, "segment": s.segment, "start_offset": s.start_offset,
+             "decoded_to": s.decoded_to, "segment_size": s.segment_size, "complete": s.complete,
+             "snapshot_ts": s.snapshot_ts, "updated_at": now} for s in state.values()]
+    if not rows:
+        return 0
+    return _delta.merge(spark, _spark_frame(spark, rows, segments.TABLE), lake, segments.TABLE)
+
+
+def build_deliveries(spark: Any, lake: str, since: dict[str, int] | None = None) -> int:
+    """Bring silver/deliveries up to date with the trace records, messages and broadcast clients the lake holds.
+
+    A delivery's row depends only on the trace records of its (cluster, request_id), the original copies of their
+    messages and its group's broadcast client ids (jobs.rules.deliveries). So with ``since`` (the table versions the
+    last completed ingest left) only the requests touched by what was added since are derived again and merged:
+    new trace records, new original copies of traced keys, and groups with a new client id. Without it (no
+    completed ingest, or Parquet tables, which have no versions) every request is.
+    """
+    from pyspark.sql import functions as F
+
+    from jobs.rules import deliveries as deliveries_job
+
+    if not _delta.exists(lake, trace_records.TABLE):
+        return 0
+    trace = _delta.read(spark, lake, trace_records.TABLE)
+    msgs = _delta.read(spark, lake, messages.TABLE)
+    offs = _delta.read(spark, lake, consumer_offsets.TABLE)
+    client_ids = offs.where("client_id <> ''").select("cluster", "consumer_group", "client_id").distinct()
+    new_trace = new_msgs = None
+    if since is not None and _delta.exists(lake, deliveries.TABLE):
+        new_trace = _delta.added_since(spark, lake, trace_records.TABLE, since.get(trace_records.TABLE.qualified))
+        new_msgs = _delta.added_since(spark, lake, messages.TABLE, since.get(messages.TABLE.qualified))
+    if new_trace is not None and new_msgs is not None:
+        at = since.get(consumer_offsets.TABLE.qualified) if since else None
+        old_clients = (_delta.read(spark, lake, consumer_offsets.TABLE, at=at) if at is not None
+                       else spark.createDataFrame([], consumer_offsets.TABLE.schema))
+        new_groups = client_ids.join(old_clients.where("client_id <> ''").select(
+            "cluster", "consumer_group", "client_id"), ["cluster", "consumer_group", "client_id"], "left_anti") \
+            .select("cluster", F.col("consumer_group").alias("group")).distinct()
+        new_keys = new_msgs.where(F.col("uniq_key").isNotNull()).select(
+            "cluster", F.col("uniq_key").alias("msg_id")).distinct()
+        requests = (
+            new_trace.select("cluster", "request_id")
+            .unionByName(trace.join(new_keys, ["cluster", "msg_id"], "left_semi").select("cluster", "request_id"))
+            .unionByName(trace.join(new_groups, ["cluster", "group"], "left_semi").select("cluster", "request_id"))
+            .where(F.col("request_id").isNotNull()).distinct()
+        )
+        trace = trace.join(requests, ["cluster", "request_id"], "left_semi")
+        msgs = msgs.join(trace.select("cluster", F.col("msg_id").alias("uniq_key")).distinct(),
+                         ["cluster", "uniq_key"], "left_semi")
+    df = deliveries_job.deliveries(trace, msgs, client_ids)
+    return _delta.merge(spark, df, lake, deliveries.TABLE, stage=f"{lake.rstrip('/')}/{DELIVERIES_STAGING}")
+
+
+# ------------------------------------------------------------------------------------------------- run
+
+# Every table ingest writes: the versions the ingest ledger records and a reconcile reads at.
+LEDGER_TABLES = [files.TABLE, quarantine.TABLE, segments.TABLE, snapshots_table.TABLE, trace_records.TABLE,
+                 consumer_offsets.TABLE,
+                 subscription_groups.TABLE, topic_configs.TABLE, delay_offsets.TABLE, queue_bounds.TABLE,
+                 messages.TABLE, deliveries.TABLE]
+# What silver/deliveries is derived from (deliveries.deliveries: trace records, the original copies of their
+# messages, the broadcast clients' ids).
+DELIVERIES_INPUTS = [trace_records.TABLE, messages.TABLE, consumer_offsets.TABLE]
+
+
+def _new_layout_problems(lake: str, ex: Extracted) -> bool:
+    """Whether a path off the landing layout is not quarantined yet (a no-op run must still record it)."""
+    paths = sorted({p.source_path for _, _, _, p in ex.problems})
+    if not paths:
+        return False
+    if not _delta.exists(lake, quarantine.TABLE):
+        return True
+    got = _delta.read_pandas_columns(lake, quarantine.TABLE, ["source_path"], filters=[("source_path", "in", paths)])
+    return bool(set(paths) - set(got["source_path"]))
+
+
+def deliveries_stale(lake: str, previous: dict[str, Any] | None) -> bool:
+    """Whether silver/deliveries must be rebuilt: trace records exist and the table is missing, or its inputs moved
+    since the newest completed ingest (which left it up to date with them), or no ingest completed before."""
+    if not _delta.exists(lake, trace_records.TABLE):
+        return False
+    if not _delta.exists(lake, deliveries.TABLE) or previous is None:
+        return True
+    recorded = previous["table_versions"]
+    return any(_delta.version(lake, t) != recorded.get(t.qualified) for t in DELIVERIES_INPUTS)
+
+
+
+def _since(t0: float) -> str:
+    """Seconds since ``t0`` and the process's peak RSS so far (the embedded engine included): for progress lines."""
+    import resource
+
+    return f"{time.time() - t0:.1f} s, peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB"
+
+
+def check_inputs(landing_uri: str, lake: str) -> None:
+    """Refuse, before any engine starts, a landing zone that is not there and a lake that is a file (spec §6)."""
+    if not storage.is_s3(lake) and os.path.isfile(lake):
+        raise UsageError(f"--lake {lake}: is a file; give a folder (created if missing) or an s3:// URI")
+    if not storage.is_s3(landing_uri) and os.path.isfile(landing_uri):
+        raise UsageError(f"--landing {landing_uri}: is a file; give the landing zone's root folder or s3:// URI")
+    if not storage.exists(landing_uri):
+        raise UsageError(f"--landing {landing_uri}: no such folder or prefix; give the landing zone's root (the sync "
+                         "job's destination)")
+
+
+def settle_default() -> float:
+    """Seconds a snapshot folder without the marker must stay unchanged before it is taken (RMQ_RECON_SNAPSHOT_SETTLE_S)."""
+    return float(os.environ.get("RMQ_RECON_SNAPSHOT_SETTLE_S", "0"))
+
+
+def require_marker_default() -> bool:
+    """Take only snapshot folders with the sync job's marker (RMQ_RECON_REQUIRE_MARKER=1)."""
+    return os.environ.get("RMQ_RECON_REQUIRE_MARKER", "0").strip().lower() in ("1", "true", "yes")
+
+
+def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
+        progress: Callable[[str], None] | None = None, now: dt.datetime | None = None,
+        settle_s: float | None = None, require_marker: bool | None = None, retake: bool = False) -> dict[str, Any]:
+    """Ingest the new snapshots of ``landing_uri`` into ``lake``. Idempotent: a second run changes nothing.
+
+    A snapshot folder is taken once it is complete (``Snapshot.completed_by``) and its listing differs from the
+    one the snapshot ledger (bronze/snapshots) recorded: new folders, and folders whose files arrived late. With
+    nothing to take and nothing to repair, the run costs a listing and a few ledger reads: no engine starts.
+
+    Args:
+        landing_uri: the landing zone root (local folder or ``s3://bucket/prefix``).
+        lake: the lake root (local folder or ``s3://``).
+        snapshot_glob: only snapshot folders matching this fnmatch pattern (relative path), for backfills.
+        progress: called with one line per step (default: the module logger).
+        now: the ingestion time recorded in bronze rows (default: the wall clock, for provenance only).
+        settle_s: a folder without the marker is complete when no file changed for this long (default
+            :func:`settle_default`).
+        require_marker: take only folders with the marker (default :func:`require_marker_default`).
+        retake: take every complete folder again, whatever the snapshot ledger says (an investigation; the loads
+            are idempotent, so this changes nothing unless the landing zone did).
+
+    Returns:
+        Counts of snapshots, files, rows new or changed per table, quarantined problems and seconds taken.
+    """
+    import fnmatch
+
+    from jobs.lake import _spark, failpoints, lease, ledger
+
+    say = progress or log.info
+    t0 = time.time()
+    started = dt.datetime.now(UTC).replace(microsecond=0)
+    now = now or started
+    check_inputs(landing_uri, lake)
+    settle_s = settle_default() if settle_s is None else settle_s
+    require_marker = require_marker_default() if require_marker is None else require_marker
+    found, layout_problems, problem_cluster = landing.discover(landing_uri)
+    if not found and not layout_problems:
+        raise UsageError(f"--landing {landing_uri}: no snapshot folder (expected cluster=<c>/broker=<b>/snapshot_ts="
+                         "<YYYYMMDDTHHMMSSZ>/store/... or cluster=<c>/clients/snapshot_ts=...); point it at the sync "
+                         "job's destination")
+    if snapshot_glob:
+        found = [s for s in found if fnmatch.fnmatch(s.folder, snapshot_glob)]
+        if not found:
+            raise UsageError(f"--snapshots {snapshot_glob!r}: matches no snapshot folder under {landing_uri}; the "
+                             "pattern is matched against cluster=<c>/broker=<b>/snapshot_ts=<ts>")
+    ex = Extracted()
+    for p in layout_problems:
+        ex.problem(problem_cluster.get(p.source_path, ""), "", None, p)
+    n_messages = 0
+    n_trace = 0
+    # One writer at a time (jobs.lake.lease); everything that reads the lake's state is read under the lease.
+    with lease.hold(lake, "writer", purpose=f"ingest of {landing_uri}", say=say) as held, ExitStack() as stack:
+        taken = ledger.taken_snapshots(lake)
+        clock = time.time()
+        snaps, completed_by, waiting = [], {}, []
+        for snap in found:
+            by = snap.completed_by(clock, settle_s, require_marker)
+            if by is None:
+                waiting.append(snap.folder)
+            elif retake or taken.get(ledger.snapshot_key(snap.cluster, snap.broker, snap.ts)) != snap.listing_digest():
+                snaps.append(snap)
+                completed_by[snap.folder] = by
+        say(f"ingest: {len(snaps)} new or changed snapshot(s) of {len(found)} under {landing_uri}"
+            + (f"; {len(waiting)} not complete yet (no {landing.MARKER}"
+               + ("" if require_marker else f", changed less than {settle_s:g} s ago") + ")" if waiting else ""))
+        previous = ledger.last_ingest(lake)
+        if (not snaps and previous is not None and not _new_layout_problems(lake, ex)
+                and ledger.versions(lake, LEDGER_TABLES) == previous["table_versions"]):
+            # Nothing new and the last run completed: the listing was the whole cost.
+            return {"run_id": previous["run_id"], "landing": landing_uri, "lake": lake, "snapshots": 0,
+                    "snapshots_seen": len(found), "snapshots_waiting": waiting, "files": 0, "changed_rows": {},
+                    "table_versions": {"before": previous["table_versions"], "after": previous["table_versions"]},
+                    "quarantined": 0, "seconds": round(time.time() - t0, 2)}
+        spark = stack.enter_context(_spark.session())
+        recovered = _delta.recover_parquet_staging(spark, lake, LEDGER_TABLES)
+        if recovered:
+            say(f"ingest: finished the rewrites of {', '.join(recovered)} that a killed run left")
+        state = load_segments_state(lake)
+        seen_paths = frozenset(
+            _delta.read_pandas_columns(lake, files.TABLE, ["source_path"], filters=[("file_kind", "=", "commitlog")])
+            ["source_path"]) if _delta.exists(lake, files.TABLE) else frozenset()
+        for i, snap in enumerate(snaps, 1):
+            say(f"ingest: [{i}/{len(snaps)}] {snap.folder} ({len(snap.files)} files)")
+            extract_configs(snap, landing_uri, ex, now)
+        t_decode = time.time()
+        staged = decode_commitlogs(spark, lake, snaps, state, ex, now, seen_paths)
+        say(f"ingest: decoded {staged.messages} records and {staged.trace} trace records in "
+            f"{_since(t_decode)}")
+        extract_all_queue_bounds(snaps, landing_uri, lake, staged, ex, now)
+        say(f"ingest: queue bounds of {len(snaps)} snapshot(s) ({_since(t_decode)} since the decode began)")
+        n_messages = load_decoded(spark, lake, staged)
+        say(f"ingest: silver/messages loaded ({_since(t_decode)} since the decode began)")
+        failpoints.hit("ingest.after_snapshot")
+        for snap in snaps:
+            for t in extract_exports(snap, ex):
+                _delta.merge(spark, messages_frame(spark, t), lake, messages.TABLE, insert_only=True)
+                n_messages += t.num_rows
+        n_trace = load_trace(spark, lake, staged)
+        say(f"ingest: bronze/trace_records loaded ({_since(t_decode)} since the decode began)")
+        storage.delete_tree(staged.staging)
+        failpoints.hit("ingest.after_trace")
+        counts = load_small(spark, lake, ex, now)
+        say(f"ingest: small tables loaded ({_since(t_decode)} since the decode began)")
+        failpoints.hit("ingest.after_configs")
+        counts[segments.TABLE.qualified] = save_segments_state(spark, lake, state, now)
+        failpoints.hit("ingest.after_segments")
+        # Derived tables are rebuilt from what the lake holds whenever their inputs moved since the last completed
+        # run, not only when this run loaded something: rows a killed run loaded are taken in here.
+        if deliveries_stale(lake, previous):
+            say("ingest: bringing silver/deliveries up to date")
+            counts[deliveries.TABLE.qualified] = build_deliveries(
+                spark, lake, previous["table_versions"] if previous else None)
+            say(f"ingest: silver/deliveries up to date ({_since(t_decode)} since the decode began)")
+            failpoints.hit("ingest.after_deliveries")
+        counts[messages.TABLE.qualified] = n_messages
+        counts[trace_records.TABLE.qualified] = n_trace
+        counts[snapshots_table.TABLE.qualified] = ledger.record_snapshots(spark, lake, [
+            {"cluster": sn.cluster, "broker": sn.broker, "snapshot_ts": sn.ts, "folder": sn.folder,
+             "files": len(sn.files), "bytes": sum(f.size for f in sn.files), "listing_digest": sn.listing_digest(),
+             "completed_by": completed_by[sn.folder], "ingested_at": now} for sn in snaps])
+        after = ledger.versions(lake, LEDGER_TABLES)
+        held.check()
+        before = previous["table_versions"] if previous else {}
+        run_id = previous["run_id"] if previous else None
+        if previous is None or after != before:
+            run_id = ledger.new_run_id("ingest", started)
+            ledger.record_ingest(spark, lake, {
+                "run_id": run_id, "started_at": started,
+                "completed_at": dt.datetime.now(UTC).replace(microsecond=0), "landing": landing_uri,
+                "snapshots": len(snaps), "files": sum(len(s.files) for s in snaps), "quarantined": len(ex.problems),
+                "changed_rows": {k: int(v) for k, v in counts.items()}, "table_versions": after})
+    summary = {
+        # the ledger row of this run (the previous one when nothing changed) and the versions it moved
+        "run_id": run_id,
+        "table_versions": {"before": before, "after": after},
+        "landing": landing_uri,
+        "lake": lake,
+        "snapshots": len(snaps),
+        "snapshots_seen": len(found),
+        "snapshots_waiting": waiting,
+        "files": sum(len(s.files) for s in snaps),
+        "changed_rows": counts,
+        "quarantined": len(ex.problems),
+        "seconds": round(time.time() - t0, 2),
+    }
+    say(f"ingest: done in {summary['seconds']} s; {len(ex.problems)} problem(s) quarantined")
+    return summary

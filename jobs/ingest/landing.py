@@ -1,0 +1,202 @@
+"""The landing zone of spec §3: which snapshots exist and which file of a RocketMQ store each path is.
+
+Paths mirror RocketMQ's own directories, so a copy of a real store dropped under
+``cluster=<c>/broker=<b>/snapshot_ts=<YYYYMMDDTHHMMSSZ>/store/`` is recognised as is.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from jobs.lake import storage
+from jobs.problems import Problem
+
+SNAPSHOT_FORMAT = "%Y%m%dT%H%M%SZ"
+# The file a sync job writes last into a snapshot folder, to say the folder is complete (optional; see
+# Snapshot.completed_by).
+MARKER = "_SUCCESS"
+_SNAPSHOT_DIR = re.compile(
+    r"^cluster=(?P<cluster>[^/]+)/(?:broker=(?P<broker>[^/]+)|(?P<clients>clients))/snapshot_ts=(?P<ts>[^/]*)/(?P<rest>.+)$"
+)
+_SEGMENT = re.compile(r"^\d{20}$")
+CONFIG_FILES = {
+    "consumerOffset.json": "consumer_offsets",
+    "lmqConsumerOffset.json": "consumer_offsets",
+    "subscriptionGroup.json": "subscription_groups",
+    "topics.json": "topics",
+    "delayOffset.json": "delay_offsets",
+}
+FileKind = Literal[
+    "consumer_offsets", "subscription_groups", "topics", "delay_offsets", "client_offsets",
+    "commitlog", "consumequeue", "export", "backup", "rocksdb", "marker", "other",
+]
+
+
+@dataclass(frozen=True)
+class LandingFile:
+    """One file of a snapshot, classified."""
+
+    uri: str
+    path: str  # relative to the landing root: the ``source_path`` recorded in the lake
+    rel: str  # relative to the snapshot folder
+    size: int
+    kind: str
+    topic: str | None = None  # consumequeue files
+    queue_id: int | None = None
+    start: int | None = None  # commitlog / consumequeue: the start offset in the file name
+    client_id: str | None = None  # clients' offsets.json
+    group: str | None = None
+    mtime: float = 0.0  # modification time (epoch s): when the sync job last wrote it
+
+
+@dataclass
+class Snapshot:
+    """A broker store (or the clients' offset files) as one sync job left it at ``ts``."""
+
+    cluster: str
+    broker: str  # "" for the clients folder
+    ts: dt.datetime
+    folder: str
+    files: list[LandingFile] = field(default_factory=list)
+
+    @property
+    def is_clients(self) -> bool:
+        return self.broker == ""
+
+    def of_kind(self, kind: str) -> list[LandingFile]:
+        return [f for f in self.files if f.kind == kind]
+
+    @property
+    def has_marker(self) -> bool:
+        return any(f.kind == "marker" for f in self.files)
+
+    @property
+    def newest_mtime(self) -> float:
+        return max((f.mtime for f in self.files), default=0.0)
+
+    def listing_digest(self) -> str:
+        """A digest of the folder's listing (paths and sizes): it changes when a file arrives, grows or goes."""
+        import hashlib
+
+        h = hashlib.sha256()
+        for f in sorted(self.files, key=lambda f: f.rel):
+            h.update(f"{f.rel}\0{f.size}\n".encode())
+        return h.hexdigest()
+
+    def completed_by(self, now: float, settle_s: float, require_marker: bool) -> str | None:
+        """``"marker"`` or ``"settle"`` when the snapshot is complete, else None (the sync job may still be writing).
+
+        Complete: the sync job's marker file (:data:`MARKER`) is in the folder, or, unless the marker is required,
+        no file of the folder changed for ``settle_s`` seconds.
+        """
+        if self.has_marker:
+            return "marker"
+        if not require_marker and now - self.newest_mtime >= settle_s:
+            return "settle"
+        return None
+
+
+def parse_snapshot_ts(text: str) -> dt.datetime:
+    """``YYYYMMDDTHHMMSSZ`` (UTC) -> an aware datetime; ValueError when malformed."""
+    return dt.datetime.strptime(text, SNAPSHOT_FORMAT).replace(tzinfo=dt.timezone.utc)
+
+
+def format_snapshot_ts(ts: dt.datetime) -> str:
+    return ts.astimezone(dt.timezone.utc).strftime(SNAPSHOT_FORMAT)
+
+
+def classify(rel: str, *, clients: bool) -> dict[str, object]:
+    """What a path inside a snapshot folder is (RocketMQ's own store layout, formats §1, §2, §6)."""
+    parts = rel.split("/")
+    name = parts[-1]
+    if rel == MARKER:
+        return {"kind": "marker"}
+    if clients:
+        # <clientId>/<group>/offsets.json (.bak)
+        if len(parts) == 3 and name in ("offsets.json", "offsets.json.bak"):
+            kind = "client_offsets" if name == "offsets.json" else "backup"
+            return {"kind": kind, "client_id": parts[0], "group": parts[1]}
+        return {"kind": "other"}
+    if len(parts) >= 2 and parts[0] == "store" and parts[1] == "config":
+        if len(parts) >= 3 and parts[2] in ("consumerOffsets", "rocksdb"):
+            return {"kind": "rocksdb"}
+        if len(parts) == 3:
+            if name in CONFIG_FILES:
+                return {"kind": CONFIG_FILES[name]}
+            if name.endswith(".bak") and name[: -len(".bak")] in CONFIG_FILES:
+                return {"kind": "backup"}
+        return {"kind": "other"}
+    if len(parts) == 3 and parts[:2] == ["store", "commitlog"] and _SEGMENT.match(name):
+        return {"kind": "commitlog", "start": int(name)}
+    if len(parts) == 5 and parts[:2] == ["store", "consumequeue"] and _SEGMENT.match(name) and parts[3].isdigit():
+        return {"kind": "consumequeue", "topic": parts[2], "queue_id": int(parts[3]), "start": int(name)}
+    if len(parts) >= 2 and parts[0] == "export" and name.endswith((".parquet", ".jsonl", ".json")):
+        return {"kind": "export"}
+    return {"kind": "other"}
+
+
+_FILE_KINDS = {"consumer_offsets", "subscription_groups", "topics", "delay_offsets", "client_offsets", "commitlog",
+               "consumequeue", "backup", "marker"}
+
+
+def misplaced(rel: str, *, clients: bool) -> str | None:
+    """Why a path inside a snapshot folder breaks RocketMQ's store layout (quarantined, not read), or None."""
+    parts = rel.split("/")
+    for k in range(1, len(parts)):
+        folder = "/".join(parts[:k])
+        if classify(folder, clients=clients)["kind"] in _FILE_KINDS:
+            return f"'{folder}' is a folder where RocketMQ writes a file: file ignored"
+    if clients:
+        return None
+    if len(parts) == 3 and parts[:2] == ["store", "commitlog"] and not _SEGMENT.match(parts[2]):
+        return "commitlog file name is not 20 digits (the segment's start offset): not read"
+    if len(parts) == 5 and parts[:2] == ["store", "consumequeue"] and not _SEGMENT.match(parts[4]):
+        return "consume queue file name is not 20 digits (the file's start byte): not read"
+    return None
+
+
+def discover(landing: str) -> tuple[list[Snapshot], list[Problem], dict[str, str]]:
+    """List the landing zone and group its files into snapshots.
+
+    Returns:
+        (snapshots sorted by cluster, broker, time; problems for paths that break the layout — a malformed
+        ``snapshot_ts`` folder quarantines that folder's files and nothing else; cluster of each problem path).
+    """
+    snapshots: dict[tuple[str, str, str], Snapshot] = {}
+    problems: list[Problem] = []
+    problem_cluster: dict[str, str] = {}
+    bad_folders: set[str] = set()
+    for info in storage.list_files(landing):
+        path = storage.relative(info.uri, landing)
+        if path.startswith("_truth/") or path.startswith("_") or "/." in "/" + path and path.split("/")[0].startswith("."):
+            continue
+        m = _SNAPSHOT_DIR.match(path)
+        if not m:
+            problems.append(Problem(path, 0, "path does not follow the landing layout "
+                                    "cluster=<c>/broker=<b>|clients/snapshot_ts=<YYYYMMDDTHHMMSSZ>/...; file ignored"))
+            problem_cluster[path] = path.split("/")[0].removeprefix("cluster=") if path.startswith("cluster=") else ""
+            continue
+        cluster, broker = m["cluster"], m["broker"] or ""
+        folder = path[: len(path) - len(m["rest"]) - 1]
+        try:
+            ts = parse_snapshot_ts(m["ts"])
+        except ValueError:
+            problems.append(Problem(path, 0, f"malformed snapshot folder 'snapshot_ts={m['ts']}': expected "
+                                    f"snapshot_ts=YYYYMMDDTHHMMSSZ (UTC); this snapshot is skipped"))
+            problem_cluster[path] = cluster
+            bad_folders.add(folder)
+            continue
+        key = (cluster, broker, m["ts"])
+        snap = snapshots.setdefault(key, Snapshot(cluster, broker, ts, folder))
+        wrong = misplaced(m["rest"], clients=m["clients"] is not None)
+        if wrong:
+            problems.append(Problem(path, 0, wrong))
+            problem_cluster[path] = cluster
+            continue
+        c = classify(m["rest"], clients=m["clients"] is not None)
+        snap.files.append(LandingFile(uri=info.uri, path=path, rel=m["rest"], size=info.size, mtime=info.mtime,
+                                      **c))  # type: ignore[arg-type]
+    ordered = sorted(snapshots.values(), key=lambda s: (s.cluster, s.broker, s.ts))
+    return ordered, problems, problem_cluster

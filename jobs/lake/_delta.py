@@ -1,0 +1,442 @@
+"""Reading and writing lake tables: the only module that knows table paths and formats.
+
+Writes are idempotent by construction: silver/bronze tables are MERGEd on their key (and a MERGE whose source
+holds nothing new is skipped, so a re-run adds no commit), gold tables are replaced per ``run_id``.
+Sail has no ``DeltaTable`` Python API, so everything goes through SQL ``MERGE INTO`` and ``replaceWhere``;
+delta-rs answers the questions Spark Connect cannot (does the table exist, what is its history).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from jobs.lake._spark import table_format
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+    from pyspark.sql import DataFrame, SparkSession
+
+    from schemas._table import Table
+
+log = logging.getLogger(__name__)
+
+# Columns that record when we saw a row, not what the row says: a re-run must not rewrite them.
+VOLATILE_COLUMNS = frozenset({"ingested_at", "detected_at", "updated_at", "completed_at", "validated_at"})
+
+
+def storage_options() -> dict[str, str]:
+    """delta-rs options for ``s3://`` lakes, from the same environment variables Sail reads."""
+    opts: dict[str, str] = {}
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_SESSION_TOKEN"):
+        if os.environ.get(name):
+            opts[name] = os.environ[name]
+    endpoint = os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT")
+    if endpoint:
+        opts["AWS_ENDPOINT_URL"] = endpoint
+        opts.setdefault("AWS_REGION", "us-east-1")
+        if endpoint.startswith("http://"):
+            opts["AWS_ALLOW_HTTP"] = "true"
+    return opts
+
+
+def _is_s3(path: str) -> bool:
+    return path.startswith(("s3://", "s3a://"))
+
+
+def exists(lake: str, table: "Table") -> bool:
+    """Whether ``table`` has been created below ``lake``."""
+    path = table.path(lake)
+    if table_format() == "delta":
+        from deltalake import DeltaTable
+
+        return DeltaTable.is_deltatable(path, storage_options=storage_options() if _is_s3(path) else None)
+    # A Parquet table is a folder with at least one data file (Sail writes no _SUCCESS marker).
+    from jobs.lake import storage
+
+    return any(uri.endswith(".parquet") for uri in storage.list_keys(path)) if storage.exists(path) else False
+
+
+def version(lake: str, table: "Table") -> int | None:
+    """The table's current version (None when it does not exist): what the ledgers record and reads pin.
+
+    Delta: the table version. Parquet has none: a fingerprint of its data files (names and sizes), which changes
+    with every write that changes the table.
+    """
+    if not exists(lake, table):
+        return None
+    path = table.path(lake)
+    if table_format() == "delta":
+        from deltalake import DeltaTable
+
+        return int(DeltaTable(path, storage_options=storage_options() if _is_s3(path) else None).version())
+    import hashlib
+
+    from jobs.lake import storage
+
+    digest = hashlib.blake2b(digest_size=8)
+    for info in storage.list_files(path):
+        rel = storage.relative(info.uri, path)
+        if rel.endswith(".parquet") and "__staging" not in rel:
+            digest.update(f"{rel}\0{info.size}\n".encode())
+    return int.from_bytes(digest.digest(), "big", signed=True)
+
+
+def added_since(spark: "SparkSession", lake: str, table: "Table", since: int | None, *,
+                until: int | None = None) -> "DataFrame | None":
+    """The rows of the data files the table gained after version ``since`` (all rows when ``since`` is None).
+
+    For insert-only tables these are exactly the rows added since; a rewrite (a MERGE update, a compaction) adds
+    files holding older rows too, so callers must treat the result as a superset. None for Parquet tables, which
+    have no versions (callers fall back to the whole table).
+
+    ``until``: compare the files of that version instead of the current one (the rows one ingest run added, even
+    when later runs wrote since).
+    """
+    if table_format() != "delta":
+        return None
+    if not exists(lake, table):
+        return spark.createDataFrame([], table.schema)
+    from deltalake import DeltaTable
+
+    path = table.path(lake)
+    opts = storage_options() if _is_s3(path) else None
+    now = DeltaTable(path, version=until, storage_options=opts).file_uris()
+    before = set(DeltaTable(path, version=since, storage_options=opts).file_uris()) if since is not None else set()
+    new = [u for u in now if u not in before]
+    if not new:
+        return spark.createDataFrame([], table.schema)
+    from pyspark.sql import functions as F
+
+    df = spark.read.format("parquet").load(new)
+    have = set(df.columns)
+    return df.select(*[F.col(c) if c in have else F.lit(None).cast(table.schema[c].dataType).alias(c)
+                       for c in table.columns])
+
+
+def read(spark: "SparkSession", lake: str, table: "Table", *, at: int | None = None) -> "DataFrame":
+    """The table as a DataFrame with its declared schema; an empty frame when it does not exist yet.
+
+    ``at``: a Delta version to read (a reconcile reads the state the last completed ingest left); ignored for
+    Parquet, whose readers check the fingerprint instead. A column declared after the table was written reads
+    as null in the rows written before.
+    """
+    from pyspark.sql import functions as F
+
+    if not exists(lake, table):
+        return spark.createDataFrame([], table.schema)
+    if at is not None and table_format() == "delta":
+        df = _read_version(spark, lake, table, int(at))
+    else:
+        df = spark.read.format(table_format()).load(table.path(lake))
+    have = set(df.columns)
+    return df.select(*[F.col(c) if c in have else F.lit(None).cast(table.schema[c].dataType).alias(c)
+                       for c in table.columns])
+
+
+def _read_version(spark: "SparkSession", lake: str, table: "Table", version: int) -> "DataFrame":
+    """Version ``version`` of a Delta table: the data files delta-rs lists for it, read as Parquet.
+
+    Why not ``versionAsOf``: the writer checkpoints every 10th commit, and Sail 0.7.2 then fails to read any earlier
+    version ("Missing commit file: expected version 0, found 8"). The lake's tables have no partitions, deletion
+    vectors or column mapping, so a version is exactly its data files; columns a file lacks read as null.
+    """
+    from deltalake import DeltaTable
+
+    path = table.path(lake)
+    uris = DeltaTable(path, version=version,
+                      storage_options=storage_options() if _is_s3(path) else None).file_uris()
+    if not uris:
+        return spark.createDataFrame([], table.schema)
+    return spark.read.schema(table.schema).format("parquet").load(uris)
+
+
+def add_missing_columns(lake: str, table: "Table") -> list[str]:
+    """Add the declared columns a Delta table lacks (nullable; older rows read null), so new rows can be merged.
+
+    Why: a lake written by an earlier release keeps working after a schema gains a column. Returns their names.
+    """
+    from deltalake import DeltaTable
+    from deltalake.schema import Field
+
+    path = table.path(lake)
+    dt = DeltaTable(path, storage_options=storage_options() if _is_s3(path) else None)
+    have = {f.name for f in dt.schema().fields}
+    missing = [f for f in _arrow_schema(table) if f.name not in have]
+    if missing:
+        dt.alter.add_columns([Field.from_arrow(f) for f in missing])
+        log.info("%s: added columns %s (null in the rows written before)", table.qualified, [f.name for f in missing])
+    return [f.name for f in missing]
+
+
+# Rows per data file of a clustered table (Table.cluster_by).
+CLUSTER_FILE_ROWS = 1_000_000
+
+
+def clustered(df: "DataFrame", table: "Table", rows: int | None) -> "DataFrame":
+    """``df`` in ranges of the table's ``cluster_by`` columns, each sorted (one file per range when written):
+    about :data:`CLUSTER_FILE_ROWS` rows per file for ``rows`` rows. Unchanged for tables not clustered."""
+    if not table.cluster_by:
+        return df
+    n = max(1, -(-(rows or 0) // CLUSTER_FILE_ROWS))
+    return df.repartitionByRange(n, *table.cluster_by).sortWithinPartitions(*table.cluster_by)
+
+
+def _create(df: "DataFrame", lake: str, table: "Table") -> None:
+    writer = df.select(*table.columns).write.format(table_format()).mode("overwrite")
+    if table.partition_by:
+        writer = writer.partitionBy(*table.partition_by)
+    writer.save(table.path(lake))
+
+
+def merge(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table", *, insert_only: bool = False,
+          target_filter: str | None = None, stage: str | None = None) -> int:
+    """Upsert ``df`` into ``table`` on its key. Idempotent: merging the same rows twice changes nothing.
+
+    Rows whose key is new are inserted; rows whose key exists are updated only when a non-volatile column
+    differs (``insert_only`` skips updates altogether, for append-only bronze tables: the new rows are appended,
+    as :func:`insert_new` does, so the write does not scan the table). When nothing would change no commit is
+    made at all. ``target_filter`` (SQL on ``t``) prunes the table's rows compared: only rows it keeps can share
+    a key with ``df``. ``stage`` (a folder the caller owns): the changed rows are computed once into it and the
+    count and the write read them back; without it a derived ``df`` is computed again by the write (Sail does not
+    cache), which for silver/deliveries cost 4-5 s and 0.85 GiB a run.
+
+    Returns:
+        The number of source rows that were new or changed.
+    """
+    df = df.select(*table.columns)
+    if not exists(lake, table):
+        n = df.count()
+        _create(df, lake, table)
+        return n
+    if table_format() == "delta":
+        add_missing_columns(lake, table)
+    target = read(spark, lake, table)
+    if target_filter is not None:
+        target = target.alias("t").where(target_filter)
+    compare = [c for c in table.columns if c not in VOLATILE_COLUMNS]
+    if insert_only:
+        compare = list(table.key)
+    changed = df.join(target.select(*compare), on=[df[c].eqNullSafe(target[c]) for c in compare], how="left_anti")
+    if table_format() == "parquet":
+        n = changed.count()
+        if n:
+            _merge_parquet(spark, df, read(spark, lake, table), lake, table)
+        return n
+    if stage is not None:
+        from jobs.lake import _spark, storage
+
+        try:
+            return _merge_changed(spark, _spark.materialize(spark, changed, stage), lake, table, insert_only)
+        finally:
+            storage.delete_tree(stage)
+    return _merge_changed(spark, changed, lake, table, insert_only)
+
+
+def _merge_changed(spark: "SparkSession", changed: "DataFrame", lake: str, table: "Table", insert_only: bool) -> int:
+    """Write the rows :func:`merge` found new or changed; their number."""
+    n = changed.count()
+    if n == 0:
+        return 0
+    if insert_only:  # one writer per lake (jobs.lake.lease): appending what the anti-join left equals the MERGE
+        changed.write.format("delta").mode("append").save(table.path(lake))
+        return n
+    view = f"rmq_src_{uuid.uuid4().hex[:12]}"
+    changed.createOrReplaceTempView(view)
+    on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in table.key)
+    sql = f"MERGE INTO delta.`{table.path(lake)}` AS t USING {view} AS s ON {on} "
+    if not insert_only:
+        sql += "WHEN MATCHED THEN UPDATE SET * "
+    sql += "WHEN NOT MATCHED THEN INSERT *"
+    spark.sql(sql)
+    spark.catalog.dropTempView(view)
+    return n
+
+
+def _rewrite_parquet(spark: "SparkSession", rows: "DataFrame", lake: str, table: "Table") -> None:
+    """Replace a Parquet table's contents with ``rows`` (which may read the table) through a staging copy.
+
+    A redo log: the staging copy is marked complete before the table is overwritten and removed after, so a run
+    killed during the overwrite (which deletes the table first) is finished by :func:`recover_parquet_staging`.
+    """
+    from jobs.lake import storage
+
+    staging = table.path(lake) + "__staging"
+    rows.select(*table.columns).write.format("parquet").mode("overwrite").save(staging)
+    storage.write_bytes(staging + ".complete", b"")
+    _publish_staging(spark, lake, table)
+
+
+def _publish_staging(spark: "SparkSession", lake: str, table: "Table") -> None:
+    from jobs.lake import storage
+
+    staging = table.path(lake) + "__staging"
+    spark.read.schema(table.schema).format("parquet").load(staging).write.format("parquet").mode("overwrite").save(
+        table.path(lake))
+    storage.delete_tree(staging + ".complete")
+    storage.delete_tree(staging)
+
+
+def recover_parquet_staging(spark: "SparkSession", lake: str, tables: "list[Table]") -> list[str]:
+    """Finish (or drop) the Parquet rewrites a killed run left: called by the next writer, under its lease."""
+    from jobs.lake import storage
+
+    done = []
+    if table_format() != "parquet":
+        return done
+    for table in tables:
+        staging = table.path(lake) + "__staging"
+        if storage.exists(staging + ".complete"):
+            _publish_staging(spark, lake, table)
+            log.warning("%s: finished a rewrite a killed run left half done", table.qualified)
+            done.append(table.qualified)
+        elif storage.exists(staging):
+            storage.delete_tree(staging)
+    return done
+
+
+def _merge_parquet(spark: "SparkSession", df: "DataFrame", target: "DataFrame", lake: str, table: "Table") -> None:
+    """Parquet has no MERGE: rewrite the table as (target minus source keys) plus source."""
+    keep = target.join(df.select(*table.key), on=[target[k].eqNullSafe(df[k]) for k in table.key], how="left_anti")
+    _rewrite_parquet(spark, keep.unionByName(df), lake, table)
+
+
+def replace_run(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table", run_id: str) -> None:
+    """Replace exactly the rows of ``run_id`` in a gold table (other runs are untouched). Idempotent per run."""
+    df = df.select(*table.columns)
+    if not exists(lake, table):
+        _create(df, lake, table)
+        return
+    if table_format() == "delta":
+        safe = run_id.replace("'", "''")
+        (
+            df.write.format("delta")
+            .mode("overwrite")
+            .option("replaceWhere", f"run_id = '{safe}'")
+            .save(table.path(lake))
+        )
+        return
+    from pyspark.sql import functions as F
+
+    keep = read(spark, lake, table).where(F.col("run_id") != F.lit(run_id))
+    _rewrite_parquet(spark, keep.unionByName(df), lake, table)
+
+
+def insert_new(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table", *, target_filter: str,
+               rows: int | None = None, target_dnf: list[list[tuple]] | None = None) -> None:
+    """Append the rows of ``df`` whose key is not in the table yet; ``target_filter`` (SQL on ``t``) prunes the scan.
+
+    For bulk appends that must stay idempotent (a decoded commitlog byte range written twice lands once). An
+    anti-join on the keys then an append, not ``MERGE``: Sail's MERGE grew the process by ~16 MB per 100k-row
+    batch that was never returned (8 GiB ingesting 10 M records); the append stays flat. One writer per lake
+    (ingest) makes the two equivalent; an append with no rows makes no commit. ``rows``: about how many rows ``df``
+    has, for the file count of a clustered table (:func:`clustered`). ``target_dnf``: ``target_filter`` in
+    delta-rs's filter form (OR of ANDs); when no row of the table passes it (the usual case: bytes decoded for
+    the first time), ``df`` is appended as it is. The engine builds an anti-join's hash table on ``df``, whole
+    rows: 1.3 GiB for 1 M records even when the table has none of their keys.
+    """
+    df = df.select(*table.columns)
+    if not exists(lake, table):
+        _create(clustered(df, table, rows), lake, table)
+        return
+    if target_dnf is not None and not any_rows(lake, table, target_dnf):
+        clustered(df, table, rows).write.format(table_format()).mode("append").save(table.path(lake))
+        return
+    target = read(spark, lake, table).alias("t").where(target_filter).select(*table.key)
+    new = df.join(target, on=[df[k].eqNullSafe(target[k]) for k in table.key], how="left_anti")
+    clustered(new, table, rows).write.format(table_format()).mode("append").save(table.path(lake))
+
+
+def any_rows(lake: str, table: "Table", dnf: list[list[tuple]]) -> bool:
+    """Whether a row of the table passes ``dnf`` (delta-rs filters, OR of ANDs): a read of the key columns of the
+    row groups whose statistics overlap it, outside the engine."""
+    if not dnf:
+        return False
+    return len(read_pandas_columns(lake, table, [table.key[-1]], filters=dnf)) > 0
+
+
+def replace_where(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table", predicate: str) -> None:
+    """Atomically replace the rows matching ``predicate`` with ``df`` (whose rows must all match it).
+
+    Used for ranges that are rewritten whole, e.g. the messages of one decoded commitlog byte range:
+    writing the same range twice leaves one copy.
+    """
+    df = df.select(*table.columns)
+    if not exists(lake, table):
+        _create(df, lake, table)
+        return
+    if table_format() == "parquet":
+        keep = read(spark, lake, table).where(f"NOT ({predicate})")
+        _rewrite_parquet(spark, keep.unionByName(df), lake, table)
+        return
+    df.write.format("delta").mode("overwrite").option("replaceWhere", predicate).save(table.path(lake))
+
+
+def read_pandas_columns(lake: str, table: "Table", columns: list[str], *, filters: Any = None,
+                        at: int | None = None) -> "pd.DataFrame":
+    """A projection of a table outside Spark (delta-rs, or pyarrow for Parquet), e.g. the record offsets of a broker.
+
+    ``at``: the Delta version to read (as :func:`read`).
+    """
+    path = table.path(lake)
+    if table_format() == "parquet":
+        return _read_parquet(path, table, columns, filters)
+    from deltalake import DeltaTable
+
+    dt = DeltaTable(path, version=at, storage_options=storage_options() if _is_s3(path) else None)
+    return dt.to_pandas(columns=columns, filters=filters)
+
+
+def _read_parquet(path: str, table: "Table", columns: list[str], filters: Any) -> "pd.DataFrame":
+    """A Parquet table (every data file of the folder) with pyarrow; same ``filters`` form as delta-rs."""
+    import pyarrow.parquet as pq
+
+    arrow = pq.read_table(path, columns=columns, filters=filters, schema=_arrow_schema(table))
+    return arrow.to_pandas()[columns]
+
+
+def _arrow_schema(table: "Table") -> Any:
+    """The table's schema in Arrow types (Spark writes timestamps as UTC instants)."""
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    def conv(t: Any) -> Any:
+        simple = {T.StringType: pa.string(), T.LongType: pa.int64(), T.IntegerType: pa.int32(),
+                  T.BooleanType: pa.bool_(), T.DoubleType: pa.float64(), T.BinaryType: pa.binary(),
+                  T.TimestampType: pa.timestamp("us", tz="UTC")}
+        for cls, arrow_type in simple.items():
+            if isinstance(t, cls):
+                return arrow_type
+        if isinstance(t, T.MapType):
+            return pa.map_(conv(t.keyType), conv(t.valueType))
+        raise TypeError(f"no Arrow type for {t}")
+
+    return pa.schema([pa.field(f.name, conv(f.dataType)) for f in table.schema.fields])
+
+
+def read_pandas(lake: str, table: "Table", *, filters: Any = None) -> "pd.DataFrame":
+    """A small read outside Spark (delta-rs), for reports, expectations and tests."""
+    path = table.path(lake)
+    if table_format() == "delta":
+        from deltalake import DeltaTable
+
+        if not exists(lake, table):
+            import pandas as pd
+
+            return pd.DataFrame({c: [] for c in table.columns})
+        dt = DeltaTable(path, storage_options=storage_options() if _is_s3(path) else None)
+        return dt.to_pandas(filters=filters)[table.columns]
+    if not exists(lake, table):
+        import pandas as pd
+
+        return pd.DataFrame({c: [] for c in table.columns})
+    return _read_parquet(path, table, table.columns, filters)
+
+
+def history(lake: str, table: "Table") -> list[dict[str, Any]]:
+    """The Delta commit history, newest first (Sail has no DESCRIBE HISTORY)."""
+    from deltalake import DeltaTable
+
+    path = table.path(lake)
+    return DeltaTable(path, storage_options=storage_options() if _is_s3(path) else None).history()

@@ -1,0 +1,633 @@
+"""Reconcile over a horizon: a scheduled run recomputes what its answers can still change (docs/semantics.md rule 24).
+
+The cut is ``K = as_of - retention_h`` (``RMQ_RECON_RETENTION_H``, default 72 h: RocketMQ's ``fileReservedTime``).
+A record or delivery is *recent* when a snapshot after K first held it (``first_snapshot_ts``), *old* otherwise.
+Old answers are final in the gold rows of the previous completed run P (read at its ledger versions); the run
+recomputes from the recent part and merges, so that its rows equal a full run's, every column:
+
+* offsets and bounds (``consumer_offsets``, ``queue_bounds``) and ``subscription_groups`` are read whole (one row
+  per queue and snapshot): every output that depends only on them is computed as in a full run;
+* ``messages`` and ``deliveries``: the recent part, plus exact lookups of old rows where an answer needs them
+  (the record at a committed offset, the original copy of a recent DLQ record, a ProcessQueue's open entries);
+* per queue, ``lo`` = its lowest recent offset: old messages lie below it. TRACE, SKIPPED and BROADCAST_DROPPED
+  offsets below ``lo`` and RETRYING, IN_DLQ and BROADCAST_DROPPED rows of old keys come from P;
+* a group whose data crosses the cut (a key with old and recent deliveries, a recent key with an old copy, an old
+  delivery settled after P, a P range across ``lo``, ...) is computed in full (:func:`checks`); so is every group
+  when P is missing, incompatible, older than K, or the lake changed below P's as-of time.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+from typing import Any
+
+import pandas as pd
+
+from jobs.lake import _delta
+from jobs.reconcile import gold_runs
+from jobs.problems import UsageError
+from schemas import reconcile_runs
+from schemas import snapshots as snapshots_schema
+
+RETENTION_ENV = "RMQ_RECON_RETENTION_H"
+DEFAULT_RETENTION_H = 72.0
+UTC = dt.timezone.utc
+# Audit hours (jobs.rules.audit) read records first held from 1 h before their window: a snapshot copy takes less.
+AUDIT_SLACK = dt.timedelta(hours=1)
+QUEUE = ["cluster", "topic", "broker", "queue_id"]
+SERIES_KEY = ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id"]
+GROUP = ["cluster", "consumer_group"]
+
+
+def retention_hours(value: float | str | None = None) -> float:
+    """``value``, else ``RMQ_RECON_RETENTION_H``, else 72; refused unless a positive number of hours."""
+    raw = value if value not in (None, "") else os.environ.get(RETENTION_ENV, DEFAULT_RETENTION_H)
+    try:
+        hours = float(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        hours = float("nan")
+    if not hours > 0:
+        raise UsageError(f"retention_h {raw!r}: not a positive number of hours; give the broker's fileReservedTime "
+                         f"(default {DEFAULT_RETENTION_H:g}) via --retention-h, the DAG Param or {RETENTION_ENV}")
+    return hours
+
+
+def params_of(*, window: int, dlq_warn_retries: int, blocking_min_age_s: int, groups: list[str] | None) -> dict:
+    """What two runs must share for one to carry the other's rows."""
+    return {"window": int(window), "dlq_warn_retries": int(dlq_warn_retries),
+            "blocking_min_age_s": int(blocking_min_age_s), "groups": sorted(groups) if groups else None}
+
+
+def snapshots_digest(lake: str, version: int | None, until: dt.datetime) -> str:
+    """A digest of the snapshot folders taken (and their listings) up to ``until``: changes when the lake below does."""
+    if version is None or not _delta.exists(lake, snapshots_schema.TABLE):
+        return "none"
+    df = _delta.read_pandas_columns(lake, snapshots_schema.TABLE, ["cluster", "broker", "snapshot_ts",
+                                                                   "listing_digest"], at=version)
+    ts = pd.to_datetime(df["snapshot_ts"], utc=True)
+    df = df[ts <= pd.Timestamp(until)].assign(snapshot_ts=ts.dt.strftime("%Y%m%dT%H%M%S.%fZ"))
+    rows = sorted(df.astype(str).itertuples(index=False, name=None))
+    return hashlib.blake2b("\n".join("\0".join(r) for r in rows).encode(), digest_size=16).hexdigest()
+
+
+def previous_run(lake: str, *, run_id: str, as_of: dt.datetime, cut: dt.datetime, params: dict,
+                 snapshots_version: int | None) -> tuple[dict | None, str]:
+    """The completed run whose rows this run carries, or None and why not.
+
+    P = the latest completed run (by as-of, then completion) with as-of in [cut, as_of], other than this run id,
+    reconciled with the same parameters and all groups (a ``--groups`` or otherwise different run is passed over),
+    and a lake that has not changed at or below its as-of time since (the same snapshot folders and listings: a late
+    file below it makes its rows stale).
+    """
+    runs = gold_runs.completed_runs(lake)
+    runs = runs.assign(as_of=pd.to_datetime(runs["as_of"], utc=True))
+    ok = runs[(runs["run_id"] != run_id) & (runs["as_of"] <= pd.Timestamp(as_of))]
+    if not len(ok):  # (a rerun of the only run so far says the same as the first run did)
+        return None, "no completed run to carry"
+    ok = ok.sort_values(["as_of", "completed_at", "run_id"], kind="mergesort")
+    if ok.iloc[-1]["as_of"] < pd.Timestamp(cut):
+        return None, f"the previous run {ok.iloc[-1]['run_id']} is older than the horizon"
+    ok = ok[ok["as_of"] >= pd.Timestamp(cut)]
+    summaries = _summaries(lake, list(ok["run_id"]))
+    same = [r for r in ok.itertuples(index=False)
+            if (summaries.get(r.run_id, {}).get("horizon") or {}).get("params") == params]
+    if not same:
+        return None, "no run since the horizon ran with the same parameters and all groups"
+    best = same[-1]
+    mine = summaries[best.run_id]["horizon"]
+    if mine.get("snapshots_digest") != snapshots_digest(lake, snapshots_version, best.as_of.to_pydatetime()):
+        return None, f"snapshots at or before {best.as_of} changed since the previous run {best.run_id}"
+    run = gold_runs.run(lake, str(best.run_id))
+    run["as_of"] = best.as_of.to_pydatetime()
+    return run, ""
+
+
+def _summaries(lake: str, run_ids: list[str]) -> dict[str, dict]:
+    df = _delta.read_pandas_columns(lake, reconcile_runs.TABLE, ["run_id", "summary"],
+                                    filters=[("run_id", "in", run_ids)])
+    return {r: json.loads(t) if t else {} for r, t in zip(df["run_id"], df["summary"]) if r in set(run_ids)}
+
+
+# --------------------------------------------------------------------------------------------- frames (Spark)
+
+
+def split_frames(frames: dict[str, Any], *, as_of: dt.datetime, cut: dt.datetime) -> dict[str, Any]:
+    """The recent and old parts of messages and deliveries as an as-of run sees them, and ``lo`` per queue."""
+    from pyspark.sql import functions as F
+
+    from jobs.rules import snapshots
+    from jobs.formats.topics import is_system_topic_col
+
+    k = snapshots._ts(cut)
+    m = snapshots.messages_as_of(frames["messages"], as_of=as_of)
+    d = snapshots.deliveries_as_of(frames["deliveries"], as_of=as_of)
+    recent_m = m.where(F.col("first_snapshot_ts").isNull() | (F.col("first_snapshot_ts") > k))
+    old_m = m.where(F.col("first_snapshot_ts") <= k)
+    recent_d = d.where(F.col("first_snapshot_ts").isNull() | (F.col("first_snapshot_ts") > k))
+    old_d = d.where(F.col("first_snapshot_ts") <= k)
+    lo = (recent_m.where(~is_system_topic_col(F.col("topic")) & F.col("queue_offset").isNotNull())
+          .groupBy(*QUEUE).agg(F.min(F.col("queue_offset").cast("long")).alias("lo")))
+    return {"recent_m": recent_m, "old_m": old_m, "recent_d": recent_d, "old_d": old_d, "lo": lo}
+
+
+def open_entries(old_d: Any, recent_d: Any, *, cut: dt.datetime) -> Any:
+    """Old deliveries a recent answer can still depend on (the tail of their ProcessQueue timelines).
+
+    An old delivery that had not left by the group's first recent delivery (in flight, SubAfter after the cut or
+    ending after it) can pin a recent commit (rule 12: HEAD_BLOCKED) or be BLOCKING_COMMIT; the replay also needs the
+    deliveries of its host and queue from the one just before it, so that its ProcessQueue lifetime is found as in a
+    full run (earlier entries left before every recent pair's second delivery: they cannot block it).
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from jobs.rules import snapshots
+    from jobs.rules.replay import TIMELINE_KEY
+
+    k = snapshots._ts(cut)
+    first_recent = recent_d.groupBy(*GROUP).agg(F.min("start_ts").alias("_m"))
+    o = old_d.join(first_recent, on=GROUP, how="left")
+    is_open = (F.col("end_ts").isNull() | F.col("after_snapshot_ts").isNull() | (F.col("after_snapshot_ts") > k)
+               | (F.col("_m").isNotNull() & (F.col("end_ts") >= F.col("_m"))))
+    o = o.withColumn("_open", is_open).drop("_m")
+    host = [F.coalesce(F.col(c), F.lit("")).alias(c) if c in ("client_id", "client_host") else F.col(c)
+            for c in TIMELINE_KEY]
+    entries = o.where((F.col("retry_times") == 0) & F.col("queue_offset").isNotNull() & F.col("start_ts").isNotNull())
+    keyed = entries.select("*", *[h.alias("_" + c) for h, c in zip(host, TIMELINE_KEY)])
+    hk = ["_" + c for c in TIMELINE_KEY]
+    w = Window.partitionBy(*hk).orderBy("start_ts", "queue_offset", "end_ts", "request_id")
+    # only the timelines with an open entry are ordered (the small side on the left: Sail builds from it)
+    hosts = keyed.where("_open").select(*hk).distinct()
+    ranked = hosts.join(keyed, on=hk, how="inner").withColumn("_rn", F.row_number().over(w))
+    first_open = ranked.where("_open").groupBy(*hk).agg(F.min("_rn").alias("_from"))
+    tail = (first_open.join(ranked, on=hk, how="inner").where(F.col("_rn") >= F.col("_from") - 1)
+            .select(*old_d.columns))
+    return tail.unionByName(o.where("_open").select(*old_d.columns)).distinct()
+
+
+def committed_positions(series: Any, lo: Any) -> Any:
+    """(QUEUE, queue_offset) of every key's committed offset at its latest and newest snapshot, below ``lo``."""
+    from pyspark.sql import functions as F
+
+    from jobs.rules import snapshots
+
+    at = (snapshots.latest(series).select(*QUEUE, "committed_offset")
+          .unionByName(snapshots.newest(series).select(*QUEUE, "committed_offset")))
+    return (at.join(lo, on=QUEUE, how="left").where(F.col("lo").isNull() | (F.col("committed_offset") < F.col("lo")))
+            .select(*QUEUE, F.col("committed_offset").alias("queue_offset")).distinct())
+
+
+def lookups(parts: dict[str, Any], series: Any) -> dict[str, Any]:
+    """Old records a recent answer reads: at committed offsets (time lag, BLOCKING_COMMIT) and the copies of keys of
+    recent DLQ records (IN_DLQ's original); and the old copies of recently delivered keys (a check)."""
+    from pyspark.sql import functions as F
+
+    from jobs.formats.topics import DLQ_PREFIX
+
+    old_m = parts["old_m"]
+    positions = committed_positions(series, parts["lo"])
+    at_positions = positions.join(old_m.withColumn("queue_offset", F.col("queue_offset").cast("long")),
+                                  on=[*QUEUE, "queue_offset"], how="inner").select(*old_m.columns)
+    dlq_keys = (parts["recent_m"].where(F.col("topic").startswith(DLQ_PREFIX) & F.col("uniq_key").isNotNull())
+                .select("cluster", "uniq_key").distinct())
+    dlq_copies = dlq_keys.join(old_m, on=["cluster", "uniq_key"], how="inner").select(*old_m.columns)
+    delivered = parts["recent_d"].where(F.col("uniq_key").isNotNull()).select("cluster", "uniq_key").distinct()
+    old_copies = delivered.join(copy_owners(old_m), on=["cluster", "uniq_key"], how="inner").distinct()
+    return {"at_positions": at_positions, "dlq_copies": dlq_copies, "old_copies_of_recent_keys": old_copies}
+
+
+def copy_owners(messages: Any) -> Any:
+    """(cluster, uniq_key, owner) of the copies a group's answers read: an original (owner null: every group's) or a
+    copy in the group's own %RETRY%/%DLQ% topic or on its way there (owner = the group, rule 15). Another group's retry
+    copy changes nothing of this group's answers."""
+    from pyspark.sql import functions as F
+
+    from jobs.rules.snapshots import copies_in_flight
+    from jobs.formats.topics import is_system_topic_col
+
+    originals = (messages.where(F.col("uniq_key").isNotNull() & ~is_system_topic_col(F.col("topic")))
+                 .select("cluster", "uniq_key", F.lit(None).cast("string").alias("owner")))
+    own = copies_in_flight(messages).select("cluster", "uniq_key", F.col("consumer_group").alias("owner"))
+    return originals.unionByName(own).distinct()
+
+
+def _owned_by(df: Any) -> Any:
+    """Rows of (cluster, consumer_group, ..., owner) where the copy counts for the group."""
+    from pyspark.sql import functions as F
+
+    return df.where(F.col("owner").isNull() | (F.col("owner") == F.col("consumer_group")))
+
+
+def group_checks(frames: dict[str, Any], parts: dict[str, Any], looked: dict[str, Any], series: Any, *,
+                 as_of: dt.datetime, cut: dt.datetime,
+                 previous_as_of: dt.datetime) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Where a group's data crosses the cut: (cluster, consumer_group, reason) of the groups computed in full, and
+    (cluster, consumer_group, uniq_key) of its *retry chains*, the keys recomputed on their own.
+
+    A retry chain: a clustering group's key first delivered before the cut and retried across it (no first delivery
+    after it), with a copy in the group's own retry topic the previous run already saw. Its TRACE and SKIPPED answers
+    are final (no new first delivery; the copy keeps it from SKIPPED then and now); its RETRYING and IN_DLQ rows are
+    recomputed from all its deliveries and copies (:func:`chain_rows`).
+    """
+    from pyspark.sql import functions as F
+
+    from jobs.rules import dlq, snapshots
+
+    k = snapshots._ts(cut)
+    key = [*GROUP, "uniq_key"]
+    recent_keys = parts["recent_d"].where(F.col("uniq_key").isNotNull()).select(*key).distinct()
+    old_d = parts["old_d"]
+    old_keys = old_d.select(*key)
+    both = recent_keys.join(old_keys, on=key, how="left_semi")
+    old_copy = _owned_by(looked["old_copies_of_recent_keys"].join(recent_keys, on=["cluster", "uniq_key"],
+                                                                  how="inner")).select(*key).distinct()
+    # every record first held after the cut, as-of or not: an old key's copy the deliveries' mapping may have used
+    later = copy_owners(frames["messages"].where(F.col("first_snapshot_ts").isNull()
+                                                 | (F.col("first_snapshot_ts") > k)))
+    new_copy = _owned_by(later.join(old_keys, on=["cluster", "uniq_key"], how="inner")).select(*key).distinct()
+    crossing = (both.withColumn("reason", F.lit("a key delivered both before and after the horizon"))
+                .unionByName(new_copy.withColumn("reason", F.lit("a key delivered before the horizon has a copy "
+                                                                 "stored after it")))
+                .unionByName(old_copy.withColumn("reason", F.lit("a key delivered after the horizon has a copy "
+                                                                 "stored before it"))))
+    # retry chains: clustering group, no recent first delivery, an own copy the previous run saw
+    first_recent = parts["recent_d"].where(F.col("retry_times") == 0).select(*key).distinct() \
+        .withColumn("_first_recent", F.lit(True))
+    seen = frames["messages"].where(F.col("first_snapshot_ts").isNull()
+                                    | (F.col("first_snapshot_ts") <= snapshots._ts(previous_as_of)))
+    own = (copy_owners(seen).where(F.col("owner").isNotNull())
+           .select("cluster", F.col("owner").alias("consumer_group"), "uniq_key").distinct()
+           .withColumn("_own", F.lit(True)))
+    bcast = snapshots.broadcast_groups(series).withColumn("_bcast", F.lit(True))
+    judged = (crossing.join(first_recent, on=key, how="left").join(own, on=key, how="left")
+              .join(bcast, on=GROUP, how="left").toPandas())
+    chain = judged["_first_recent"].isna() & judged["_own"].notna() & judged["_bcast"].isna()
+    chains = judged[chain][key].drop_duplicates().reset_index(drop=True)
+    settled = old_d.where(F.col("after_snapshot_ts") > snapshots._ts(previous_as_of)).select(*GROUP).distinct()
+    subs = frames["subscription_groups"]
+    now = dlq.retry_max_times(subs, as_of=as_of).withColumnRenamed("retry_max", "_now")
+    then = dlq.retry_max_times(subs, as_of=previous_as_of).withColumnRenamed("retry_max", "_then")
+    changed = now.join(then, on=GROUP, how="full").where(~F.col("_now").eqNullSafe(F.col("_then"))).select(*GROUP)
+    reasons = [
+        (settled, "a delivery from before the horizon ended after the previous run"),
+        (changed, "retryMaxTimes changed since the previous run"),
+    ]
+    out = None
+    for df, why in reasons:
+        df = df.withColumn("reason", F.lit(why))
+        out = df if out is None else out.unionByName(df)
+    assert out is not None
+    groups = pd.concat([judged[~chain][[*GROUP, "reason"]], out.toPandas()], ignore_index=True)
+    return groups, chains
+
+
+def chain_rows(spark: Any, parts: dict[str, Any], series: Any, subscription_groups: Any, chains: pd.DataFrame, *,
+               as_of: dt.datetime, dlq_warn_retries: int) -> pd.DataFrame:
+    """RETRYING and IN_DLQ rows of retry chains, from every delivery and copy of their keys (few rows, exact)."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from jobs.rules import dlq
+    from jobs.rules.snapshots import deliveries_in_window
+    from schemas import dlq_candidates
+
+    key = [*GROUP, "uniq_key"]
+    x = spark.createDataFrame(chains[key].values.tolist(), StructType([StructField(c, StringType()) for c in key]))
+    d = x.join(parts["recent_d"].unionByName(parts["old_d"]), on=key, how="inner")
+    m = x.select("cluster", "uniq_key").distinct().join(parts["recent_m"].unionByName(parts["old_m"]),
+                                                        on=["cluster", "uniq_key"], how="inner")
+    dw = deliveries_in_window(d, series, as_of=as_of)
+    rmax = dlq.retry_max_times(subscription_groups, as_of=as_of)
+    rows = (dlq.in_dlq(dw, m, rmax).unionByName(dlq.retrying(dw, m, rmax, dlq_warn_retries=dlq_warn_retries))
+            .join(x, on=key, how="left_semi"))
+    return naive_utc(rows.select(*dlq_candidates.REPORT_COLUMNS).toPandas())
+
+
+def offsets_in_order(parts: dict[str, Any]) -> bool:
+    """Whether every old record of a queue lies below the queue's lowest recent offset (ingestion reads each segment
+    from where the previous snapshot stopped); if not, ``lo`` does not split old from recent and the run is full."""
+    from pyspark.sql import functions as F
+
+    stray = parts["lo"].join(parts["old_m"].where(~F.col("topic").startswith("%")), on=QUEUE, how="inner") \
+        .where(F.col("queue_offset") >= F.col("lo"))
+    return stray.limit(1).count() == 0
+
+
+def first_delivered(old_d: Any) -> Any:
+    """(cluster, consumer_group, topic, broker, queue_id, _first): the lowest offset old deliveries reached
+    (rule 15)."""
+    from pyspark.sql import functions as F
+
+    return (old_d.where(F.col("queue_offset").isNotNull())
+            .groupBy("cluster", "consumer_group", "topic", "broker", "queue_id")
+            .agg(F.min(F.col("queue_offset").cast("long")).alias("_first")))
+
+
+# ------------------------------------------------------------------------------------------- merge (pandas)
+
+CAUSE_RANK = {"UNKNOWN": 0, "UNPERSISTED": 1, "HEAD_BLOCKED": 2, "REWIND": 3}
+
+
+def naive_utc(df: pd.DataFrame) -> pd.DataFrame:
+    """Timestamps as the engine hands them to pandas (naive UTC, ns), so carried and recomputed rows compare."""
+    df = df.copy()
+    for c in df.columns:
+        if isinstance(df[c].dtype, pd.DatetimeTZDtype):
+            df[c] = df[c].dt.tz_convert("UTC").dt.tz_localize(None).astype("datetime64[ns]")
+    return df
+
+
+def merge_runs(df: pd.DataFrame, kind: str) -> pd.DataFrame:
+    """Maximal runs again after a union: adjacent or overlapping rows of one key and ``kind`` become one row
+    (spec §5); a TRACE run keeps the most severe cause of its parts (rule 10: the cause of a run is its maximum)."""
+    if not len(df):
+        return df
+    keys = SERIES_KEY + [kind]
+    df = df.sort_values(keys + ["start_offset", "end_offset"], kind="mergesort").reset_index(drop=True)
+    out: list[dict] = []
+    for r in df.to_dict("records"):
+        last = out[-1] if out else None
+        if last is not None and all(last[k] == r[k] for k in keys) and r["start_offset"] <= last["end_offset"] + 1:
+            last["end_offset"] = max(last["end_offset"], r["end_offset"])
+            if "cause" in r and CAUSE_RANK.get(r["cause"], 0) > CAUSE_RANK.get(last["cause"], 0):
+                last["cause"] = r["cause"]
+            continue
+        out.append(dict(r))
+    res = pd.DataFrame(out, columns=df.columns)
+    res["messages"] = res["end_offset"] - res["start_offset"] + 1
+    return res.astype(df.dtypes.to_dict())
+
+
+def with_lo(df: pd.DataFrame, lo: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its queue's ``lo`` (NaN: the queue has no recent record, every offset of it is old)."""
+    return df.merge(lo, on=QUEUE, how="left")
+
+
+def in_groups(df: pd.DataFrame, groups: set[tuple[str, str]]) -> pd.Series:
+    if not len(df):
+        return pd.Series([], dtype=bool)
+    return pd.Series([(c, g) in groups for c, g in zip(df["cluster"], df["consumer_group"])], index=df.index)
+
+
+def previous_rows(lake: str, previous: dict) -> dict[str, pd.DataFrame]:
+    """The rows of P this run may carry (one run's rows at its ledger versions)."""
+    from schemas import consumer_status, dlq_candidates, duplicated_ranges, unconsumed_ranges
+
+    def rows(mod: Any, kinds: list[str] | None = None, col: str = "") -> pd.DataFrame:
+        df = gold_runs.run_rows(lake, previous, mod.TABLE, list(mod.REPORT_COLUMNS))
+        if kinds is not None:
+            df = df[df[col].isin(kinds)]
+        return naive_utc(df.reset_index(drop=True))
+
+    return {"trace": rows(duplicated_ranges, ["TRACE"], "evidence"),
+            "unconsumed": rows(unconsumed_ranges, ["SKIPPED", "BROADCAST_DROPPED"], "kind"),
+            "dlq": rows(dlq_candidates, ["IN_DLQ", "RETRYING", "BROADCAST_DROPPED"], "reason"),
+            "status": rows(consumer_status)}
+
+
+def range_checks(prev: dict[str, pd.DataFrame], lo: pd.DataFrame, latest: pd.DataFrame,
+                 first_old: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """(cluster, group, reason) of groups whose carried ranges cannot be split at ``lo`` exactly.
+
+    A P TRACE range across ``lo`` mixes old and recent causes; an old SKIPPED part (offsets below ``lo`` the committed
+    offset is past) is carried only when P judged all of it (P's Min at most today's, P's committed offset past it).
+    """
+    out: list[tuple[str, str, str]] = []
+    t = with_lo(prev["trace"], lo)
+    cross = t[t["lo"].notna() & (t["start_offset"] < t["lo"]) & (t["end_offset"] >= t["lo"])]
+    out += [(c, g, "a TRACE range of the previous run crosses the horizon offset")
+            for c, g in zip(cross["cluster"], cross["consumer_group"])]
+    if len(first_old) and len(latest):
+        s = latest.merge(first_old, on=["cluster", "consumer_group", "topic", "broker", "queue_id"], how="inner")
+        s = with_lo(s, lo)
+        hi = s["committed_offset"].where(s["lo"].isna(), s[["committed_offset", "lo"]].min(axis=1))
+        s = s.assign(_hi=hi - 1, _lo=s[["min_offset", "_first"]].max(axis=1))
+        s = s[s["_lo"] <= s["_hi"]]
+        p = prev["status"][SERIES_KEY + ["committed_offset", "min_offset"]].rename(
+            columns={"committed_offset": "_pc", "min_offset": "_pmin"})
+        s = s.merge(p, on=SERIES_KEY, how="left")
+        bad = s[s["_pc"].isna() | (s["_pmin"] > s["min_offset"]) | (s["_pc"] < s["_hi"] + 1)]
+        out += [(c, g, "offsets before the horizon were committed past after the previous run")
+                for c, g in zip(bad["cluster"], bad["consumer_group"])]
+    return out
+
+
+def carried(prev: dict[str, pd.DataFrame], lo: pd.DataFrame, latest: pd.DataFrame,
+            keep: set[tuple[str, str]]) -> dict[str, pd.DataFrame]:
+    """P's final rows of the groups in ``keep``: what lies below ``lo`` (rule 24)."""
+    from schemas import dlq_candidates, duplicated_ranges, unconsumed_ranges
+
+    t = prev["trace"][in_groups(prev["trace"], keep)]
+    t = with_lo(t, lo)
+    trace = t[t["lo"].isna() | (t["end_offset"] < t["lo"])][duplicated_ranges.REPORT_COLUMNS]
+    u = with_lo(prev["unconsumed"][in_groups(prev["unconsumed"], keep)], lo)
+    # BROADCAST_DROPPED: the offsets below lo; SKIPPED: below lo and min(C_S), from today's Min_S (rule 24)
+    b = u[u["kind"] == "BROADCAST_DROPPED"].copy()
+    b["end_offset"] = b["end_offset"].where(b["lo"].isna(), b[["end_offset"]].assign(x=b["lo"] - 1).min(axis=1))
+    sk = u[u["kind"] == "SKIPPED"].merge(latest[SERIES_KEY + ["committed_offset", "min_offset"]], on=SERIES_KEY,
+                                         how="inner")
+    top = sk["committed_offset"].where(sk["lo"].isna(), sk[["committed_offset", "lo"]].min(axis=1)) - 1
+    sk["end_offset"] = sk[["end_offset"]].assign(x=top).min(axis=1)
+    sk["start_offset"] = sk[["start_offset", "min_offset"]].max(axis=1)
+    unconsumed = pd.concat([b, sk])
+    unconsumed = unconsumed[unconsumed["start_offset"] <= unconsumed["end_offset"]][unconsumed_ranges.REPORT_COLUMNS]
+    d = with_lo(prev["dlq"][in_groups(prev["dlq"], keep)], lo)
+    old_key = d["lo"].isna() | (d["queue_offset"] < d["lo"])
+    dlq = d[(d["reason"] == "IN_DLQ") | old_key][dlq_candidates.REPORT_COLUMNS]
+    return {"trace": trace, "unconsumed": unconsumed.astype({c: "int64" for c in ("start_offset", "end_offset")}),
+            "dlq": dlq}
+
+
+def _groups_frame(spark: Any, groups: set[tuple[str, str]]) -> Any:
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    schema = StructType([StructField("cluster", StringType()), StructField("consumer_group", StringType())])
+    return spark.createDataFrame(sorted(groups), schema)
+
+
+def _only(df: Any, groups: Any, *, keep: bool) -> Any:
+    return df.join(groups, on=GROUP, how="left_semi" if keep else "left_anti")
+
+
+def series_of(series: Any, groups: Any) -> Any:
+    """The offset series of ``groups``, plus one key at each cluster's newest snapshot: t_S of rule 8 is the cluster's
+    newest snapshot over every group, so the window of the groups' deliveries is the full run's (that key's rows are
+    dropped with the other groups')."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    w = Window.partitionBy("cluster").orderBy(F.col("snapshot_ts").desc(), *SERIES_KEY[1:])
+    edge = series.withColumn("_rn", F.row_number().over(w)).where("_rn = 1").drop("_rn")
+    return _only(series, groups, keep=True).unionByName(_only(edge, groups, keep=False))
+
+
+def reports_from(spark: Any, series: Any, dels: Any, msgs: dict[str, Any], subscription_groups: Any, *,
+                 as_of: dt.datetime, window: int, dlq_warn_retries: int, blocking_min_age_s: int,
+                 earlier_first: Any = None) -> dict[str, Any]:
+    """The five reports (Spark frames) from the frames a horizon run reads (messages by use: ``recent`` for the
+    reports that read records one by one, ``positions`` for those at a committed offset, ``dlq`` for IN_DLQ)."""
+    from jobs.rules import corrections, dlq, duplicates, replay, status, unconsumed
+    from jobs.rules.snapshots import deliveries_in_window
+
+    dw = deliveries_in_window(dels, series, as_of=as_of)
+    rmax = dlq.retry_max_times(subscription_groups, as_of=as_of)
+    recent = msgs["recent"]
+    return {
+        "duplicated_ranges": duplicates.duplicated_ranges(series, dels, recent, as_of=as_of),
+        "unconsumed_ranges": (unconsumed.backlog(series).unionByName(unconsumed.expired(series))
+                              .unionByName(unconsumed.skipped(series, dw, recent, earlier_first))
+                              .unionByName(unconsumed.broadcast_dropped(dw, recent))),
+        "offset_corrections": corrections.offset_corrections(series),
+        "dlq_candidates": (dlq.in_dlq(dw, msgs["dlq"], rmax)
+                           .unionByName(dlq.retrying(dw, recent, rmax, dlq_warn_retries=dlq_warn_retries))
+                           .unionByName(dlq.blocking_commit(series, dw, msgs["positions"], rmax,
+                                                            blocking_min_age_s=blocking_min_age_s))
+                           .unionByName(dlq.broadcast_dropped(dw, recent))),
+        "consumer_status": status.consumer_status(series, msgs["positions"], window=window),
+        "_agreement": replay.agreement(dels, series, as_of=as_of),
+    }
+
+
+def audit_frame(frames: dict[str, Any], series: Any, *, as_of: dt.datetime) -> tuple[Any, Any]:
+    """gold/audit_hours from the records of its 72 store hours (jobs.rules.audit) and the deliveries since, not all.
+
+    The window ends at the newest store hour at or before as-of; records stored in it were first held by a snapshot
+    at most ``AUDIT_SLACK`` before (a snapshot folder holds what was stored while it was copied), and so were the
+    trace records of their deliveries.
+    """
+    from pyspark.sql import functions as F
+
+    from jobs.rules import audit, snapshots
+    from jobs.formats.topics import is_system_topic_col
+
+    m = snapshots.messages_as_of(frames["stored_messages"], as_of=as_of)
+    newest = (m.where(~is_system_topic_col(F.col("topic")) & (F.col("store_ts") <= snapshots._ts(as_of)))
+              .agg(F.max("store_ts")).collect()[0][0])
+    d = snapshots.deliveries_as_of(frames["deliveries"], as_of=as_of)
+    band_m, band_d = m, d
+    if newest is not None:  # else nothing to audit: no stored record at all
+        hour = pd.Timestamp(newest).floor("h").to_pydatetime()
+        since = snapshots._ts((hour - dt.timedelta(hours=audit.AUDIT_HOURS) - AUDIT_SLACK).replace(tzinfo=UTC))
+        band_m = m.where(F.col("first_snapshot_ts").isNull() | (F.col("first_snapshot_ts") >= since))
+        band_d = d.where(F.col("first_snapshot_ts").isNull() | (F.col("first_snapshot_ts") >= since))
+    rows = audit.audit_hours(series, snapshots.deliveries_in_window(band_d, series, as_of=as_of), band_m, as_of=as_of)
+    return rows, band_m
+
+
+def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: dt.datetime, cut: dt.datetime,
+            previous: dict, window: int, dlq_warn_retries: int, blocking_min_age_s: int,
+            say: Any) -> dict[str, Any] | None:
+    """The run's report rows (pandas), dashboard frames and what it read; None when the lake does not split at the
+    cut (the caller then runs in full)."""
+    from pyspark.sql import functions as F
+
+    from jobs.lake import _spark
+    from jobs.reconcile import reconcile
+    from jobs.rules import snapshots, status
+    from schemas import messages as messages_schema
+
+    parts = split_frames(frames, as_of=as_of, cut=cut)
+    if not offsets_in_order(parts):
+        return None
+    # every report reads the offset series, some several times: computed once (Sail recomputes a shared frame)
+    series = _spark.materialize(spark, snapshots.offset_series(frames["consumer_offsets"], frames["queue_bounds"],
+                                                               as_of=as_of), f"{tmp}/series")
+    say("reconcile:   old records in order")
+    looked = lookups(parts, series)
+    reasons, chains = group_checks(frames, parts, looked, series, as_of=as_of, cut=cut,
+                                   previous_as_of=previous["as_of"])
+    say("reconcile:   group checks done")
+    prev = previous_rows(lake, previous)
+    lo = parts["lo"].toPandas()
+    latest = snapshots.latest(series).select(*SERIES_KEY, "committed_offset", "min_offset").toPandas()
+    first_old = first_delivered(parts["old_d"])
+    more = range_checks(prev, lo, latest, first_old.toPandas())
+    why_full: dict[tuple[str, str], set[str]] = {}
+    for c, g, why in [*zip(reasons["cluster"], reasons["consumer_group"], reasons["reason"]), *more]:
+        why_full.setdefault((c, g), set()).add(why)
+    fallback = {cg: "; ".join(sorted(whys)) for cg, whys in why_full.items()}  # every reason, in a stable order
+    full_groups = _groups_frame(spark, set(fallback))
+    say(f"reconcile: horizon {reconcile.reports.format_ts(cut)}, carrying {previous['run_id']}; checked, "
+        f"{len(fallback)} group(s) in full")
+
+    # the recent part: recent deliveries and the old ones still open, recent records and the looked-up old ones
+    tail = open_entries(parts["old_d"], parts["recent_d"], cut=cut)
+    dels = _only(parts["recent_d"].unionByName(tail), full_groups, keep=False)
+    dels = _spark.materialize(spark, dels, f"{tmp}/deliveries")
+    recent = _spark.materialize(spark, snapshots.relevant_messages(
+        parts["recent_m"], dels, frames["consumer_offsets"], small=_spark.materializer(spark, f"{tmp}/recent"))
+        .select(*messages_schema.TABLE.columns), f"{tmp}/messages")
+    at_positions = _spark.materialize(spark, looked["at_positions"], f"{tmp}/positions")
+    dlq_copies = _spark.materialize(spark, looked["dlq_copies"], f"{tmp}/dlq_copies")
+    msgs = {"recent": recent, "positions": recent.unionByName(at_positions), "dlq": recent.unionByName(dlq_copies)}
+    out = reports_from(spark, series, dels, msgs, frames["subscription_groups"], as_of=as_of, window=window,
+                       dlq_warn_retries=dlq_warn_retries, blocking_min_age_s=blocking_min_age_s,
+                       earlier_first=_only(first_old, full_groups, keep=False))
+    pdfs = {n: naive_utc(_only(df, full_groups, keep=False).select(*reconcile.REPORT_MODULES[n].REPORT_COLUMNS)
+                         .toPandas()) for n, df in out.items() if not n.startswith("_")}
+    agreement = [_only(out["_agreement"], full_groups, keep=False).toPandas()]
+    read = {"consumer_offsets": "all", "queue_bounds": "all", "subscription_groups": "all",
+            "messages_recent": parts["recent_m"].count(),
+            "messages_old_looked_up": at_positions.count() + dlq_copies.count(),
+            "deliveries_recent_and_open": dels.count()}
+    say("reconcile:   recent part reconciled")
+
+    if fallback:  # those groups as a full run computes them
+        d_full = _only(frames["deliveries"], full_groups, keep=True)
+        m_full = _spark.materialize(spark, snapshots.relevant_messages(
+            frames["stored_messages"], d_full, _only(frames["consumer_offsets"], full_groups, keep=True),
+            small=_spark.materializer(spark, f"{tmp}/full")).select(*messages_schema.TABLE.columns),
+            f"{tmp}/messages_full")
+        full = reports_from(spark, series_of(series, full_groups), snapshots.deliveries_as_of(d_full, as_of=as_of),
+                            {k: snapshots.messages_as_of(m_full, as_of=as_of) for k in ("recent", "positions", "dlq")},
+                            frames["subscription_groups"], as_of=as_of, window=window,
+                            dlq_warn_retries=dlq_warn_retries, blocking_min_age_s=blocking_min_age_s)
+        for n in pdfs:
+            extra = naive_utc(_only(full[n], full_groups, keep=True)
+                              .select(*reconcile.REPORT_MODULES[n].REPORT_COLUMNS).toPandas())
+            pdfs[n] = pd.concat([pdfs[n], extra], ignore_index=True) if len(extra) else pdfs[n]
+        agreement.append(_only(full["_agreement"], full_groups, keep=True).toPandas())
+        read["deliveries_of_full_groups"] = d_full.count()
+        read["messages_of_full_groups"] = "all (relevant_messages)"
+        say("reconcile:   groups in full reconciled")
+
+    keep = {(c, g) for c, g in zip(latest["cluster"], latest["consumer_group"])}
+    keep |= {(c, g) for df in prev.values() for c, g in zip(df["cluster"], df["consumer_group"])}
+    keep -= set(fallback)
+    pdfs = merge(pdfs, carried(prev, lo, latest, keep))
+    chains = chains[in_groups(chains, keep)] if len(chains) else chains
+    if len(chains):  # their RETRYING and IN_DLQ rows, recomputed whole
+        d = pdfs["dlq_candidates"]
+        mine = d.merge(chains.assign(_x=True), on=[*GROUP, "uniq_key"], how="left")["_x"].notna().to_numpy()
+        redo = chain_rows(spark, parts, series, frames["subscription_groups"], chains, as_of=as_of,
+                          dlq_warn_retries=dlq_warn_retries)
+        pdfs["dlq_candidates"] = pd.concat([d[~(mine & d["reason"].isin(["IN_DLQ", "RETRYING"]).to_numpy())], redo],
+                                           ignore_index=True).astype(d.dtypes.to_dict())
+        read["retry_chains"] = len(chains)
+    audit_rows, band = audit_frame(frames, series, as_of=as_of)
+    read["messages_audit_band"] = band.count()
+    return {"pdfs": pdfs, "agreement": pd.concat(agreement, ignore_index=True),
+            "status_samples": status.status_samples(series, window=window), "audit_hours": audit_rows,
+            "read": read, "full_groups": {f"{c}/{g}": why for (c, g), why in sorted(fallback.items())}}
+
+
+def merge(pdfs: dict[str, pd.DataFrame], keep: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """Recomputed rows plus P's final rows, ranges made maximal again (rule 24)."""
+    out = dict(pdfs)
+    dup = pdfs["duplicated_ranges"]
+    trace = pd.concat([dup[dup["evidence"] == "TRACE"], keep["trace"]], ignore_index=True)
+    out["duplicated_ranges"] = pd.concat([dup[dup["evidence"] != "TRACE"], merge_runs(trace, "evidence")],
+                                         ignore_index=True).astype(dup.dtypes.to_dict())
+    unc = pdfs["unconsumed_ranges"]
+    moved = unc["kind"].isin(["SKIPPED", "BROADCAST_DROPPED"])
+    ranges = pd.concat([unc[moved], keep["unconsumed"]], ignore_index=True).astype(unc.dtypes.to_dict())
+    out["unconsumed_ranges"] = pd.concat([unc[~moved], merge_runs(ranges, "kind")],
+                                         ignore_index=True).astype(unc.dtypes.to_dict())
+    d = pdfs["dlq_candidates"]
+    k = keep["dlq"]
+    recomputed = d[d["reason"] == "IN_DLQ"][["cluster", "consumer_group", "uniq_key", "dlq_eta_ts"]].assign(_r=True)
+    k = k.merge(recomputed, on=["cluster", "consumer_group", "uniq_key", "dlq_eta_ts"], how="left")
+    k = k[~((k["reason"] == "IN_DLQ") & k["_r"].notna())].drop(columns="_r")
+    out["dlq_candidates"] = pd.concat([d, k], ignore_index=True).astype(d.dtypes.to_dict())
+    return out

@@ -1,0 +1,451 @@
+"""Reconcile job: silver tables -> gold reports (spec §4, §5, §8).
+
+Reads: silver/consumer_offsets, silver/queue_bounds, silver/messages, silver/deliveries,
+silver/subscription_groups (and bronze/files for the original consumerOffset.json of each broker).
+Writes: gold/duplicated_ranges, gold/unconsumed_ranges, gold/offset_corrections, gold/dlq_candidates,
+gold/consumer_status (rows tagged with ``run_id``) and the report folder ``<reports>/<run_id>/``; for the
+dashboard (``jobs.ops.dashboard``), gold/status_samples and gold/audit_hours (bounded per queue, not §5 reports).
+
+Idempotent per run: the gold rows of ``run_id`` are replaced as a whole and the report files are
+rewritten with the same content, so re-running a run (same as-of, same run id) changes nothing.
+Consistent and atomic: the run reads every silver table as the last completed ingest left it (``jobs.lake.ledger``),
+holds the lake's gold lease, publishes its report folder all at once, and records its ledger row
+(gold/reconcile_runs) last.
+The run id defaults to one derived from the as-of time, which itself defaults to the newest snapshot
+in the lake: the job never reads the wall clock to decide what to report.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+import time
+import uuid
+from typing import Any, Callable
+
+import pandas as pd
+
+from jobs.lake import _delta, failpoints, storage
+from jobs.reconcile import reports
+from jobs.rules import snapshots
+from jobs.problems import UsageError
+from jobs.formats.topics import DLQ_PREFIX
+from schemas import (
+    consumer_offsets,
+    consumer_status,
+    deliveries,
+    dlq_candidates,
+    duplicated_ranges,
+    files,
+    messages,
+    offset_corrections,
+    queue_bounds,
+    subscription_groups,
+    unconsumed_ranges,
+)
+from schemas import audit_hours as audit_hours_schema
+from schemas import status_samples as status_samples_schema
+
+log = logging.getLogger(__name__)
+UTC = dt.timezone.utc
+REPORT_MODULES = {
+    "duplicated_ranges": duplicated_ranges,
+    "unconsumed_ranges": unconsumed_ranges,
+    "offset_corrections": offset_corrections,
+    "dlq_candidates": dlq_candidates,
+    "consumer_status": consumer_status,
+}
+# What the dashboard draws beside the reports: gold tables of their own, no report file.
+DASHBOARD_TABLES = {"status_samples": status_samples_schema.TABLE, "audit_hours": audit_hours_schema.TABLE}
+_STATUS_RANK = {"OK": 0, "WARN": 1, "STALL": 2, "REWIND": 3}
+
+
+def parse_as_of(value: str | dt.datetime | None) -> dt.datetime | None:
+    """Accept ISO-8601 (``2026-01-05T01:00:00Z``) or the snapshot folder format (``20260105T010000Z``)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, dt.datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    text = str(value).strip()
+    if re.fullmatch(r"\d{8}T\d{6}Z", text):
+        return dt.datetime.strptime(text, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    ts = pd.Timestamp(text)
+    ts = ts.tz_localize(UTC) if ts.tzinfo is None else ts.tz_convert(UTC)
+    return ts.to_pydatetime()
+
+
+AS_OF_FORMATS = "ISO-8601 UTC such as 2026-01-05T02:00:00Z, or the snapshot folder form 20260105T020000Z"
+
+
+def check_inputs(lake: str, reports_root: str, *, as_of: str | dt.datetime | None, window: int) -> None:
+    """Refuse, before any engine starts, option values that cannot give a report (one line each, spec §6)."""
+    import os
+
+    if window < 2:
+        raise UsageError(f"--window {window}: the status needs at least 2 snapshots (Burrow's evaluator); "
+                         "give --window 2 or more (default 10)")
+    try:
+        parse_as_of(as_of)
+    except (ValueError, TypeError):
+        raise UsageError(f"--as-of {as_of!r}: not a time; expected {AS_OF_FORMATS}") from None
+    for option, uri in (("--lake", lake), ("--reports", reports_root)):
+        if not storage.is_s3(uri) and os.path.isfile(uri):
+            raise UsageError(f"{option} {uri}: is a file; give a folder (or an s3:// URI)")
+    if not storage.exists(lake):
+        raise UsageError(f"--lake {lake}: no such lake; give the folder or s3:// URI that `rmq-recon ingest --lake` "
+                         "wrote")
+
+
+def check_groups(frames: dict[str, Any], groups: list[str] | None) -> None:
+    """Refuse ``--groups`` names the lake knows nothing of (offsets, subscriptions, deliveries or a DLQ topic)."""
+    from pyspark.sql import functions as F
+
+    if not groups:
+        return
+    known = (
+        frames["consumer_offsets"].select("consumer_group")
+        .unionByName(frames["subscription_groups"].select("consumer_group"))
+        .unionByName(frames["deliveries"].select("consumer_group"))
+        .unionByName(frames["messages"].where(F.col("topic").isin([DLQ_PREFIX + g for g in groups]))
+                     .select(F.expr(f"substring(topic, {len(DLQ_PREFIX) + 1})").alias("consumer_group")))
+        .where(F.col("consumer_group").isin(list(groups))).distinct()
+    )
+    found = {r[0] for r in known.collect()}
+    missing = [g for g in groups if g not in found]
+    if missing:
+        raise UsageError(f"--groups {','.join(missing)}: not in the lake (no offsets, subscription, delivery or DLQ "
+                         "record of that group); check the names (case matters) or drop them")
+
+
+def default_run_id(as_of: dt.datetime) -> str:
+    return "asof-" + as_of.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+def sanitize_run_id(run_id: str) -> str:
+    """Run ids become folder names and SQL literals: keep them to ``[A-Za-z0-9._-]``."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", run_id).strip("_") or "run"
+
+
+# --------------------------------------------------------------------------------------------- extract
+
+
+READ_TABLES = {"consumer_offsets": consumer_offsets.TABLE, "queue_bounds": queue_bounds.TABLE,
+               "messages": messages.TABLE, "deliveries": deliveries.TABLE,
+               "subscription_groups": subscription_groups.TABLE}
+
+
+def extract(spark: Any, lake: str, groups: list[str] | None, versions: dict[str, int] | None = None) -> dict[str, Any]:
+    """The silver tables the reconciliation needs, restricted to ``groups`` when given.
+
+    ``versions``: read each table as the last completed ingest left it (``jobs.lake.ledger``); a table it did not
+    have reads empty.
+    """
+    from pyspark.sql import functions as F
+
+    def read(table: Any) -> Any:
+        if versions is None:
+            return _delta.read(spark, lake, table)
+        if table.qualified not in versions:
+            return spark.createDataFrame([], table.schema)
+        return _delta.read(spark, lake, table, at=versions[table.qualified])
+
+    frames = {name: read(table) for name, table in READ_TABLES.items()}
+    if groups:
+        for name in ("consumer_offsets", "deliveries", "subscription_groups"):
+            frames[name] = frames[name].where(F.col("consumer_group").isin(list(groups)))
+        # records carry no group; a DLQ topic names its group (IN_DLQ reports every record of %DLQ%G)
+        frames["messages"] = frames["messages"].where(
+            ~F.col("topic").startswith(DLQ_PREFIX) | F.col("topic").isin([DLQ_PREFIX + g for g in groups]))
+    return frames
+
+
+# ------------------------------------------------------------------------------------------- transform
+
+
+def transform(frames: dict[str, Any], *, as_of: dt.datetime, window: int, dlq_warn_retries: int,
+              blocking_min_age_s: int) -> dict[str, Any]:
+    """All reports from the silver frames: pure DataFrame -> DataFrame steps, no I/O."""
+    from jobs.rules import audit, corrections, dlq, duplicates, replay, snapshots, status, unconsumed
+
+    dels = snapshots.deliveries_as_of(frames["deliveries"], as_of=as_of)
+    series = snapshots.offset_series(frames["consumer_offsets"], frames["queue_bounds"], as_of=as_of)
+    msgs = snapshots.messages_as_of(frames["messages"], as_of=as_of)
+    out = {
+        "duplicated_ranges": duplicates.duplicated_ranges(series, dels, msgs, as_of=as_of),
+        "unconsumed_ranges": unconsumed.unconsumed_ranges(series, dels, msgs, as_of=as_of),
+        "offset_corrections": corrections.offset_corrections(series),
+        "dlq_candidates": dlq.dlq_candidates(series, dels, msgs, frames["subscription_groups"], as_of=as_of,
+                                             dlq_warn_retries=dlq_warn_retries,
+                                             blocking_min_age_s=blocking_min_age_s),
+        "consumer_status": status.consumer_status(series, msgs, window=window),
+        "_agreement": replay.agreement(dels, series, as_of=as_of),
+        # dashboard inputs; every stored record counts in the audit, not only those the reports read one by one
+        "status_samples": status.status_samples(series, window=window),
+        "audit_hours": audit.audit_hours(
+            series, snapshots.deliveries_in_window(dels, series, as_of=as_of),
+            snapshots.messages_as_of(frames.get("stored_messages", frames["messages"]), as_of=as_of), as_of=as_of),
+    }
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ load
+
+
+def _with_run_id(df: Any, run_id: str) -> Any:
+    from pyspark.sql import functions as F
+
+    return df.withColumn("run_id", F.lit(run_id))
+
+
+def _original_offset_files(lake: str, latest: pd.DataFrame, version: int | None = None) -> dict[tuple[str, str], str]:
+    """The consumerOffset.json text each broker's latest snapshot held (from bronze/files at ``version``)."""
+    if not len(latest) or not _delta.exists(lake, files.TABLE):
+        return {}
+    wanted = set(latest["source_file"].dropna())
+    if not wanted:
+        return {}
+    df = _delta.read_pandas_columns(lake, files.TABLE, ["cluster", "source_path", "content"],
+                                    filters=[("file_kind", "in", ["consumer_offsets", "backup"]),
+                                             ("source_path", "in", sorted(wanted))], at=version)
+    df = df[df["source_path"].isin(wanted)]
+    texts = {(r["cluster"], r["source_path"]): bytes(r["content"]).decode("utf-8", "replace")
+             for r in df.to_dict("records") if r["content"] is not None}
+    out: dict[tuple[str, str], str] = {}
+    for r in latest.to_dict("records"):
+        text = texts.get((r["cluster"], r["source_file"]))
+        if text:
+            out[(r["cluster"], r["broker"])] = text
+    return out
+
+
+def summarize(run_id: str, as_of: dt.datetime, lake: str, pdfs: dict[str, pd.DataFrame],
+              agreement: pd.DataFrame, file_names: list[str]) -> dict[str, Any]:
+    """summary.json: counts per table and per group, each group's worst status, and replay agreement."""
+    kind_col = {"duplicated_ranges": "evidence", "unconsumed_ranges": "kind", "offset_corrections": "reason",
+                "dlq_candidates": "reason", "consumer_status": "status"}
+    tables: dict[str, Any] = {}
+    for name, df in pdfs.items():
+        info: dict[str, Any] = {"rows": int(len(df))}
+        if len(df):
+            info["by_kind"] = {str(k): int(v) for k, v in df.groupby(kind_col[name]).size().sort_index().items()}
+            if "messages" in df.columns:
+                info["messages"] = int(df["messages"].sum())
+        tables[name] = info
+    groups: dict[str, dict[str, Any]] = {}
+
+    def g(name: str) -> dict[str, Any]:
+        return groups.setdefault(name, {})
+
+    for r in pdfs["consumer_status"].to_dict("records"):
+        cur = g(r["consumer_group"]).get("status", "OK")
+        if _STATUS_RANK.get(r["status"], 0) >= _STATUS_RANK.get(cur, 0):
+            g(r["consumer_group"])["status"] = r["status"]
+    for name, key in (("duplicated_ranges", "duplicated_messages"), ("unconsumed_ranges", "unconsumed_messages")):
+        df = pdfs[name]
+        for grp, n in (df.groupby("consumer_group")["messages"].sum().items() if len(df) else []):
+            g(grp)[key] = int(n)
+    for name, key in (("offset_corrections", "corrections"), ("dlq_candidates", "dlq_candidates")):
+        df = pdfs[name]
+        for grp, n in (df.groupby("consumer_group").size().items() if len(df) else []):
+            g(grp)[key] = int(n)
+    for r in agreement.to_dict("records"):
+        g(r["consumer_group"])["replay_agreement"] = {
+            "compared": int(r["compared"]), "agreeing": int(r["agreeing"]),
+            "ratio": None if r["compared"] == 0 else round(float(r["agreeing"]) / float(r["compared"]), 4),
+        }
+    return {"run_id": run_id, "as_of": reports.format_ts(as_of), "lake": lake, "tables": tables,
+            "groups": groups, "files": file_names}
+
+
+def write_report_folder(folder: str, run_id: str, as_of: dt.datetime, lake: str, pdfs: dict[str, pd.DataFrame],
+                        agreement: pd.DataFrame, latest_offsets: pd.DataFrame,
+                        files_version: int | None = None, horizon_info: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write every §5 file of one run into ``folder`` (local or s3://), published all at once."""
+    out: dict[str, str] = {}
+    for name, mod in REPORT_MODULES.items():
+        out[f"{name}.csv"] = reports.to_csv(pdfs[name], mod.REPORT_COLUMNS, mod.SORT_KEY)
+    corr = pdfs["offset_corrections"]
+    out["offset_corrections.sh"] = reports.corrections_script(corr, run_id)
+    clustering = corr[corr["client_id"].fillna("") == ""] if len(corr) else corr
+    originals = _original_offset_files(lake, latest_offsets, files_version)
+    for (cluster, broker), rows in (clustering.groupby(["cluster", "broker"]) if len(clustering) else []):
+        out[f"corrected/{cluster}/{broker}/consumerOffset.json"] = reports.corrected_offset_file(
+            originals.get((cluster, broker)), rows.to_dict("records"))
+    summary = summarize(run_id, as_of, lake, pdfs, agreement, list(out) + ["summary.json", "index.html"])
+    if horizon_info is not None:
+        summary["horizon"] = horizon_info
+    out["summary.json"] = reports.summary_json(summary)
+    columns = {n: m.REPORT_COLUMNS for n, m in REPORT_MODULES.items()}
+    sorted_frames = {n: (pdfs[n].sort_values(m.SORT_KEY, kind="mergesort") if len(pdfs[n]) else pdfs[n])
+                     for n, m in REPORT_MODULES.items()}
+    out["index.html"] = reports.index_html(summary, sorted_frames, columns)
+    reports.publish_folder(folder, out)
+    return summary
+
+
+# ------------------------------------------------------------------------------------------------- run
+
+
+def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None, run_id: str | None = None,
+        window: int = 10, groups: list[str] | None = None, dlq_warn_retries: int = 3,
+        blocking_min_age_s: int = 900, full: bool = False, retention_h: float | str | None = None,
+        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Reconcile the lake as of ``as_of`` and write gold tables and ``<reports_root>/<run_id>/``.
+
+    Args:
+        lake: the lake root (local folder or ``s3://``).
+        reports_root: where report folders go (local folder or ``s3://``).
+        as_of: the reconciliation time; snapshots after it are ignored. Default: the newest snapshot.
+        run_id: the run's identity; default ``asof-<YYYYMMDDTHHMMSSZ>``. Re-running a run id replaces its rows.
+        window: snapshots per queue for the consumer status (Burrow's intervals).
+        groups: restrict to these consumer groups (always a full computation).
+        full: recompute everything (an investigation, a backfill) instead of carrying the previous run's final
+            rows (docs/semantics.md rule 24).
+        retention_h: the horizon, hours before as-of (default ``RMQ_RECON_RETENTION_H`` or 72).
+
+    Returns:
+        The summary (counts per table and group) plus ``report_dir`` and ``seconds``.
+    """
+    from contextlib import ExitStack
+
+    from jobs.lake import _spark, lease, ledger
+
+    from jobs.reconcile import horizon
+
+    say = progress or log.info
+    t0 = time.time()
+    check_inputs(lake, reports_root, as_of=as_of, window=window)
+    hours = horizon.retention_hours(retention_h)
+    with ExitStack() as stack:
+        if _delta.table_format() == "parquet":
+            # Parquet tables have no versions to pin: read them with no ingest running beside.
+            stack.enter_context(lease.hold(lake, "writer", purpose="reconcile (reading Parquet tables)", say=say))
+        held = stack.enter_context(lease.hold(lake, "gold", purpose="reconcile", say=say))
+        spark = stack.enter_context(_spark.session())
+        _delta.recover_parquet_staging(spark, lake, [m.TABLE for m in REPORT_MODULES.values()]
+                                      + list(DASHBOARD_TABLES.values()))
+        # Temporary files of runs that died: no other reconcile runs while this one holds the gold lease.
+        storage.delete_tree(storage.join(lake, "_tmp"))
+        state = ledger.consistent_state(lake, READ_TABLES.values())
+        frames = extract(spark, lake, groups, state["table_versions"])
+        check_groups(frames, groups)
+        as_of_ts = _as_of(frames, as_of, lake, groups)
+        rid = sanitize_run_id(run_id or default_run_id(as_of_ts))
+        say(f"reconcile: run {rid} as of {reports.format_ts(as_of_ts)} (lake as ingest {state['run_id']} left it)")
+        cut = as_of_ts - dt.timedelta(hours=hours)
+        params = horizon.params_of(window=window, dlq_warn_retries=dlq_warn_retries,
+                                   blocking_min_age_s=blocking_min_age_s, groups=groups)
+        snaps = state["table_versions"].get(horizon.snapshots_schema.TABLE.qualified)
+        info: dict[str, Any] = {"mode": "full", "retention_h": hours, "cut": reports.format_ts(cut),
+                                "params": params, "snapshots_digest": horizon.snapshots_digest(lake, snaps, as_of_ts)}
+        previous, why = (None, "--full") if full else (None, "--groups") if groups else horizon.previous_run(
+            lake, run_id=rid, as_of=as_of_ts, cut=cut, params=params, snapshots_version=snaps)
+        tmp = storage.join(lake, "_tmp", f"reconcile-{uuid.uuid4().hex[:12]}")
+        try:
+            frames["stored_messages"] = frames["messages"]
+            h = None
+            if previous is not None:
+                h = horizon.compute(spark, lake, frames, tmp, as_of=as_of_ts, cut=cut, previous=previous,
+                                    window=window, dlq_warn_retries=dlq_warn_retries,
+                                    blocking_min_age_s=blocking_min_age_s, say=say)
+                why = "" if h is not None else "old records at or above a queue's lowest recent offset"
+            if h is not None:
+                assert previous is not None
+                info.update(mode="horizon", previous_run=previous["run_id"], full_groups=h["full_groups"],
+                            read=h["read"])
+                r = _load(spark, lake, frames, as_of_ts, rid, h["pdfs"], h["agreement"],
+                          {"status_samples": h["status_samples"], "audit_hours": h["audit_hours"]}, say)
+            else:
+                # What several reports read is computed once: the records they read one by one (at 10 M records
+                # most are untraced traffic). The replay is one plan that reads its timeline once: nothing to keep.
+                info["why_full"] = why
+                frames["messages"] = _spark.materialize(spark, snapshots.relevant_messages(
+                    frames["messages"], frames["deliveries"], frames["consumer_offsets"],
+                    small=_spark.materializer(spark, storage.join(tmp, "relevant")))
+                    .select(*messages.TABLE.columns), storage.join(tmp, "messages"))
+                info["read"] = {"consumer_offsets": "all", "queue_bounds": "all", "subscription_groups": "all",
+                                "messages": frames["stored_messages"].count(),
+                                "deliveries": frames["deliveries"].count()}
+                r = _reconcile(spark, lake, frames, as_of_ts, rid, window, dlq_warn_retries, blocking_min_age_s, say)
+            say(f"reconcile: {info['mode']} run" + (f" (full: {info.get('why_full')})" if info["mode"] == "full"
+                                                    else f", {len(info['full_groups'])} group(s) in full"))
+        finally:
+            storage.delete_tree(tmp)
+        folder = storage.join(reports_root, rid)
+        summary = write_report_folder(folder, rid, as_of_ts, lake, r["pdfs"], r["agreement"], r["latest_offsets"],
+                                      state["table_versions"].get(files.TABLE.qualified), horizon_info=info)
+        failpoints.hit("reconcile.after_publish")
+        held.check()
+        ledger.record_reconcile(spark, lake, run_id=rid, as_of=as_of_ts, report_dir=folder,
+                                ingest_run_id=state["run_id"], rows={n: len(df) for n, df in r["pdfs"].items()},
+                                gold_tables=[m.TABLE for m in REPORT_MODULES.values()]
+                                + list(DASHBOARD_TABLES.values()), summary=summary)
+    summary["report_dir"] = folder
+    summary["seconds"] = round(time.time() - t0, 2)
+    say(f"reconcile: wrote {folder} in {summary['seconds']} s")
+    return summary
+
+
+def _as_of(frames: dict[str, Any], as_of: str | dt.datetime | None, lake: str,
+           groups: list[str] | None = None) -> dt.datetime:
+    """The run's as-of time: the one given, else the newest snapshot with consumer offsets."""
+    as_of_ts = parse_as_of(as_of)
+    if as_of_ts is not None:
+        first = frames["consumer_offsets"].agg({"snapshot_ts": "min"}).collect()[0][0]
+        if first is None or parse_as_of(first) > as_of_ts:  # type: ignore[operator]
+            raise UsageError(f"--as-of {reports.format_ts(as_of_ts)}: before the first snapshot with consumer offsets "
+                             f"in {lake} ({reports.format_ts(first) or 'none'}): nothing to reconcile then; give a "
+                             "later time")
+    if as_of_ts is None:
+        latest = frames["consumer_offsets"].agg({"snapshot_ts": "max"}).collect()[0][0]
+        if latest is None:
+            raise ValueError(
+                f"no consumer offsets of groups {sorted(groups)} in {lake}/silver/consumer_offsets: check the group "
+                "names, or give --as-of to report their DLQ records and deliveries" if groups else
+                f"no consumer offsets in {lake}/silver/consumer_offsets: run `rmq-recon ingest` first")
+        as_of_ts = parse_as_of(latest)
+    assert as_of_ts is not None
+    return as_of_ts
+
+
+def _reconcile(spark: Any, lake: str, frames: dict[str, Any], as_of_ts: dt.datetime, rid: str, window: int,
+               dlq_warn_retries: int, blocking_min_age_s: int, say: Callable[[str], None]) -> dict[str, Any]:
+    """Transform, load the gold tables and collect what the report folder needs (inside the Spark session)."""
+    out = transform(frames, as_of=as_of_ts, window=window, dlq_warn_retries=dlq_warn_retries,
+                    blocking_min_age_s=blocking_min_age_s)
+    pdfs = {name: out[name].select(*mod.REPORT_COLUMNS).toPandas() for name, mod in REPORT_MODULES.items()}
+    return _load(spark, lake, frames, as_of_ts, rid, pdfs, out["_agreement"].toPandas(),
+                 {name: out[name] for name in DASHBOARD_TABLES}, say)
+
+
+def _load(spark: Any, lake: str, frames: dict[str, Any], as_of_ts: dt.datetime, rid: str,
+          pdfs: dict[str, pd.DataFrame], agreement: pd.DataFrame, dashboard: dict[str, Any],
+          say: Callable[[str], None]) -> dict[str, Any]:
+    """Write the run's gold rows (replaced per run id) and collect what the report folder needs."""
+    for name, mod in REPORT_MODULES.items():
+        pdf = pdfs[name]
+        gold = spark.createDataFrame(pdf if len(pdf) else [], _report_schema(mod))
+        _delta.replace_run(spark, _with_run_id(gold, rid), lake, mod.TABLE, rid)
+        failpoints.hit("reconcile.after_gold_table")
+        say(f"reconcile:   gold/{name}: {len(pdf)} rows")
+    for name, table in DASHBOARD_TABLES.items():
+        _delta.replace_run(spark, _with_run_id(dashboard[name], rid), lake, table, rid)
+        say(f"reconcile:   gold/{name} (dashboard)")
+    latest_offsets = (
+        frames["consumer_offsets"]
+        .where("client_id = ''")
+        .where(f"snapshot_ts <= timestamp'{as_of_ts.strftime('%Y-%m-%d %H:%M:%S')}'")
+        .groupBy("cluster", "broker")
+        .agg({"snapshot_ts": "max"})
+        .withColumnRenamed("max(snapshot_ts)", "snapshot_ts")
+        .join(frames["consumer_offsets"].select("cluster", "broker", "snapshot_ts", "source_file").distinct(),
+              ["cluster", "broker", "snapshot_ts"])
+        .toPandas()
+    )
+    return {"pdfs": pdfs, "agreement": agreement, "latest_offsets": latest_offsets}
+
+
+def _report_schema(mod: Any) -> Any:
+    from pyspark.sql.types import StructType
+
+    return StructType([f for f in mod.SCHEMA.fields if f.name != "run_id"])

@@ -1,0 +1,237 @@
+"""The report folder of spec §5: CSV files, summary.json, the operator script, corrected offset files, index.html.
+
+Everything here works on small pandas frames (the gold rows of one run) and writes through
+:mod:`jobs.lake.storage`, so a report folder can live on local disk or S3.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import html
+import io
+import json
+import math
+from typing import Any, Iterable
+
+import pandas as pd
+
+from jobs.lake import failpoints, storage
+
+UTC = dt.timezone.utc
+
+
+def format_ts(value: Any) -> str:
+    """ISO-8601 UTC with milliseconds, ``2026-01-02T03:04:05.678Z``; empty for null."""
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NaT:
+        return ""
+    ts = pd.Timestamp(value)
+    if pd.isna(ts):
+        return ""
+    ts = ts.tz_localize(UTC) if ts.tzinfo is None else ts.tz_convert(UTC)
+    return ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (pd.Timestamp, dt.datetime)):
+        return format_ts(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return ""
+        return str(int(value)) if value.is_integer() else repr(value)
+    try:
+        if pd.isna(value):
+            return ""
+    except (TypeError, ValueError):
+        pass
+    return str(value)
+
+
+def to_csv(df: pd.DataFrame, columns: list[str], sort_key: list[str]) -> str:
+    """Rows as the §5 CSV: header row, UTF-8, sorted by the key columns, nulls empty, timestamps ISO UTC."""
+    import csv
+
+    df = df[columns].copy()
+    if len(df):
+        df = df.sort_values(sort_key, kind="mergesort", na_position="first").reset_index(drop=True)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(columns)
+    for row in df.itertuples(index=False, name=None):
+        w.writerow([_cell(v) for v in row])
+    return buf.getvalue()
+
+
+def corrections_script(corrections: pd.DataFrame, run_id: str) -> str:
+    """An operator script that applies the offset corrections with mqadmin (RocketMQ 5.1+, formats §8)."""
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# Offset corrections of reconcile run {run_id}: committed offsets outside [MinOffset, MaxOffset].",
+        "# Uses mqadmin resetOffsetByTime -b <broker addr> -q <queueId> -o <offset> (RocketMQ 5.1+).",
+        "# Fill in NAMESRV and the address of every broker below, review, then run. Limits (formats §8):",
+        "#  - mqadmin skips a per-queue reset whose offset is <= 0;",
+        "#  - an offline group falls back to resetOffsetByTimeOld (clients must restart);",
+        "#  - broadcast offsets live on the clients (offsets.json): fix them there, see the comments.",
+        "set -euo pipefail",
+        'NAMESRV="${NAMESRV:?set NAMESRV=host:9876}"',
+        "declare -A BROKER_ADDR=(",
+    ]
+    brokers = sorted(set(corrections["broker"])) if len(corrections) else []
+    for b in brokers:
+        lines.append(f'  [{_sh(b)}]="${{BROKER_ADDR_{_env_name(b)}:?set BROKER_ADDR_{_env_name(b)}=host:port}}"')
+    lines.append(")")
+    if len(corrections):
+        corrections = corrections.sort_values(["cluster", "broker", "consumer_group", "client_id", "topic", "queue_id"])
+    for r in corrections.to_dict("records"):
+        what = (f"{r['reason']}: committed {r['committed_offset']} outside [{r['min_offset']}, {r['max_offset']}], "
+                f"lost {r['lost_messages']}")
+        if r.get("client_id"):
+            lines.append(f"# broadcast client {r['client_id']}: {r['consumer_group']} {r['topic']} {r['broker']} "
+                         f"queue {r['queue_id']}: set {r['corrected_offset']} in its offsets.json ({what})")
+            continue
+        lines.append(f"# {r['cluster']} {r['consumer_group']} {r['topic']} {r['broker']} queue {r['queue_id']}: {what}")
+        prefix = "# skipped by mqadmin (offset <= 0): " if int(r["corrected_offset"]) <= 0 else ""
+        lines.append(
+            f"{prefix}mqadmin resetOffsetByTime -n \"$NAMESRV\" -g {_sh(r['consumer_group'])} -t {_sh(r['topic'])} "
+            f"-b \"${{BROKER_ADDR[{_sh(r['broker'])}]}}\" -q {int(r['queue_id'])} -o {int(r['corrected_offset'])} -s now"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _sh(s: str) -> str:
+    import shlex
+
+    return shlex.quote(str(s))
+
+
+def _env_name(s: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in str(s)).upper()
+
+
+def corrected_offset_file(original_text: str | None, rows: Iterable[dict[str, Any]]) -> str:
+    """The broker's consumerOffset.json with the corrections applied, in fastjson's own format.
+
+    Starts from the file the snapshot held (so ``dataVersion`` and every other entry stay as they were);
+    without it, writes a 4.x-style file with only ``offsetTable``.
+    """
+    from jobs.formats import fastjson
+
+    doc: dict[Any, Any]
+    if original_text:
+        doc = fastjson.loads(original_text)
+    else:
+        doc = {"offsetTable": {}}
+    table = doc.setdefault("offsetTable", {})
+    for r in rows:
+        key = f"{r['topic']}@{r['consumer_group']}"
+        queues = table.setdefault(key, {})
+        queues[int(r["queue_id"])] = int(r["corrected_offset"])
+    return fastjson.dumps(doc)
+
+
+def write_text(uri: str, text: str) -> None:
+    storage.write_bytes(uri, text.encode("utf-8"))
+
+
+SUCCESS = "_SUCCESS"
+
+
+def publish_folder(folder: str, files: dict[str, str]) -> None:
+    """Make ``folder`` hold exactly ``files`` (relative path -> text), all at once or not at all.
+
+    Local: the files are written to a hidden sibling and swapped in by two renames, so a reader sees the old
+    folder or the new one, never a mix (a run killed between the renames leaves no folder, and the next run
+    writes it). S3 has no rename: ``_SUCCESS`` is removed first and written last, and keys the new run does not
+    write are removed, so a folder without ``_SUCCESS`` is one being written. Leftovers of killed runs go first.
+    """
+    import os
+    import shutil
+    import uuid
+
+    if storage.is_s3(folder):
+        storage.delete_tree(storage.join(folder, SUCCESS))
+        for rel, text in files.items():
+            write_text(storage.join(folder, rel), text)
+        wanted = {storage.join(folder, rel) for rel in files}
+        for uri in storage.list_keys(folder.rstrip("/") + "/"):
+            if uri not in wanted and not uri.endswith("/" + SUCCESS):
+                storage.delete_tree(uri)
+        write_text(storage.join(folder, SUCCESS), "")
+        return
+    parent, name = os.path.split(os.path.abspath(folder))
+    os.makedirs(parent, exist_ok=True)
+    for entry in os.listdir(parent):
+        if entry.startswith((f".{name}.staging-", f".{name}.old-")):
+            shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
+    token = uuid.uuid4().hex[:12]
+    staging = os.path.join(parent, f".{name}.staging-{token}")
+    for rel, text in files.items():
+        path = os.path.join(staging, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+    open(os.path.join(staging, SUCCESS), "w").close()
+    final = os.path.join(parent, name)
+    old = os.path.join(parent, f".{name}.old-{token}")
+    if os.path.exists(final):
+        os.rename(final, old)
+        failpoints.hit("reports.between_renames")
+    os.rename(staging, final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+_CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222}h1{font-size:20px}h2{font-size:16px;margin-top:28px}
+table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;font-size:12px}
+th{background:#f3f3f3}.REWIND,.STALL,.BELOW_MIN,.IN_DLQ,.EXPIRED{color:#b00020;font-weight:600}.WARN,.RETRYING,.SKIPPED{color:#b36b00}
+.OK{color:#0a7d32}.muted{color:#777}"""
+
+
+def index_html(summary: dict[str, Any], frames: dict[str, pd.DataFrame], columns: dict[str, list[str]],
+               max_rows: int = 500) -> str:
+    """A self-contained dashboard (inline CSS, no scripts, no network) listing every report."""
+    esc = html.escape
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>RocketMQ reconciliation {esc(summary['run_id'])}"
+             f"</title><style>{_CSS}</style></head><body>",
+             f"<h1>RocketMQ consumer-progress reconciliation</h1><p>run <b>{esc(summary['run_id'])}</b>, as of "
+             f"<b>{esc(summary['as_of'])}</b>, lake <code>{esc(summary['lake'])}</code></p>",
+             "<h2>Files</h2><ul>"]
+    for name in summary["files"]:
+        parts.append(f"<li><a href='{esc(name)}'>{esc(name)}</a></li>")
+    parts.append("</ul><h2>Counts</h2><table><tr><th>report</th><th>rows</th><th>by kind</th></tr>")
+    for name, info in summary["tables"].items():
+        kinds = ", ".join(f"<span class='{esc(k)}'>{esc(k)}</span> {v}" for k, v in info.get("by_kind", {}).items())
+        parts.append(f"<tr><td>{esc(name)}</td><td>{info['rows']}</td><td>{kinds}</td></tr>")
+    parts.append("</table><h2>Groups</h2><table><tr><th>group</th><th>status</th><th>duplicated</th><th>unconsumed</th>"
+                 "<th>corrections</th><th>dlq</th><th>replay agreement</th></tr>")
+    for g, info in sorted(summary["groups"].items()):
+        agree = info.get("replay_agreement")
+        agree_s = "" if agree is None else f"{agree['agreeing']}/{agree['compared']}"
+        parts.append(f"<tr><td>{esc(g)}</td><td class='{esc(info.get('status', ''))}'>{esc(info.get('status', ''))}</td>"
+                     f"<td>{info.get('duplicated_messages', 0)}</td><td>{info.get('unconsumed_messages', 0)}</td>"
+                     f"<td>{info.get('corrections', 0)}</td><td>{info.get('dlq_candidates', 0)}</td><td>{agree_s}</td></tr>")
+    parts.append("</table>")
+    for name, df in frames.items():
+        cols = columns[name]
+        parts.append(f"<h2>{esc(name)} <span class='muted'>({len(df)} rows)</span></h2>")
+        if not len(df):
+            parts.append("<p class='muted'>none</p>")
+            continue
+        parts.append("<table><tr>" + "".join(f"<th>{esc(c)}</th>" for c in cols) + "</tr>")
+        for row in df[cols].head(max_rows).itertuples(index=False, name=None):
+            cells = []
+            for c, v in zip(cols, row):
+                text = esc(_cell(v))
+                cls = f" class='{text}'" if c in ("status", "kind", "reason", "evidence") else ""
+                cells.append(f"<td{cls}>{text}</td>")
+            parts.append("<tr>" + "".join(cells) + "</tr>")
+        parts.append("</table>")
+        if len(df) > max_rows:
+            parts.append(f"<p class='muted'>first {max_rows} of {len(df)} rows; see {esc(name)}.csv</p>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def summary_json(summary: dict[str, Any]) -> str:
+    return json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n"

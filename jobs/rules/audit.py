@@ -1,0 +1,70 @@
+"""gold/audit_hours: the hourly audit's inputs, per group, client, queue and store hour (dashboard audit view).
+
+In a consume queue offsets grow with store time (the broker appends under one lock), so the messages a queue
+stored in one hour are one offset interval. Each interval is stored once per run with how many of its offsets
+the group's trace shows delivered; the dashboard intersects the intervals with the run's committed offsets and
+ranges (``jobs.ops.dashboard``). Pure DataFrame -> DataFrame, like every report.
+"""
+from __future__ import annotations
+
+import datetime as dt
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from jobs.rules.snapshots import QUEUE, SERIES_KEY, _ts
+from jobs.formats.topics import is_system_topic_col
+from schemas import audit_hours as schema
+
+AUDIT_HOURS = 72
+
+
+def stored_hours(messages: DataFrame, *, as_of: dt.datetime, hours: int = AUDIT_HOURS) -> DataFrame:
+    """(QUEUE, hour, first_offset, last_offset, stored): the offsets each queue stored per hour, in the last ``hours``
+    hours up to the newest store hour at or before ``as_of`` (not the as-of time itself: a run as of today over a
+    lake whose traffic stopped last week still audits that traffic).
+
+    ``messages`` must already be the records the run sees (:func:`jobs.rules.snapshots.messages_as_of`).
+    """
+    per_hour = (
+        messages.where(~is_system_topic_col(F.col("topic")) & F.col("queue_offset").isNotNull()
+                       & (F.col("store_ts") <= _ts(as_of)))
+        .groupBy(*QUEUE, F.date_trunc("hour", F.col("store_ts")).alias("hour"))
+        .agg(F.min(F.col("queue_offset").cast("long")).alias("first_offset"),
+             F.max(F.col("queue_offset").cast("long")).alias("last_offset"),
+             F.count(F.lit(1)).alias("stored"))
+    )
+    newest = per_hour.agg(F.max("hour").alias("_newest"))
+    return (newest.crossJoin(per_hour)
+            .where(F.col("hour") > F.col("_newest") - F.expr(f"INTERVAL {int(hours)} HOURS"))
+            .drop("_newest"))
+
+
+def audit_hours(series: DataFrame, deliveries: DataFrame, messages: DataFrame, *, as_of: dt.datetime,
+                hours: int = AUDIT_HOURS) -> DataFrame:
+    """The gold/audit_hours rows (without run_id).
+
+    Args:
+        series: :func:`jobs.rules.snapshots.offset_series` (which queues each group and client consumes).
+        deliveries: windowed, client-normalised deliveries (:func:`jobs.rules.snapshots.deliveries_in_window`).
+        messages: every stored record the run sees (not only the traced ones).
+        as_of: the reconciliation time; the hours are the last ``hours`` before it.
+
+    Returns:
+        ``schemas.audit_hours.COLUMNS``: one row per key of ``series`` and hour its queue stored messages in.
+    """
+    keys = series.select(*SERIES_KEY).distinct()
+    per_key = keys.join(stored_hours(messages, as_of=as_of, hours=hours), on=QUEUE, how="inner")
+    seen = (deliveries.where(~is_system_topic_col(F.col("topic")) & F.col("queue_offset").isNotNull())
+            .select(*SERIES_KEY, F.col("queue_offset").cast("long").alias("_o")).distinct())
+    b = per_key.alias("b")
+    delivered = (
+        b.join(seen.alias("d"), on=[F.col(f"b.{k}") == F.col(f"d.{k}") for k in SERIES_KEY]
+               + [F.col("d._o") >= F.col("b.first_offset"), F.col("d._o") <= F.col("b.last_offset")], how="inner")
+        .groupBy(*[F.col(f"b.{k}").alias(k) for k in SERIES_KEY], F.col("b.hour").alias("hour"))
+        .agg(F.count(F.lit(1)).alias("delivered"))
+    )
+    out = per_key.join(delivered, on=[*SERIES_KEY, "hour"], how="left").withColumn(
+        "delivered", F.coalesce(F.col("delivered"), F.lit(0)))
+    types = {f.name: f.dataType for f in schema.SCHEMA.fields}
+    return out.select(*[F.col(k).cast(types[k]).alias(k) for k in schema.COLUMNS])

@@ -1,0 +1,97 @@
+"""silver/deliveries from bronze/trace_records: who was handed which message, when, and how it ended.
+
+A delivery is a SubBefore record; its SubAfter has the same requestId and msgId (docs/semantics.md rule 8).
+The message is found by UNIQ_KEY (= the trace msgId) among the original copies (rule 7), and a broadcast
+client by the trace message's born host (rule 9). Pure DataFrame transforms: no I/O, no clock.
+"""
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from jobs.formats.topics import is_system_topic_col
+from schemas import deliveries as deliveries_schema
+
+
+def original_copies(messages: DataFrame) -> DataFrame:
+    """One original stored copy per (cluster, UNIQ_KEY): the lowest (broker, physical_offset) one (rule 7)."""
+    w = Window.partitionBy("cluster", "uniq_key").orderBy("broker", "physical_offset")
+    return (
+        messages.where(F.col("uniq_key").isNotNull() & ~is_system_topic_col(F.col("topic")))
+        .withColumn("_rn", F.row_number().over(w))
+        .where("_rn = 1")
+        .select("cluster", "uniq_key", "topic", "broker", "queue_id", "queue_offset")
+    )
+
+
+def sub_afters(trace: DataFrame) -> DataFrame:
+    """The first SubAfter per (cluster, request_id, msg_id)."""
+    w = Window.partitionBy("cluster", "request_id", "msg_id").orderBy("broker", "physical_offset", "record_index")
+    return (
+        trace.where("type = 'SubAfter'")
+        .withColumn("_rn", F.row_number().over(w))
+        .where("_rn = 1")
+        .select("cluster", "request_id", "msg_id", F.col("group").alias("after_group"),
+                F.col("success"), F.col("context_code"), F.col("cost_time_ms").alias("after_cost"),
+                F.col("timestamp").alias("after_ts"), F.col("first_snapshot_ts").alias("after_snapshot_ts"))
+    )
+
+
+def deliveries(trace: DataFrame, messages: DataFrame, client_ids: DataFrame) -> DataFrame:
+    """Deliveries with the schemas/deliveries.py columns.
+
+    Args:
+        trace: bronze/trace_records.
+        messages: silver/messages.
+        client_ids: (cluster, consumer_group, client_id) of broadcast clients seen in offsets.json files.
+    """
+    before = (
+        trace.where("type = 'SubBefore'")
+        .select("cluster", F.col("group").alias("consumer_group"), "request_id", "msg_id", "retry_times",
+                F.col("timestamp").alias("start_ts"), "client_host", F.col("broker").alias("trace_broker"),
+                F.col("physical_offset").alias("trace_physical_offset"), "record_index", "first_snapshot_ts")
+    )
+    # A batch context shares one requestId: keep every message, and keep the key unique.
+    wb = Window.partitionBy("cluster", "consumer_group", "request_id", "msg_id").orderBy(
+        "trace_broker", "trace_physical_offset", "record_index")
+    before = before.withColumn("_dup", F.row_number().over(wb)).where("_dup = 1").drop("_dup")
+    wr = Window.partitionBy("cluster", "consumer_group", "request_id").orderBy("msg_id")
+    before = before.withColumn("_n", F.row_number().over(wr))
+
+    after = sub_afters(trace)
+    a = after.withColumnRenamed("cluster", "a_cluster").withColumnRenamed("request_id", "a_request_id") \
+        .withColumnRenamed("msg_id", "a_msg_id")
+    joined = before.join(
+        a,
+        on=(F.col("cluster") == F.col("a_cluster")) & (F.col("request_id") == F.col("a_request_id"))
+        & (F.col("msg_id") == F.col("a_msg_id"))
+        & (F.col("after_group").isNull() | (F.col("after_group") == F.col("consumer_group"))),
+        how="left",
+    ).drop("a_cluster", "a_request_id", "a_msg_id")
+    end_ts = F.when(
+        F.col("success").isNotNull(),
+        F.coalesce(F.col("after_ts"),
+                   F.timestamp_millis(F.unix_millis("start_ts") + F.coalesce(F.col("after_cost"), F.lit(0)))),
+    )
+    orig = original_copies(messages).withColumnRenamed("uniq_key", "msg_id")
+    clients = client_ids.select("cluster", "consumer_group", "client_id").distinct()
+    with_msg = joined.join(orig, on=["cluster", "msg_id"], how="left")
+    cand = with_msg.alias("d").join(
+        clients.alias("c"),
+        on=(F.col("d.cluster") == F.col("c.cluster")) & (F.col("d.consumer_group") == F.col("c.consumer_group"))
+        & F.col("c.client_id").startswith(F.concat(F.col("d.client_host"), F.lit("@"))),
+        how="left",
+    ).select("d.*", F.col("c.client_id").alias("_client"))
+    wc = Window.partitionBy("cluster", "consumer_group", "request_id", "msg_id").orderBy(F.col("_client").asc_nulls_last())
+    picked = cand.withColumn("_rc", F.row_number().over(wc)).where("_rc = 1")
+    request_id = F.when(F.col("_n") == 1, F.col("request_id")).otherwise(
+        F.concat(F.col("request_id"), F.lit("#"), F.col("msg_id")))
+    out = picked.select(
+        "cluster", "consumer_group", request_id.alias("request_id"), F.col("msg_id").alias("uniq_key"),
+        "retry_times", "start_ts", end_ts.alias("end_ts"), "success", "context_code", "topic", "broker", "queue_id",
+        "queue_offset", "client_host", F.coalesce(F.col("_client"), F.lit("")).alias("client_id"),
+        F.col("after_cost").cast("long").alias("cost_time_ms"), "trace_broker", "trace_physical_offset",
+        "first_snapshot_ts", "after_snapshot_ts",
+    )
+    schema = deliveries_schema.SCHEMA
+    return out.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])

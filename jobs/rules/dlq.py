@@ -1,0 +1,196 @@
+"""gold/dlq_candidates: messages that need a human (spec §4 DLQ candidates, docs/semantics.md rules 16, 18-20).
+
+* ``IN_DLQ``: every message stored in ``%DLQ%G``, at its original position when the UNIQ_KEY resolves.
+* ``RETRYING``: clustering groups; never consumed, not in the DLQ, retried >= ``dlq_warn_retries`` times,
+  with the time it reaches the DLQ if every remaining retry fails (delay levels, formats §5).
+* ``BLOCKING_COMMIT``: clustering groups; the message at ``C_S`` has a delivery in flight (no SubAfter) for at
+  least ``blocking_min_age_s``: it pins the group's progress (``ProcessQueue.removeMessage``).
+* ``BROADCAST_DROPPED``: a broadcast group's failed delivery, per client (no retry in broadcast mode).
+"""
+from __future__ import annotations
+
+import datetime as dt
+from itertools import accumulate
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from jobs.rules.snapshots import (
+    QUEUE,
+    _ts,
+    broadcast_groups,
+    deliveries_in_window,
+    first_original,
+    message_at,
+    newest,
+)
+from jobs.formats.topics import DLQ_PREFIX, is_system_topic_col
+from schemas import dlq_candidates as schema
+
+COLUMNS = schema.REPORT_COLUMNS
+DEFAULT_RETRY_MAX_TIMES = 16
+# messageDelayLevel 1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h (MessageStoreConfig), in ms.
+DELAY_LEVELS_MS = [1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000, 420_000,
+                   480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000]
+MAX_LEVEL = len(DELAY_LEVELS_MS)
+_CUMULATIVE_MS = [0] + list(accumulate(DELAY_LEVELS_MS))  # _CUMULATIVE_MS[j] = levels 1..j
+
+
+def remaining_delay_ms(retries: int, max_retries: int) -> int:
+    """Sum over k = retries .. max_retries - 1 of the delay of level min(3 + k, 18) (rule 19), in plain Python."""
+    return sum(DELAY_LEVELS_MS[min(3 + k, MAX_LEVEL) - 1] for k in range(retries, max_retries))
+
+
+def remaining_delay_ms_col(retries: Column, max_retries: Column) -> Column:
+    """:func:`remaining_delay_ms` as a column: levels 3 + r .. capped at 18, then 2 h per retry beyond 15."""
+    cum = F.array(*[F.lit(v).cast("long") for v in _CUMULATIVE_MS])
+    uncapped_last = F.least(max_retries - 1, F.lit(MAX_LEVEL - 3))  # last k whose level is below the cap
+    part1 = F.when(retries <= uncapped_last,
+                   F.element_at(cum, uncapped_last + 3 + 1) - F.element_at(cum, retries + 2 + 1)).otherwise(F.lit(0))
+    capped = F.greatest(max_retries - F.greatest(retries, F.lit(MAX_LEVEL - 2)), F.lit(0))
+    return (part1 + capped * F.lit(DELAY_LEVELS_MS[-1])).cast("long")
+
+
+def _typed(df: DataFrame) -> DataFrame:
+    types = {f.name: f.dataType for f in schema.SCHEMA.fields}
+    return df.select(*[F.col(c).cast(types[c]).alias(c) for c in COLUMNS])
+
+
+def retry_max_times(subscription_groups: DataFrame, *, as_of: dt.datetime) -> DataFrame:
+    """(cluster, consumer_group, retry_max) from the latest subscriptionGroup.json at or before ``as_of``."""
+    w = Window.partitionBy("cluster", "consumer_group").orderBy(F.col("snapshot_ts").desc(), F.col("broker").desc())
+    return (
+        subscription_groups.where((F.col("snapshot_ts") <= _ts(as_of)) & F.col("retry_max_times").isNotNull())
+        .withColumn("_rn", F.row_number().over(w)).where("_rn = 1")
+        .select("cluster", "consumer_group", F.col("retry_max_times").alias("retry_max"))
+    )
+
+
+def in_dlq(deliveries: DataFrame, messages: DataFrame, retry_max: DataFrame) -> DataFrame:
+    """``IN_DLQ``: one row per message stored in ``%DLQ%G`` (rule 18), whatever else is known of G.
+
+    A ``--groups`` run leaves out the other groups' DLQ topics when it reads the messages
+    (``jobs.reconcile.reconcile.extract``).
+    """
+    dlq = messages.where(F.col("topic").startswith(DLQ_PREFIX)).select(
+        "cluster", F.expr(f"substring(topic, {len(DLQ_PREFIX) + 1})").alias("consumer_group"),
+        "topic", "broker", "queue_id", F.col("queue_offset").cast("long"), "uniq_key", "keys", "reconsume_times",
+        F.col("properties").getItem("MAX_RECONSUME_TIMES").cast("int").alias("_prop_max"), "store_ts")
+    orig = first_original(messages).select("cluster", "uniq_key", *[F.col(c).alias(f"o_{c}") for c in QUEUE[1:]],
+                                           F.col("queue_offset").alias("o_queue_offset"))
+    last = deliveries.groupBy("cluster", "consumer_group", "uniq_key").agg(F.max("start_ts").alias("_last"))
+    j = (
+        dlq.join(orig, on=["cluster", "uniq_key"], how="left")
+        .join(retry_max, on=["cluster", "consumer_group"], how="left")
+        .join(last, on=["cluster", "consumer_group", "uniq_key"], how="left")
+    )
+    return _typed(j.select(
+        "cluster", "consumer_group", F.lit("").alias("client_id"),
+        *[F.coalesce(F.col(f"o_{c}"), F.col(c)).alias(c) for c in ("topic", "broker", "queue_id", "queue_offset")],
+        "uniq_key", "keys", (F.col("reconsume_times") - 1).alias("reconsume_times"),
+        F.coalesce(F.col("_prop_max"), F.col("retry_max"), F.lit(DEFAULT_RETRY_MAX_TIMES)).alias("max_reconsume_times"),
+        F.lit("IN_DLQ").alias("reason"), F.col("_last").alias("last_attempt_ts"), F.col("store_ts").alias("dlq_eta_ts"),
+    ))
+
+
+def retrying(deliveries: DataFrame, messages: DataFrame, retry_max: DataFrame, *, dlq_warn_retries: int) -> DataFrame:
+    """``RETRYING``: clustering groups' keys with no success, no DLQ copy and >= ``dlq_warn_retries`` retries."""
+    d = deliveries.where(~F.col("is_broadcast") & F.col("uniq_key").isNotNull())
+    per_key = d.groupBy("cluster", "consumer_group", "uniq_key").agg(
+        F.max(F.coalesce(F.col("success"), F.lit(False)).cast("int")).alias("_ok"),
+        F.max("retry_times").alias("_r"))
+    w = Window.partitionBy("cluster", "consumer_group", "uniq_key", "retry_times").orderBy(
+        F.col("start_ts").desc(), F.col("request_id").desc())
+    last = d.withColumn("_rn", F.row_number().over(w)).where("_rn = 1").select(
+        "cluster", "consumer_group", "uniq_key", F.col("retry_times").alias("_r"), "start_ts", "end_ts")
+    dlq_keys = messages.where(F.col("topic").startswith(DLQ_PREFIX)).select(
+        "cluster", F.expr(f"substring(topic, {len(DLQ_PREFIX) + 1})").alias("consumer_group"), "uniq_key").distinct()
+    orig = first_original(messages)
+    j = (
+        per_key.where((F.col("_ok") == 0) & (F.col("_r") >= F.lit(dlq_warn_retries)))
+        .join(dlq_keys, on=["cluster", "consumer_group", "uniq_key"], how="left_anti")
+        .join(last, on=["cluster", "consumer_group", "uniq_key", "_r"], how="inner")
+        .join(orig, on=["cluster", "uniq_key"], how="inner")
+        .join(retry_max, on=["cluster", "consumer_group"], how="left")
+        .withColumn("_max", F.coalesce(F.col("retry_max"), F.lit(DEFAULT_RETRY_MAX_TIMES)))
+    )
+    base_ms = F.unix_millis(F.coalesce(F.col("end_ts"), F.col("start_ts")))
+    return _typed(j.select(
+        "cluster", "consumer_group", F.lit("").alias("client_id"), *QUEUE[1:], "queue_offset", "uniq_key", "keys",
+        F.col("_r").alias("reconsume_times"), F.col("_max").alias("max_reconsume_times"), F.lit("RETRYING").alias("reason"),
+        F.col("start_ts").alias("last_attempt_ts"),
+        F.timestamp_millis(base_ms + remaining_delay_ms_col(F.col("_r"), F.col("_max"))).alias("dlq_eta_ts"),
+    ))
+
+
+def blocking_commit(series: DataFrame, deliveries: DataFrame, messages: DataFrame, retry_max: DataFrame, *,
+                    blocking_min_age_s: int) -> DataFrame:
+    """``BLOCKING_COMMIT``: the original at ``C_S`` has had a delivery in flight since ``t_S - blocking_min_age``.
+
+    S is the key's newest snapshot, with or without queue bounds (rule 20 needs no Min/Max).
+    """
+    s = (
+        newest(series).where((F.col("client_id") == "") & ~is_system_topic_col(F.col("topic")))
+        .join(broadcast_groups(series), on=["cluster", "consumer_group"], how="left_anti")
+        .select("cluster", "consumer_group", *QUEUE[1:], F.col("committed_offset").alias("queue_offset"), "snapshot_ts")
+        .join(message_at(messages), on=[*QUEUE, "queue_offset"], how="inner")
+    )
+    hung = deliveries.where(F.col("end_ts").isNull()).select(
+        "cluster", "consumer_group", "uniq_key", F.col("retry_times").alias("_r"), F.col("start_ts").alias("_start"),
+        F.col("request_id").alias("_req"))
+    j = s.join(hung, on=["cluster", "consumer_group", "uniq_key"], how="inner").where(
+        F.col("_start") <= F.col("snapshot_ts") - F.expr(f"INTERVAL {int(blocking_min_age_s)} SECONDS"))
+    w = Window.partitionBy("cluster", "consumer_group", *QUEUE[1:]).orderBy(F.col("_start").desc(), F.col("_req").desc())
+    j = (j.withColumn("_rn", F.row_number().over(w)).where("_rn = 1")
+         .join(retry_max, on=["cluster", "consumer_group"], how="left"))
+    return _typed(j.select(
+        "cluster", "consumer_group", F.lit("").alias("client_id"), *QUEUE[1:], "queue_offset", "uniq_key", "keys",
+        F.col("_r").alias("reconsume_times"),
+        F.coalesce(F.col("retry_max"), F.lit(DEFAULT_RETRY_MAX_TIMES)).alias("max_reconsume_times"),
+        F.lit("BLOCKING_COMMIT").alias("reason"), F.col("_start").alias("last_attempt_ts"),
+        F.lit(None).cast("timestamp").alias("dlq_eta_ts"),
+    ))
+
+
+def broadcast_dropped(deliveries: DataFrame, messages: DataFrame) -> DataFrame:
+    """``BROADCAST_DROPPED``: per client and key, the latest failed delivery of a broadcast group (rule 16)."""
+    failed = deliveries.where(F.col("is_broadcast") & (F.col("success") == F.lit(False)))
+    w = Window.partitionBy("cluster", "consumer_group", "client_id", "uniq_key").orderBy(
+        F.col("start_ts").desc(), F.col("request_id").desc())
+    last = failed.withColumn("_rn", F.row_number().over(w)).where("_rn = 1").select(
+        "cluster", "consumer_group", "client_id", "uniq_key", "start_ts")
+    j = last.join(first_original(messages), on=["cluster", "uniq_key"], how="inner")
+    return _typed(j.select(
+        "cluster", "consumer_group", "client_id", *QUEUE[1:], "queue_offset", "uniq_key", "keys",
+        # broadcast mode never retries (spec §4): 0 reconsumes of at most 0
+        F.lit(0).alias("reconsume_times"), F.lit(0).alias("max_reconsume_times"),
+        F.lit("BROADCAST_DROPPED").alias("reason"), F.col("start_ts").alias("last_attempt_ts"),
+        F.lit(None).cast("timestamp").alias("dlq_eta_ts"),
+    ))
+
+
+def dlq_candidates(series: DataFrame, deliveries: DataFrame, messages: DataFrame, subscription_groups: DataFrame, *,
+                   as_of: dt.datetime, dlq_warn_retries: int = 3, blocking_min_age_s: int = 900) -> DataFrame:
+    """The gold/dlq_candidates rows (without run_id).
+
+    Args:
+        series: :func:`jobs.rules.snapshots.offset_series`.
+        deliveries: silver/deliveries (those started after t_S or ``as_of`` are ignored).
+        messages: silver/messages.
+        subscription_groups: silver/subscription_groups (``retryMaxTimes`` at S; 16 when unknown).
+        as_of: the reconciliation time.
+        dlq_warn_retries: RETRYING from this many retries on (default 3).
+        blocking_min_age_s: BLOCKING_COMMIT when in flight at least this long before t_S (default 900, the
+            client's consumeTimeout).
+
+    Returns:
+        ``schemas.dlq_candidates.REPORT_COLUMNS``.
+    """
+    d = deliveries_in_window(deliveries, series, as_of=as_of)
+    rmax = retry_max_times(subscription_groups, as_of=as_of)
+    return (
+        in_dlq(d, messages, rmax)
+        .unionByName(retrying(d, messages, rmax, dlq_warn_retries=dlq_warn_retries))
+        .unionByName(blocking_commit(series, d, messages, rmax, blocking_min_age_s=blocking_min_age_s))
+        .unionByName(broadcast_dropped(d, messages))
+    )

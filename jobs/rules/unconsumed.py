@@ -1,0 +1,136 @@
+"""gold/unconsumed_ranges: offsets the group has not consumed (spec §4 Unconsumed, docs/semantics.md 13-16).
+
+* ``BACKLOG`` (rule 14): ``[max(C_S, Min_S), Max_S - 1]`` at the latest snapshot, when not empty.
+* ``EXPIRED`` (rule 13): the union of ``[C_s, Min_s - 1]`` over the snapshots with ``C_s < Min_s``.
+* ``SKIPPED`` (rule 15, needs deliveries): offsets in ``[max(Min_S, first delivered offset), C_S - 1]`` whose
+  message is known and was never consumed successfully, with no retry, DLQ or scheduled retry copy, and that are
+  not BROADCAST_DROPPED for the same client (an offset has one kind).
+* ``BROADCAST_DROPPED`` (rule 16): a broadcast group's failed deliveries, per client.
+"""
+from __future__ import annotations
+
+import datetime as dt
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from jobs.rules.ranges import interval_union, offset_runs
+from jobs.rules.snapshots import (
+    QUEUE,
+    SERIES_KEY,
+    copies_in_flight,
+    deliveries_in_window,
+    first_original,
+    known,
+    latest,
+    message_at,
+)
+from jobs.formats.topics import is_system_topic_col
+from schemas import unconsumed_ranges as schema
+
+COLUMNS = schema.REPORT_COLUMNS
+
+
+def _typed(df: DataFrame, kind: str) -> DataFrame:
+    types = {f.name: f.dataType for f in schema.SCHEMA.fields}
+    df = df.withColumn("kind", F.lit(kind))
+    return df.select(*[F.col(c).cast(types[c]).alias(c) for c in COLUMNS])
+
+
+def backlog(series: DataFrame) -> DataFrame:
+    """``BACKLOG``: not consumed yet, still consumable; empty when ``C_S >= Max_S``."""
+    s = latest(series).select(*SERIES_KEY, F.greatest("committed_offset", "min_offset").alias("start_offset"),
+                              (F.col("max_offset") - 1).alias("end_offset"))
+    return _typed(interval_union(s, keys=SERIES_KEY), "BACKLOG")
+
+
+def expired(series: DataFrame) -> DataFrame:
+    """``EXPIRED``: deleted by retention before the group consumed them, merged across snapshots."""
+    s = known(series).where(F.col("committed_offset") < F.col("min_offset")).select(
+        *SERIES_KEY, F.col("committed_offset").alias("start_offset"), (F.col("min_offset") - 1).alias("end_offset"))
+    return _typed(interval_union(s, keys=SERIES_KEY), "EXPIRED")
+
+
+def with_original(deliveries: DataFrame, messages: DataFrame) -> DataFrame:
+    """Deliveries re-pointed at their original copy (rule 7); deliveries of unknown messages are dropped."""
+    orig = first_original(messages).select("cluster", "uniq_key", *[F.col(c).alias(f"o_{c}") for c in
+                                                                      ("topic", "broker", "queue_id", "queue_offset", "keys")])
+    return (
+        deliveries.drop("topic", "broker", "queue_id", "queue_offset")
+        .join(orig, on=["cluster", "uniq_key"], how="inner")
+        .select("*", *[F.col(f"o_{c}").alias(c) for c in ("topic", "broker", "queue_id", "queue_offset", "keys")])
+        .drop(*[f"o_{c}" for c in ("topic", "broker", "queue_id", "queue_offset", "keys")])
+    )
+
+
+def skipped(series: DataFrame, deliveries: DataFrame, messages: DataFrame,
+            earlier_first: DataFrame | None = None) -> DataFrame:
+    """``SKIPPED``: the committed offset moved past them without a consumption (rule 15).
+
+    ``deliveries`` must be windowed and client-normalised (:func:`jobs.rules.snapshots.deliveries_in_window`).
+    ``earlier_first``: (cluster, consumer_group, topic, broker, queue_id, _first) from deliveries not in
+    ``deliveries`` (a horizon run's old part, rule 24): the first delivered offset is the lower of the two.
+    """
+    mapped = with_original(deliveries, messages)
+    first = mapped.groupBy("cluster", "consumer_group", *QUEUE[1:]).agg(F.min("queue_offset").alias("_first"))
+    if earlier_first is not None:
+        first = first.unionByName(earlier_first.select("cluster", "consumer_group", *QUEUE[1:], "_first")).groupBy(
+            "cluster", "consumer_group", *QUEUE[1:]).agg(F.min("_first").alias("_first"))
+    s = (
+        latest(series).where(~is_system_topic_col(F.col("topic")))
+        .join(first, on=["cluster", "consumer_group", *QUEUE[1:]], how="inner")
+        .select(*SERIES_KEY, F.greatest("min_offset", "_first").alias("_lo"), (F.col("committed_offset") - 1).alias("_hi"))
+    )
+    at = message_at(messages).alias("m")
+    cand = s.alias("s").join(
+        at, on=[F.col(f"s.{k}") == F.col(f"m.{k}") for k in QUEUE]
+        + [F.col("m.queue_offset") >= F.col("s._lo"), F.col("m.queue_offset") <= F.col("s._hi")],
+        how="inner",
+    ).select(*[F.col(f"s.{k}").alias(k) for k in SERIES_KEY], F.col("m.queue_offset").alias("offset"),
+             F.col("m.uniq_key").alias("uniq_key"))
+    ok = deliveries.where(F.col("success") == F.lit(True)).select("cluster", "consumer_group", "client_id",
+                                                                  "uniq_key").distinct()
+    pending = copies_in_flight(messages).withColumn("_copy", F.lit(True))
+    # An offset has one kind: a broadcast client's dropped offset is BROADCAST_DROPPED, not also SKIPPED.
+    dropped = dropped_offsets(deliveries, messages).withColumnRenamed("queue_offset", "offset")
+    lost = (
+        cand.join(ok, on=["cluster", "consumer_group", "client_id", "uniq_key"], how="left_anti")
+        .join(pending, on=["cluster", "consumer_group", "uniq_key"], how="left")
+        .where((F.col("client_id") != "") | F.col("_copy").isNull())
+        .join(dropped, on=[*SERIES_KEY, "offset"], how="left_anti")
+    )
+    return _typed(offset_runs(lost, keys=SERIES_KEY, offset="offset"), "SKIPPED")
+
+
+def dropped_offsets(deliveries: DataFrame, messages: DataFrame) -> DataFrame:
+    """(SERIES_KEY..., queue_offset) of a broadcast group's failed deliveries, at the original copy, per client."""
+    failed = with_original(deliveries.where(F.col("is_broadcast") & (F.col("success") == F.lit(False))), messages)
+    return failed.select(*SERIES_KEY, "queue_offset").distinct()
+
+
+def broadcast_dropped(deliveries: DataFrame, messages: DataFrame) -> DataFrame:
+    """``BROADCAST_DROPPED``: failed deliveries of a broadcast group (no retry exists), per client (rule 16)."""
+    return _typed(offset_runs(dropped_offsets(deliveries, messages), keys=SERIES_KEY, offset="queue_offset"),
+                  "BROADCAST_DROPPED")
+
+
+def unconsumed_ranges(series: DataFrame, deliveries: DataFrame, messages: DataFrame, *,
+                      as_of: dt.datetime) -> DataFrame:
+    """The gold/unconsumed_ranges rows (without run_id).
+
+    Args:
+        series: :func:`jobs.rules.snapshots.offset_series`.
+        deliveries: silver/deliveries (those started after t_S or ``as_of`` are ignored).
+        messages: silver/messages.
+        as_of: the reconciliation time.
+
+    Returns:
+        ``schemas.unconsumed_ranges.REPORT_COLUMNS``.
+    """
+    d = deliveries_in_window(deliveries, series, as_of=as_of)
+    return (
+        backlog(series)
+        .unionByName(expired(series))
+        .unionByName(skipped(series, d, messages))
+        .unionByName(broadcast_dropped(d, messages))
+    )
