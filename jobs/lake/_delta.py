@@ -240,7 +240,7 @@ def _merge_changed(spark: "SparkSession", changed: "DataFrame", lake: str, table
     if n == 0:
         return 0
     if insert_only:  # one writer per lake (jobs.lake.lease): appending what the anti-join left equals the MERGE
-        changed.write.format("delta").mode("append").save(table.path(lake))
+        changed.coalesce(1).write.format("delta").mode("append").save(table.path(lake))  # one file, as MERGE wrote
         return n
     view = f"rmq_src_{uuid.uuid4().hex[:12]}"
     changed.createOrReplaceTempView(view)
