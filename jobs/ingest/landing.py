@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Callable, Literal
 
 from jobs.lake import storage
 from jobs.problems import Problem
@@ -157,8 +157,40 @@ def misplaced(rel: str, *, clients: bool) -> str | None:
     return None
 
 
-def discover(landing: str) -> tuple[list[Snapshot], list[Problem], dict[str, str]]:
-    """List the landing zone and group its files into snapshots.
+def listing(landing: str, sealed: Callable[[str], bool] | None = None,
+            skipped: list[str] | None = None) -> list[storage.FileInfo]:
+    """Every file of the landing zone, but those of the snapshot folders ``sealed`` names (the folder's path,
+    ``cluster=<c>/<broker=<b>|clients>/snapshot_ts=<ts>``), which are not listed at all: appended to ``skipped``.
+
+    The levels above the snapshot folders are listed one at a time (a handful of entries); top-level ``_*`` and
+    ``.*`` folders (``_truth``, hidden ones) are not listed, as :func:`discover` ignores their files.
+    """
+    if sealed is None:
+        return storage.list_files(landing)
+    out: list[storage.FileInfo] = []
+
+    def visit(uri: str, depth: int) -> None:
+        files, dirs = storage.list_level(uri)
+        out.extend(files)
+        for d in dirs:
+            rel = storage.relative(d, landing)
+            if depth == 0 and rel[:1] in ("_", "."):
+                continue
+            if depth < 2:
+                visit(d, depth + 1)
+            elif sealed(rel):
+                if skipped is not None:
+                    skipped.append(rel)
+            else:
+                out.extend(storage.list_files(d))
+
+    visit(landing, 0)
+    return sorted(out, key=lambda f: f.uri)
+
+
+def discover(landing: str, sealed: Callable[[str], bool] | None = None,
+             skipped: list[str] | None = None) -> tuple[list[Snapshot], list[Problem], dict[str, str]]:
+    """List the landing zone (:func:`listing`) and group its files into snapshots.
 
     Returns:
         (snapshots sorted by cluster, broker, time; problems for paths that break the layout — a malformed
@@ -168,7 +200,8 @@ def discover(landing: str) -> tuple[list[Snapshot], list[Problem], dict[str, str
     problems: list[Problem] = []
     problem_cluster: dict[str, str] = {}
     bad_folders: set[str] = set()
-    for info in storage.list_files(landing):
+    parsed: dict[str, dt.datetime] = {}
+    for info in listing(landing, sealed, skipped):
         path = storage.relative(info.uri, landing)
         if path.startswith("_truth/") or path.startswith("_") or "/." in "/" + path and path.split("/")[0].startswith("."):
             continue
@@ -181,7 +214,7 @@ def discover(landing: str) -> tuple[list[Snapshot], list[Problem], dict[str, str
         cluster, broker = m["cluster"], m["broker"] or ""
         folder = path[: len(path) - len(m["rest"]) - 1]
         try:
-            ts = parse_snapshot_ts(m["ts"])
+            ts = parsed[m["ts"]] if m["ts"] in parsed else parsed.setdefault(m["ts"], parse_snapshot_ts(m["ts"]))
         except ValueError:
             problems.append(Problem(path, 0, f"malformed snapshot folder 'snapshot_ts={m['ts']}': expected "
                                     f"snapshot_ts=YYYYMMDDTHHMMSSZ (UTC); this snapshot is skipped"))

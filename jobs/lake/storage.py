@@ -129,6 +129,9 @@ def relative(uri: str, root_uri: str) -> str:
         if b1 != b2 or not (not k2 or k1 == k2 or k1.startswith(k2 + "/")):
             raise ValueError(f"{uri} is not below {root_uri}")
         return k1[len(k2):].strip("/")
+    root = root_uri.rstrip("/")
+    if uri.startswith(root + "/") and not ({".", "..", ""} & set(uri[len(root) + 1:].split("/"))):
+        return uri[len(root) + 1:]  # what a listing of the root yields: no need to resolve (a stat per folder)
     path = pathlib.Path(uri)
     if path.name in ("", ".", ".."):
         full = path.resolve()
@@ -249,17 +252,65 @@ def list_files(prefix_uri: str) -> list[FileInfo]:
         st = root.stat()
         return [FileInfo(str(root), st.st_size, st.st_mtime)]
     files: list[FileInfo] = []
-    for dirpath, _dirs, names in os.walk(root):
-        for n in names:
-            p = pathlib.Path(dirpath) / n
-            try:
-                st = p.stat()
-            except OSError:
-                # a symlink loop or a dangling link: listed (from the link itself), so that reading it fails and
-                # the file is quarantined by name instead of vanishing from the listing
-                st = p.lstat()
-            files.append(FileInfo(str(p), st.st_size, st.st_mtime))
+    todo = [str(root)]
+    while todo:  # os.walk's order of visits does not matter: the result is sorted
+        files_here, dirs = _scan(todo.pop())
+        files.extend(files_here)
+        todo.extend(dirs)
     return sorted(files, key=lambda f: f.uri)
+
+
+def _scan(folder: str) -> tuple[list[FileInfo], list[str]]:
+    """The files (with size and mtime) and the folders directly in a local folder (os.scandir: one stat a file)."""
+    files: list[FileInfo] = []
+    dirs: list[str] = []
+    try:
+        entries = list(os.scandir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return files, dirs
+    for e in entries:
+        try:
+            is_dir = e.is_dir()
+        except OSError:  # a symlink loop: a file here, as os.walk lists it
+            is_dir = False
+        if is_dir:  # as os.walk: a link to a folder is neither listed nor followed
+            if not e.is_symlink():
+                dirs.append(e.path)
+            continue
+        try:
+            st = e.stat()
+        except OSError:
+            # a symlink loop or a dangling link: listed (from the link itself), so that reading it fails and
+            # the file is quarantined by name instead of vanishing from the listing
+            st = e.stat(follow_symlinks=False)
+        files.append(FileInfo(e.path, st.st_size, st.st_mtime))
+    return files, dirs
+
+
+def list_level(prefix_uri: str) -> tuple[list[FileInfo], list[str]]:
+    """The files directly below ``prefix_uri`` and the URIs of its folders (S3: the common prefixes of a ``/``
+    delimited listing), for a listing that decides which folders to descend into."""
+    if not is_s3(prefix_uri):
+        return _scan(prefix_uri)
+    scheme = _scheme(prefix_uri)
+    bucket, key = split(prefix_uri)
+    key = key.strip("/")
+    prefix = key + "/" if key else ""
+    files: list[FileInfo] = []
+    dirs: list[str] = []
+    try:
+        pages = client().get_paginator("list_objects_v2").paginate(
+            Bucket=bucket, Prefix=prefix, Delimiter="/", PaginationConfig={"PageSize": _PAGE_SIZE})
+        for page in pages:
+            for obj in page.get("Contents", []):
+                if not obj["Key"].endswith("/"):
+                    files.append(FileInfo(f"{scheme}{bucket}/{obj['Key']}", int(obj["Size"]),
+                                          obj["LastModified"].timestamp()))
+            for cp in page.get("CommonPrefixes", []):
+                dirs.append(f"{scheme}{bucket}/{cp['Prefix'].rstrip('/')}")
+    except Exception as exc:  # noqa: BLE001 - botocore raises many unrelated types
+        raise _error("list", prefix_uri, exc) from exc
+    return files, dirs
 
 
 def list_keys(prefix_uri: str) -> list[str]:

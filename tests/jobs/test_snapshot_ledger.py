@@ -102,6 +102,29 @@ def test_a_segment_still_uploading_is_not_taken_as_complete(clean: dict[str, Any
     assert _rows(lake, drop=firsts) == _rows(clean["lake"], drop=firsts)
 
 
+def test_folders_older_than_the_late_window_are_not_listed_again(clean: dict[str, Any], tmp_path: pathlib.Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder taken already is listed again for late files until a snapshot of its broker that much newer is
+    taken (RMQ_RECON_LATE_WINDOW_H, snapshot time): at 6 minutes, 00:04 and 00:07 are sealed by 00:13."""
+    landing, lake = _copy(clean, tmp_path), tmp_path / "lake"
+    shutil.copytree(clean["lake"], lake)
+    monkeypatch.setenv(ingest.LATE_WINDOW_ENV, "0.1")
+    seen: list[tuple[str, ...]] = []
+    for ts in ("20260105T000400Z", "20260105T000700Z", "20260105T001000Z"):
+        (landing / BROKER / f"snapshot_ts={ts}" / "store" / "checkpoint").write_bytes(b"late")
+        r = ingest.run(str(landing), str(lake), settle_s=0)
+        seen.append((ts, r["snapshots"], r["snapshots_seen"]))
+    clients = len(list((landing / "cluster=DefaultCluster").glob("clients/snapshot_ts=*")))
+    total = 4 + clients
+    assert seen == [("20260105T000400Z", 0, total), ("20260105T000700Z", 0, total), ("20260105T001000Z", 1, total)]
+    # --retake lists every folder: the two late files of the sealed folders are taken
+    assert ingest.run(str(landing), str(lake), settle_s=0, retake=True)["snapshots"] == total
+    assert _ledger(lake)[:3] == [(ts, n + 1, by) for ts, n, by in _ledger(clean["lake"])[:3]]
+    with pytest.raises(ingest.UsageError, match="RMQ_RECON_LATE_WINDOW_H='-1'"):
+        monkeypatch.setenv(ingest.LATE_WINDOW_ENV, "-1")
+        ingest.run(str(landing), str(lake), settle_s=0)
+
+
 def test_settle_time_and_marker(clean: dict[str, Any], tmp_path: pathlib.Path) -> None:
     landing, lake = _copy(clean, tmp_path), tmp_path / "lake"
     old = time.time() - 3600
