@@ -26,7 +26,6 @@ import datetime as dt
 import hashlib
 import logging
 import os
-import re
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -288,7 +287,7 @@ class KnownRecords:
                           tbl.column("first_snapshot_ts").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
                           .to_numpy().astype(np.int64)))
         parts = parts or [(np.zeros(0, np.int64),) * 3]
-        return cls(*(np.concatenate([p[i] for p in parts]) for i in range(3)), staged.ranges.get((cluster, broker), {}))
+        return cls(*(np.concatenate([p[i] for p in parts]) for i in range(3)), ranges)
 
     def as_of(self, ts: dt.datetime) -> "_SnapshotRecords":
         """What the snapshot at ``ts`` sees."""
@@ -756,19 +755,15 @@ def sealed_rule(taken: dict[tuple[str, str, str], str], window_h: float) -> Call
     window = dt.timedelta(hours=window_h)
 
     def sealed(folder: str) -> bool:
-        m = _FOLDER.match(folder)
-        if m is None or (m["cluster"], m["broker"] or "", m["ts"]) not in taken:
+        key = landing.folder_key(folder)
+        if key is None or key not in taken:
             return False
         try:
-            return (landing.parse_snapshot_ts(newest[(m["cluster"], m["broker"] or "")])
-                    - landing.parse_snapshot_ts(m["ts"])) >= window
+            return landing.parse_snapshot_ts(newest[key[:2]]) - landing.parse_snapshot_ts(key[2]) >= window
         except ValueError:
             return False
 
     return sealed
-
-
-_FOLDER = re.compile(r"^cluster=(?P<cluster>[^/]+)/(?:broker=(?P<broker>[^/]+)|clients)/snapshot_ts=(?P<ts>[^/]+)$")
 
 
 def settle_default() -> float:

@@ -98,6 +98,15 @@ class Snapshot:
         return None
 
 
+_FOLDER = re.compile(r"^cluster=(?P<cluster>[^/]+)/(?:broker=(?P<broker>[^/]+)|clients)/snapshot_ts=(?P<ts>[^/]+)$")
+
+
+def folder_key(folder: str) -> tuple[str, str, str] | None:
+    """(cluster, broker or "" for clients, snapshot_ts text) of a snapshot folder's path, None for any other path."""
+    m = _FOLDER.match(folder)
+    return None if m is None else (m["cluster"], m["broker"] or "", m["ts"])
+
+
 def parse_snapshot_ts(text: str) -> dt.datetime:
     """``YYYYMMDDTHHMMSSZ`` (UTC) -> an aware datetime; ValueError when malformed."""
     return dt.datetime.strptime(text, SNAPSHOT_FORMAT).replace(tzinfo=dt.timezone.utc)

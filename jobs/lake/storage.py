@@ -266,7 +266,7 @@ def _scan(folder: str) -> tuple[list[FileInfo], list[str]]:
     dirs: list[str] = []
     try:
         entries = list(os.scandir(folder))
-    except (FileNotFoundError, NotADirectoryError):
+    except OSError:  # as os.walk (no onerror): a folder that vanished or cannot be read lists nothing
         return files, dirs
     for e in entries:
         try:
