@@ -40,9 +40,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def _gold(lake: str, run_id: str, name: str) -> list[tuple]:
     from jobs.reconcile import gold_runs, reconcile
 
-    mod = reconcile.REPORT_MODULES[name]
-    columns = [c for c in mod.SCHEMA.fieldNames() if c != "run_id"]  # every column of the gold table
-    df = gold_runs.run_rows(lake, gold_runs.run(lake, run_id), mod.TABLE, columns).astype(str)
+    table = reconcile.REPORT_MODULES[name].TABLE if name in reconcile.REPORT_MODULES else \
+        reconcile.DASHBOARD_TABLES[name]
+    columns = [c for c in table.schema.fieldNames() if c != "run_id"]  # every column of the gold table
+    df = gold_runs.run_rows(lake, gold_runs.run(lake, run_id), table, columns).astype(str)
     return sorted(df.itertuples(index=False, name=None))
 
 
@@ -57,6 +58,8 @@ def test_the_last_scheduled_run_equals_one_full_run_and_the_truth(runs: dict) ->
         (full / "offset_corrections.sh").read_text().replace("full-06", "X")
     corrected = sorted(p.relative_to(full) for p in (full / "corrected").rglob("*.json"))
     assert [(sched / p).read_text() for p in corrected] == [(full / p).read_text() for p in corrected]
+    for name in ("status_samples", "audit_hours"):  # the dashboard's tables too
+        assert _gold(lake, "sched-06", name) == _gold(lake, "full-06", name), name
     assert compare(sched, root / "landing" / "_truth") == []
     assert [r[:6] for r in _gold(lake, "sched-06", "duplicated_ranges")] != []  # the comparison saw rows
 
@@ -89,7 +92,17 @@ def test_a_horizon_run_reads_less_than_a_full_run(runs: dict) -> None:
     assert (read["full"]["messages"], read["full"]["deliveries"]) == (98169, 65503)
     assert read["06"] == {"consumer_offsets": "all", "queue_bounds": "all", "subscription_groups": "all",
                           "messages_recent": 29682, "messages_old_looked_up": 72, "deliveries_recent_and_open": 19654,
-                          "retry_chains": 2, "messages_audit_band": 98169}
+                          "retry_chains": 2}
+    # the audit: whole once after a full run (which keeps no audit state), then P's hour stats plus the records P did
+    # not see (gold/audit_hours equal the full run's: test above)
+    audit = {k: v["horizon"].get("audit") for k, v in runs["summaries"].items()}
+    assert audit == {
+        "03": None, "full": None,
+        "04": {"whole": "the previous run kept no audit state", "messages_read": 68487,
+               "newest_hour": "2026-01-05T03:00:00Z"},
+        "05": {"carried": "sched-04", "messages_read": 4200, "queues_whole": 0, "newest_hour": "2026-01-05T04:00:00Z"},
+        "06": {"carried": "sched-05", "messages_read": 2800, "queues_whole": 0, "newest_hour": "2026-01-05T05:00:00Z"},
+    }
     assert read["06"]["messages_recent"] + read["06"]["messages_old_looked_up"] < read["full"]["messages"] / 3
     assert read["06"]["deliveries_recent_and_open"] < read["full"]["deliveries"] / 2
 

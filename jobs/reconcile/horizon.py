@@ -101,6 +101,7 @@ def previous_run(lake: str, *, run_id: str, as_of: dt.datetime, cut: dt.datetime
         return None, f"snapshots at or before {best.as_of} changed since the previous run {best.run_id}"
     run = gold_runs.run(lake, str(best.run_id))
     run["as_of"] = best.as_of.to_pydatetime()
+    run["horizon"] = mine
     return run, ""
 
 
@@ -503,30 +504,72 @@ def reports_from(spark: Any, series: Any, dels: Any, msgs: dict[str, Any], subsc
     }
 
 
-def audit_frame(frames: dict[str, Any], series: Any, *, as_of: dt.datetime) -> tuple[Any, Any]:
-    """gold/audit_hours from the records of its 72 store hours (jobs.rules.audit) and the deliveries since, not all.
+def audit_frame(spark: Any, lake: str, frames: dict[str, Any], series: Any, *, as_of: dt.datetime, previous: dict,
+                tmp: str) -> tuple[Any, dict[str, Any]]:
+    """gold/audit_hours (jobs.rules.audit) and what it read: the previous run's hour stats plus those of the records it
+    did not see (:func:`jobs.rules.audit.seen_between`), not every record of the 72 hours.
 
-    The window ends at the newest store hour at or before as-of; records stored in it were first held by a snapshot
-    at most ``AUDIT_SLACK`` before (a snapshot folder holds what was stored while it was copied), and so were the
-    trace records of their deliveries.
+    Whole (every record of the window, as a full run) when P kept no ``newest_hour`` (a full run, or an older
+    version) or the lake holds records without a snapshot (a tabular export: P saw them whatever their time, so they
+    do not split by time). A queue P's keys did not consume has no stats in P's rows: its hours are computed whole.
+    The window ends at the newest store hour of any queue (P's or the new records'). Deliveries: those first held from
+    ``AUDIT_SLACK`` before the window (a snapshot folder holds what was stored while it was copied, and so were the
+    trace records of their deliveries).
     """
     from pyspark.sql import functions as F
 
-    from jobs.rules import audit, snapshots
     from jobs.formats.topics import is_system_topic_col
+    from jobs.lake import _spark
+    from jobs.rules import audit, snapshots
+    from schemas import audit_hours as audit_schema
 
     m = snapshots.messages_as_of(frames["stored_messages"], as_of=as_of)
-    newest = (m.where(~is_system_topic_col(F.col("topic")) & (F.col("store_ts") <= snapshots._ts(as_of)))
-              .agg(F.max("store_ts")).collect()[0][0])
     d = snapshots.deliveries_as_of(frames["deliveries"], as_of=as_of)
-    band_m, band_d = m, d
-    if newest is not None:  # else nothing to audit: no stored record at all
-        hour = pd.Timestamp(newest).floor("h").to_pydatetime()
-        since = snapshots._ts((hour - dt.timedelta(hours=audit.AUDIT_HOURS) - AUDIT_SLACK).replace(tzinfo=UTC))
-        band_m = m.where(F.col("first_snapshot_ts").isNull() | (F.col("first_snapshot_ts") >= since))
-        band_d = d.where(F.col("first_snapshot_ts").isNull() | (F.col("first_snapshot_ts") >= since))
-    rows = audit.audit_hours(series, snapshots.deliveries_in_window(band_d, series, as_of=as_of), band_m, as_of=as_of)
-    return rows, band_m
+    before = (previous.get("horizon") or {}).get("audit") or {}
+    version = previous.get("table_versions", {}).get(audit_schema.TABLE.qualified)
+    why = ("the previous run kept no audit state" if "newest_hour" not in before or version is None
+           else "records without a snapshot" if m.where(F.col("first_snapshot_ts").isNull()).limit(1).count()
+           else "")
+    if why:
+        stored = m.where(F.col("store_ts") <= snapshots._ts(as_of))
+        got = (stored.where(~is_system_topic_col(F.col("topic")) & F.col("queue_offset").isNotNull())
+               .agg(F.max("store_ts")).collect()[0][0])
+        newest = None if got is None else pd.Timestamp(got).floor("h").to_pydatetime().replace(tzinfo=UTC)
+        band = stored if newest is None else stored.where(
+            F.col("first_snapshot_ts").isNull() | (F.col("first_snapshot_ts") >= snapshots._ts(
+                newest - dt.timedelta(hours=audit.AUDIT_HOURS) - AUDIT_SLACK)))
+        stats = audit.hour_stats(band)
+        info: dict[str, Any] = {"whole": why, "messages_read": band.count()}
+    else:
+        since = previous["as_of"]
+        changed = _spark.materialize(spark, audit.hour_stats(audit.seen_between(m, since=since, as_of=as_of)),
+                                     f"{tmp}/audit_changed")
+        then = snapshots.offset_series(frames["consumer_offsets"], frames["queue_bounds"], as_of=since)
+        new_queues = _spark.materialize(spark, series.select(*QUEUE).distinct().join(
+            then.select(*QUEUE).distinct(), on=QUEUE, how="left_anti"), f"{tmp}/audit_new_queues")
+        kept = (_delta.read(spark, lake, audit_schema.TABLE, at=version if _delta.table_format() == "delta" else None)
+                .where(F.col("run_id") == previous["run_id"])
+                .select(*QUEUE, "hour", "first_offset", "last_offset", "stored").distinct())
+        # the small side on the left: the engine builds its hash table from it
+        whole = audit.hour_stats(new_queues.join(m.where(F.col("store_ts") <= snapshots._ts(as_of)), on=QUEUE,
+                                                 how="inner"))
+        stats = audit.combine(kept, changed).join(new_queues, on=QUEUE, how="left_anti").unionByName(whole)
+        row = changed.agg(F.max("hour"), F.sum("stored")).collect()[0]
+        hours = [pd.Timestamp(before["newest_hour"]).to_pydatetime()] if before["newest_hour"] else []
+        hours += [pd.Timestamp(row[0]).to_pydatetime().replace(tzinfo=UTC)] if row[0] is not None else []
+        newest = max(hours) if hours else None
+        info = {"carried": previous["run_id"], "messages_read": int(row[1] or 0),
+                "queues_whole": new_queues.count()}
+    info["newest_hour"] = None if newest is None else newest.strftime("%Y-%m-%dT%H:%M:%SZ")
+    if newest is None:  # nothing stored: no hour to audit
+        return audit.audit_rows(series, d.limit(0), stats.limit(0)), info
+    start = newest - dt.timedelta(hours=audit.AUDIT_HOURS)
+    window = spark.range(1).select(F.lit(newest).cast("timestamp").alias("_newest"))
+    band_d = d.where(F.col("first_snapshot_ts").isNull()
+                     | (F.col("first_snapshot_ts") >= snapshots._ts(start - AUDIT_SLACK)))
+    rows = audit.audit_rows(series, snapshots.deliveries_in_window(band_d, series, as_of=as_of),
+                            audit.in_window(stats, window))
+    return rows, info
 
 
 def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: dt.datetime, cut: dt.datetime,
@@ -619,11 +662,11 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
         pdfs["dlq_candidates"] = pd.concat([d[~(mine & d["reason"].isin(["IN_DLQ", "RETRYING"]).to_numpy())], redo],
                                            ignore_index=True).astype(d.dtypes.to_dict())
         read["retry_chains"] = len(chains)
-    audit_rows, band = audit_frame(frames, series, as_of=as_of)
-    read["messages_audit_band"] = band.count()
+    audit_rows, audit_info = audit_frame(spark, lake, frames, series, as_of=as_of, previous=previous, tmp=tmp)
     return {"pdfs": pdfs, "agreement": pd.concat(agreement, ignore_index=True),
             "status_samples": status.status_samples(series, window=window), "audit_hours": audit_rows,
-            "read": read, "full_groups": {f"{c}/{g}": why for (c, g), why in sorted(fallback.items())}}
+            "audit": audit_info, "read": read,
+            "full_groups": {f"{c}/{g}": why for (c, g), why in sorted(fallback.items())}}
 
 
 def merge(pdfs: dict[str, pd.DataFrame], keep: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:

@@ -352,7 +352,7 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
             if h is not None:
                 assert previous is not None
                 info.update(mode="horizon", previous_run=previous["run_id"], full_groups=h["full_groups"],
-                            read=h["read"])
+                            audit=h["audit"], read=h["read"])
                 r = _load(spark, lake, frames, as_of_ts, rid, h["pdfs"], h["agreement"],
                           {"status_samples": h["status_samples"], "audit_hours": h["audit_hours"]}, say)
             else:

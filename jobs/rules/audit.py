@@ -19,6 +19,48 @@ from schemas import audit_hours as schema
 AUDIT_HOURS = 72
 
 
+def hour_stats(messages: DataFrame) -> DataFrame:
+    """(QUEUE, hour, first_offset, last_offset, stored) of every store hour of every queue, no window: the offsets
+    each queue stored per hour. ``messages`` must already be the records the run sees, up to its as-of time."""
+    return (
+        messages.where(~is_system_topic_col(F.col("topic")) & F.col("queue_offset").isNotNull())
+        .groupBy(*QUEUE, F.date_trunc("hour", F.col("store_ts")).alias("hour"))
+        .agg(F.min(F.col("queue_offset").cast("long")).alias("first_offset"),
+             F.max(F.col("queue_offset").cast("long")).alias("last_offset"),
+             F.count(F.lit(1)).alias("stored"))
+    )
+
+
+def seen_between(messages: DataFrame, *, since: dt.datetime, as_of: dt.datetime) -> DataFrame:
+    """The records a run as of ``as_of`` counts and one as of ``since`` did not: first held by a snapshot after
+    ``since``, or stored after it (a snapshot folder is named before it is copied and can hold records stored after its
+    name). With the records both see, this partitions what the later run sees (no record is in both), so the earlier
+    run's hour stats plus these give the later run's (:func:`combine`).
+
+    ``messages`` must be the records the later run sees (first held at or before ``as_of``, none without a snapshot).
+    """
+    return messages.where(((F.col("first_snapshot_ts") > _ts(since)) | (F.col("store_ts") > _ts(since)))
+                          & (F.col("store_ts") <= _ts(as_of)))
+
+
+def combine(*stats: DataFrame) -> DataFrame:
+    """Hour stats of disjoint sets of records, as one: the lowest first offset, the highest last, the sum stored."""
+    out = stats[0]
+    for s in stats[1:]:
+        out = out.unionByName(s)
+    return (out.groupBy(*QUEUE, "hour")
+            .agg(F.min("first_offset").alias("first_offset"), F.max("last_offset").alias("last_offset"),
+                 F.sum("stored").cast("long").alias("stored")))
+
+
+def in_window(stats: DataFrame, newest: DataFrame, *, hours: int = AUDIT_HOURS) -> DataFrame:
+    """The hours of ``stats`` in the ``hours`` hours up to ``newest`` (a one-row frame ``_newest``)."""
+    return (newest.crossJoin(stats)
+            .where((F.col("hour") > F.col("_newest") - F.expr(f"INTERVAL {int(hours)} HOURS"))
+                   & (F.col("hour") <= F.col("_newest")))
+            .drop("_newest"))
+
+
 def stored_hours(messages: DataFrame, *, as_of: dt.datetime, hours: int = AUDIT_HOURS) -> DataFrame:
     """(QUEUE, hour, first_offset, last_offset, stored): the offsets each queue stored per hour, in the last ``hours``
     hours up to the newest store hour at or before ``as_of`` (not the as-of time itself: a run as of today over a
@@ -26,18 +68,8 @@ def stored_hours(messages: DataFrame, *, as_of: dt.datetime, hours: int = AUDIT_
 
     ``messages`` must already be the records the run sees (:func:`jobs.rules.snapshots.messages_as_of`).
     """
-    per_hour = (
-        messages.where(~is_system_topic_col(F.col("topic")) & F.col("queue_offset").isNotNull()
-                       & (F.col("store_ts") <= _ts(as_of)))
-        .groupBy(*QUEUE, F.date_trunc("hour", F.col("store_ts")).alias("hour"))
-        .agg(F.min(F.col("queue_offset").cast("long")).alias("first_offset"),
-             F.max(F.col("queue_offset").cast("long")).alias("last_offset"),
-             F.count(F.lit(1)).alias("stored"))
-    )
-    newest = per_hour.agg(F.max("hour").alias("_newest"))
-    return (newest.crossJoin(per_hour)
-            .where(F.col("hour") > F.col("_newest") - F.expr(f"INTERVAL {int(hours)} HOURS"))
-            .drop("_newest"))
+    per_hour = hour_stats(messages.where(F.col("store_ts") <= _ts(as_of)))
+    return in_window(per_hour, per_hour.agg(F.max("hour").alias("_newest")), hours=hours)
 
 
 def audit_hours(series: DataFrame, deliveries: DataFrame, messages: DataFrame, *, as_of: dt.datetime,
@@ -53,8 +85,13 @@ def audit_hours(series: DataFrame, deliveries: DataFrame, messages: DataFrame, *
     Returns:
         ``schemas.audit_hours.COLUMNS``: one row per key of ``series`` and hour its queue stored messages in.
     """
+    return audit_rows(series, deliveries, stored_hours(messages, as_of=as_of, hours=hours))
+
+
+def audit_rows(series: DataFrame, deliveries: DataFrame, stats: DataFrame) -> DataFrame:
+    """The gold/audit_hours rows (without run_id) from the windowed hour stats (:func:`stored_hours`)."""
     keys = series.select(*SERIES_KEY).distinct()
-    per_key = keys.join(stored_hours(messages, as_of=as_of, hours=hours), on=QUEUE, how="inner")
+    per_key = keys.join(stats, on=QUEUE, how="inner")
     seen = (deliveries.where(~is_system_topic_col(F.col("topic")) & F.col("queue_offset").isNotNull())
             .select(*SERIES_KEY, F.col("queue_offset").cast("long").alias("_o")).distinct())
     b = per_key.alias("b")
