@@ -36,7 +36,7 @@ import pyarrow as pa
 
 from jobs.formats import configs
 from jobs.ingest import landing
-from jobs.lake import _delta, storage
+from jobs.lake import _delta, _spark, storage
 from jobs.ingest.landing import LandingFile, Snapshot
 from jobs.problems import Problem, UsageError
 from schemas import (
@@ -64,6 +64,7 @@ MESSAGE_BATCH_ROWS = 100_000
 # Below the lake: the decode tasks' output until it is loaded (jobs.ingest.decode_tasks).
 STAGING = "_staging/ingest"
 DELIVERIES_STAGING = "_staging/deliveries"  # the rows silver/deliveries gains or changes, computed once
+DELIVERIES_INPUTS_STAGING = "_staging/deliveries_inputs"  # the requests an update derives again, and their keys
 
 
 def task_bytes() -> int:
@@ -667,9 +668,22 @@ def build_deliveries(spark: Any, lake: str, since: dict[str, int] | None = None)
             .unionByName(trace.join(new_groups, ["cluster", "group"], "left_semi").select("cluster", "request_id"))
             .where(F.col("request_id").isNotNull()).distinct()
         )
-        trace = trace.join(requests, ["cluster", "request_id"], "left_semi")
-        msgs = msgs.join(trace.select("cluster", F.col("msg_id").alias("uniq_key")).distinct(),
-                         ["cluster", "uniq_key"], "left_semi")
+        # The few requests, their trace records and their keys are computed once, small, before silver/messages
+        # is read: the engine builds a join's hash table on its left input, so the keys go left and the table is
+        # only streamed past them (the lookup had computed the requests again inside the scan of every message).
+        inputs = f"{lake.rstrip('/')}/{DELIVERIES_INPUTS_STAGING}"
+        small = _spark.materializer(spark, inputs)
+        try:
+            requests = small(requests, "requests")
+            trace = small(requests.join(trace, ["cluster", "request_id"], "inner")
+                          .select(*trace_records.TABLE.columns), "trace")
+            keys = small(trace.where(F.col("msg_id").isNotNull())
+                         .select("cluster", F.col("msg_id").alias("uniq_key")).distinct(), "keys")
+            msgs = keys.join(msgs.select(*deliveries_job.MESSAGE_COLUMNS), ["cluster", "uniq_key"], "inner")
+            df = deliveries_job.deliveries(trace, msgs, client_ids)
+            return _delta.merge(spark, df, lake, deliveries.TABLE, stage=f"{lake.rstrip('/')}/{DELIVERIES_STAGING}")
+        finally:
+            storage.delete_tree(inputs)
     df = deliveries_job.deliveries(trace, msgs, client_ids)
     return _delta.merge(spark, df, lake, deliveries.TABLE, stage=f"{lake.rstrip('/')}/{DELIVERIES_STAGING}")
 
@@ -802,7 +816,7 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
     """
     import fnmatch
 
-    from jobs.lake import _spark, failpoints, lease, ledger
+    from jobs.lake import failpoints, lease, ledger
 
     say = progress or log.info
     t0 = time.time()

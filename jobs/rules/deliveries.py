@@ -13,6 +13,10 @@ from jobs.formats.topics import is_system_topic_col
 from schemas import deliveries as deliveries_schema
 
 
+# The silver/messages columns :func:`deliveries` reads (a caller may pass just these).
+MESSAGE_COLUMNS = ("cluster", "uniq_key", "topic", "broker", "physical_offset", "queue_id", "queue_offset")
+
+
 def original_copies(messages: DataFrame) -> DataFrame:
     """One original stored copy per (cluster, UNIQ_KEY): the lowest (broker, physical_offset) one (rule 7)."""
     w = Window.partitionBy("cluster", "uniq_key").orderBy("broker", "physical_offset")
@@ -42,7 +46,7 @@ def deliveries(trace: DataFrame, messages: DataFrame, client_ids: DataFrame) -> 
 
     Args:
         trace: bronze/trace_records.
-        messages: silver/messages.
+        messages: silver/messages (its MESSAGE_COLUMNS suffice).
         client_ids: (cluster, consumer_group, client_id) of broadcast clients seen in offsets.json files.
     """
     before = (
