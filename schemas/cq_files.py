@@ -6,7 +6,8 @@ One row per (cluster, broker, path inside the snapshot folder). A file is unchan
 row's: the S3 ETag and size when the listing gives an ETag, else size and modification time (snapshot jobs such as
 ``rsync --link-dest`` or ``cp -p`` keep both for a file they did not copy again). The rest summarises its valid
 entries exactly enough for the queue bounds and the quarantine to be computed without its bytes, except where the
-snapshot's commitlog bounds fall inside its commit offsets (then ingest reads it). ``problems``: the file's size is
+snapshot's commitlog bounds fall inside its commit offsets, or the records they span differ from those its
+dangling entries were found against (then ingest reads it). ``problems``: the file's size is
 not a multiple of 20 or its entries are out of commit-offset order; such a file is always read. Rewritten per broker
 by every ingest that takes a snapshot of it, in the same run as the other tables; ``ingest --retake`` ignores it.
 """
@@ -31,6 +32,10 @@ SCHEMA = StructType(
         StructField("first_commit_offset", LongType(), True),  # null when there are no valid entries
         StructField("last_commit_offset", LongType(), True),
         StructField("problems", BooleanType(), True),
+        # The entries that point at no record (dangling) as the snapshot that read the file found them, with a
+        # digest of the records its commit offsets span then; null when not checked over all its entries.
+        StructField("records_digest", StringType(), True),
+        StructField("dangling", StringType(), True),  # JSON [[byte position, reason], ...]
     ]
 )
 KEY: tuple[str, ...] = ('cluster', 'broker', 'rel')

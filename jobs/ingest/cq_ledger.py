@@ -10,6 +10,7 @@ other small tables and before its ledger row, so a run killed and run again leav
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,16 +34,19 @@ class Entry:
     etag: str
     sha256: str
     summary: CQSummary
+    # digest of the records the file's commit offsets span when its dangling entries were found (None: not found)
+    records_digest: str | None = None
+    dangling: tuple[tuple[int, str], ...] = ()
 
-    @classmethod
-    def of(cls, f: LandingFile, sha256: str, summary: CQSummary) -> "Entry":
-        return cls(f.size, f.mtime, f.etag, sha256, summary)
+    def same_file(self, f: LandingFile) -> bool:
+        """Whether ``f`` is this file unchanged (its fingerprint)."""
+        if bool(self.etag) != bool(f.etag):
+            return False
+        return f.fingerprint() == ((self.size, self.etag) if self.etag else (self.size, self.mtime))
 
     def stands_for(self, f: LandingFile) -> bool:
         """Whether ``f`` is this file unchanged, and its summary can stand in for its bytes."""
-        if self.summary.problems or bool(self.etag) != bool(f.etag):
-            return False
-        return f.fingerprint() == ((self.size, self.etag) if self.etag else (self.size, self.mtime))
+        return not self.summary.problems and self.same_file(f)
 
 
 class CQLedger:
@@ -63,9 +67,11 @@ class CQLedger:
                 else int(r.first_commit_offset)
             last = None if r.last_commit_offset != r.last_commit_offset or r.last_commit_offset is None \
                 else int(r.last_commit_offset)
+            digest = r.records_digest if isinstance(r.records_digest, str) else None
             out.setdefault((r.cluster, r.broker), {})[r.rel] = Entry(
                 int(r.size), float(r.mtime), r.etag or "", r.sha256,
-                CQSummary(int(r.entries), bool(r.full), first, last, bool(r.problems)))
+                CQSummary(int(r.entries), bool(r.full), first, last, bool(r.problems)), digest,
+                tuple((int(p), str(w)) for p, w in json.loads(r.dangling)) if digest is not None else ())
         return cls(out)
 
     def of(self, cluster: str, broker: str) -> dict[str, Entry]:
@@ -80,7 +86,9 @@ class CQLedger:
         return [{"cluster": c, "broker": b, "rel": rel, "size": e.size, "mtime": e.mtime, "etag": e.etag,
                  "sha256": e.sha256, "entries": e.summary.entries, "full": e.summary.full,
                  "first_commit_offset": e.summary.first_commit_offset,
-                 "last_commit_offset": e.summary.last_commit_offset, "problems": e.summary.problems}
+                 "last_commit_offset": e.summary.last_commit_offset, "problems": e.summary.problems,
+                 "records_digest": e.records_digest,
+                 "dangling": None if e.records_digest is None else json.dumps([list(d) for d in e.dangling])}
                 for (c, b), files in sorted(self._entries.items()) if keys is None or (c, b) in keys
                 for rel, e in sorted(files.items())]
 

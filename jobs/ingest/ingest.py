@@ -247,18 +247,20 @@ def extract_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, now:
     return entries, reads
 
 
-def _needs_bytes(e: "cq_ledger.Entry", oldest: int | None, cl_end: int | None,
-                 rng: tuple[int, int] | None) -> bool:
-    """Whether an unchanged file must still be read: its commit offsets reach the commitlog's end (entries the
-    broker would truncate), straddle the oldest segment's start (Min is inside it), or meet the byte range whose
-    records the snapshot checks entries against (dangling entries)."""
+def _stands_in(e: "cq_ledger.Entry", oldest: int | None, cl_end: int | None, known: "_SnapshotRecords") -> bool:
+    """Whether an unchanged file's ledger entry gives what reading it would: not when its commit offsets reach the
+    commitlog's end (entries the broker would truncate) or straddle the oldest segment's start (Min is inside it),
+    nor when they meet the range of records the snapshot checks entries against, unless all of them are inside it
+    and the records they span are those the entry's dangling entries were found against."""
     s = e.summary
     if not s.entries:
-        return False
+        return True
     first, last = s.first_commit_offset or 0, s.last_commit_offset or 0
-    return ((cl_end is not None and last >= cl_end)
-            or (oldest is not None and first < oldest <= last)
-            or (rng is not None and last >= rng[0] and first < rng[1]))
+    if (cl_end is not None and last >= cl_end) or (oldest is not None and first < oldest <= last):
+        return False
+    if not known.meets(first, last):
+        return True
+    return e.records_digest is not None and known.covers(first, last) and known.digest(first, last) == e.records_digest
 
 
 def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], out: Extracted, now: dt.datetime,
@@ -269,7 +271,7 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
 
     base = {"cluster": snap.cluster, "broker": snap.broker, "snapshot_ts": snap.ts}
     stand_in = {f.rel: prior[f.rel] for f in fs if f.rel in prior and prior[f.rel].stands_for(f)
-                and not _needs_bytes(prior[f.rel], oldest, cl_end, known.rng)}
+                and _stands_in(prior[f.rel], oldest, cl_end, known)}
     try:
         raw = {f.rel: storage.read_bytes(f.uri) or b"" for f in fs if f.rel not in stand_in}
     except OSError as exc:
@@ -279,7 +281,9 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
         return {}, CQReads()
     entries: dict[str, cq_ledger.Entry] = {}
     parts: list[consumequeue.QueueFile] = []
-    decoded: list[tuple[LandingFile, consumequeue.CQDecode | None]] = []
+    # per file: its decoded entries as the bounds see them and those that dangle (None: not read), or, not read, the
+    # dangling entries its ledger entry holds (if the file is not zero-filled here and meets the checked range)
+    checks: list[tuple[LandingFile, consumequeue.CQDecode | None, Iterable[tuple[int, str]]]] = []
     ended = False
     for f in fs:
         start = f.start or 0
@@ -290,19 +294,21 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
             parts.append(consumequeue.QueueFile(start // 20, 0, f.size // 20 == 0) if ended else
                          consumequeue.QueueFile(start // 20, s.entries, s.full, None, s.first_commit_offset,
                                                 s.last_commit_offset))
-            decoded.append((f, None))
+            meets = s.entries and known.meets(s.first_commit_offset or 0, s.last_commit_offset or 0)
+            checks.append((f, None, e.dangling if meets and not ended else ()))
             out.add(files.NAME, {**base, "source_path": f.path, "file_kind": "consumequeue", "size": f.size,
                                  "sha256": e.sha256, "content": None, "used_backup": None,
                                  "read_from": 0, "read_to": f.size, "ingested_at": now})
             continue
         data = raw[f.rel]
         used = data  # what the bounds see; bronze/files records the file as it is
+        whole = not ended
         if ended:
             used = bytes(len(data))
         elif cl_end is not None:
             used, at = consumequeue.truncate_dirty(data, start, cl_end)
             if at is not None:
-                ended = True
+                ended, whole = True, False
                 pointed = int.from_bytes(data[at:at + 8], "big", signed=True)
                 out.problem(snap.cluster, snap.broker, snap.ts, Problem(
                     f.path, at, f"entry {(start + at) // 20} points at commitlog offset {pointed}, past "
@@ -312,23 +318,37 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
         summary = consumequeue.summarize(data)
         if len(data) != f.size:  # it changed since the listing: its fingerprint does not name these bytes
             summary = dataclasses.replace(summary, problems=True)
-        entries[f.rel] = cq_ledger.Entry(f.size, f.mtime, f.etag, sha, summary)
         cq = consumequeue.decode_cq(used, file_start_byte=start)
+        dangling = known.dangling(snap.cluster, snap.broker, cq)
+        before = prior.get(f.rel)
+        entries[f.rel] = _entry(f, sha, summary, dangling if whole else None, known,
+                                before if before is not None and before.same_file(f) else None)
         parts.append(consumequeue.QueueFile.of(cq, len(used)))
-        decoded.append((f, cq))
+        checks.append((f, cq, dangling))
         out.add(files.NAME, {**base, "source_path": f.path, "file_kind": "consumequeue", "size": len(data),
                              "sha256": sha, "content": None, "used_backup": None,
                              "read_from": 0, "read_to": len(data), "ingested_at": now})
     mn, mx = consumequeue.bounds(parts, oldest)
     out.add(queue_bounds.NAME, {**base, "topic": topic, "queue_id": qid, "min_offset": mn, "max_offset": mx})
-    for f, cq in decoded:
-        if cq is None:  # a file not read: no size problem (the ledger says so), no entry in the checked range
-            continue
-        for p in cq.problems:
+    for f, cq, dangling in checks:
+        for p in cq.problems if cq is not None else ():  # a file not read has none (its ledger entry says so)
             out.problem(snap.cluster, snap.broker, snap.ts, Problem(f.path, p.position, p.reason))
-        for pos, reason in known.dangling(snap.cluster, snap.broker, cq):
+        for pos, reason in dangling:
             out.problem(snap.cluster, snap.broker, snap.ts, Problem(f.path, pos, reason))
     return entries, CQReads(len(raw), len(stand_in))
+
+
+def _entry(f: LandingFile, sha: str, summary: Any, dangling: list[tuple[int, str]] | None,
+           known: "_SnapshotRecords", before: "cq_ledger.Entry | None") -> "cq_ledger.Entry":
+    """The ledger entry of a file just read. Its dangling entries are kept when every entry was checked (``dangling``
+    of the file as it is, all inside the decoded range), with a digest of the records they were checked against;
+    else those of its unchanged earlier copy, still tied to their own records."""
+    first, last = summary.first_commit_offset, summary.last_commit_offset
+    if dangling is not None and not summary.problems and summary.entries and known.covers(first, last):
+        return cq_ledger.Entry(f.size, f.mtime, f.etag, sha, summary, known.digest(first, last), tuple(dangling))
+    if before is not None:
+        return cq_ledger.Entry(f.size, f.mtime, f.etag, sha, summary, before.records_digest, before.dangling)
+    return cq_ledger.Entry(f.size, f.mtime, f.etag, sha, summary)
 
 
 class KnownRecords:
@@ -399,6 +419,24 @@ class _SnapshotRecords:
         if self.rng is None:
             return []
         return consumequeue.dangling_entries(cq, self.offsets, self.sizes, self.rng)
+
+    def covers(self, first: int, last: int) -> bool:
+        """Whether every commit offset in ``[first, last]`` is checked (inside the decoded range)."""
+        return self.rng is not None and self.rng[0] <= first and last < self.rng[1]
+
+    def meets(self, first: int, last: int) -> bool:
+        """Whether some commit offset in ``[first, last]`` is checked."""
+        return self.rng is not None and last >= self.rng[0] and first < self.rng[1]
+
+    def digest(self, first: int, last: int) -> str:
+        """A digest of the records that decide whether entries pointing into ``[first, last]`` dangle: the one
+        starting at or before ``first`` and those starting up to ``last`` (consumequeue.dangling_entries)."""
+        lo = max(int(np.searchsorted(self.offsets, first, side="right")) - 1, 0)
+        hi = int(np.searchsorted(self.offsets, last, side="right"))
+        h = hashlib.blake2b(digest_size=16)
+        h.update(np.ascontiguousarray(self.offsets[lo:hi]).tobytes())
+        h.update(np.ascontiguousarray(self.sizes[lo:hi]).tobytes())
+        return f"{hi - lo}:{h.hexdigest()}"
 
 
 def extract_all_queue_bounds(snaps: list[Snapshot], landing_root: str, lake: str, staged: "Decoded", out: Extracted,
