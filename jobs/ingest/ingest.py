@@ -263,6 +263,28 @@ def _stands_in(e: "cq_ledger.Entry", oldest: int | None, cl_end: int | None, kno
     return e.records_digest is not None and known.covers(first, last) and known.digest(first, last) == e.records_digest
 
 
+def _tail_agrees(f: LandingFile, e: "cq_ledger.Entry") -> bool:
+    """Whether a file that is not full still ends where its entry says (its last valid entry, then an invalid one):
+    40 bytes read. The broker only appends to a queue's last file, which is preallocated at its full size, so a sync
+    job that sets the times of the files it copies (instead of keeping them) would give a grown file the
+    fingerprint of its earlier copy. An ETag names the bytes: nothing to check then; a full file takes no more."""
+    s = e.summary
+    if f.etag or s.full:
+        return True
+    unit = 20  # bytes of a consume queue entry
+    try:
+        tail = storage.read_bytes(f.uri, max(s.entries - 1, 0) * unit, (s.entries + 1) * unit) or b""
+    except OSError:
+        return False  # read as a whole: the error is quarantined there
+    if s.entries:
+        if len(tail) < unit or int.from_bytes(tail[:8], "big", signed=True) != s.last_commit_offset:
+            return False
+        tail = tail[unit:]
+    if len(tail) < unit:
+        return False
+    return int.from_bytes(tail[:8], "big", signed=True) < 0 or int.from_bytes(tail[8:12], "big", signed=True) <= 0
+
+
 def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], out: Extracted, now: dt.datetime,
                   known: "_SnapshotRecords", prior: dict[str, "cq_ledger.Entry"], oldest: int | None,
                   cl_end: int | None) -> tuple[dict[str, "cq_ledger.Entry"], CQReads]:
@@ -271,7 +293,7 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
 
     base = {"cluster": snap.cluster, "broker": snap.broker, "snapshot_ts": snap.ts}
     stand_in = {f.rel: prior[f.rel] for f in fs if f.rel in prior and prior[f.rel].stands_for(f)
-                and _stands_in(prior[f.rel], oldest, cl_end, known)}
+                and _stands_in(prior[f.rel], oldest, cl_end, known) and _tail_agrees(f, prior[f.rel])}
     try:
         raw = {f.rel: storage.read_bytes(f.uri) or b"" for f in fs if f.rel not in stand_in}
     except OSError as exc:

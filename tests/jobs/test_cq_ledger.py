@@ -166,3 +166,28 @@ def test_a_file_changed_in_place_with_its_size_is_read_again(tmp_path: pathlib.P
     # Run 2 reads queue 1's changed file, the one past the commitlog's end, and the 3 after it (zero-filled in
     # run 1, so never checked against records); queue 0's 5 files are not read.
     assert _reads(said) == [(10, 0), (5, 5)]
+
+
+def test_a_grown_last_file_is_read_though_its_size_and_mtime_are_kept(tmp_path: pathlib.Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sync job that sets the times of what it copies could give a queue's grown last file (preallocated: same
+    size) the fingerprint of its earlier copy. Such a file does not end where its ledger entry says (40 bytes are
+    read to check), so it is read: its new digest, and Max counts the entry the broker appended."""
+    landing, lake = tmp_path / "landing", tmp_path / "lake"
+    first = snapshot(landing, 0, 96, 0, None)  # queue 0: 48 entries, its last file holds 8 of 10
+    said: list[str] = []
+    _ingest(landing, lake, said, monkeypatch, True)
+    second = landing / "cluster=c" / "broker=b" / "snapshot_ts=20260105T010000Z"
+    shutil.copytree(first, second, copy_function=shutil.copy2)
+    rel = "store/consumequeue/T/0/00000000000000000800"
+    grown = bytearray((second / rel).read_bytes())
+    grown[160:180] = grown[140:160]  # entry 48 appended (a copy of entry 47: the size check quarantines nothing new)
+    (second / rel).write_bytes(bytes(grown))
+    os.utime(second / rel, (MTIME0, MTIME0))  # the fingerprint of the earlier copy
+    _ingest(landing, lake, said, monkeypatch, True)
+    got = _delta.read_pandas(str(lake), files.TABLE)
+    assert got[got.source_path.str.endswith(f"010000Z/{rel}")]["sha256"].tolist() == [
+        hashlib.sha256(bytes(grown)).hexdigest()]
+    qb = _delta.read_pandas(str(lake), queue_bounds.TABLE)
+    assert sorted(qb[qb.queue_id == 0][["min_offset", "max_offset"]].values.tolist()) == [[0, 48], [0, 49]]
+    assert _reads(said) == [(10, 0), (5, 5)]
