@@ -205,12 +205,14 @@ class CQReads:
 
 def extract_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, now: dt.datetime,
                          known: "_SnapshotRecords", prior: dict[str, "cq_ledger.Entry"] | None = None,
-                         pool: Any = None) -> tuple[dict[str, "cq_ledger.Entry"], CQReads]:
+                         pool: Any = None, read_all: bool = False) -> tuple[dict[str, "cq_ledger.Entry"], CQReads]:
     """Min and Max of every consume queue of the snapshot (spec §4), and CQ entries that point at nothing.
 
     ``prior``: the CQ file ledger's entries of the broker (jobs.ingest.cq_ledger); a file it holds unchanged is not
     read unless its commit offsets straddle what the snapshot checks (:func:`_needs_bytes`): the rows and problems
     are those of reading every file. ``pool``: an executor the queues are worked side by side in (in queue order).
+    ``read_all``: every file is read (``--retake``); ``prior`` still gives the dangling entries an unchanged file's
+    entry holds when this snapshot cannot check all of them, so the entries written equal those of a run without it.
 
     Returns:
         The ledger entries of the snapshot's files (those of queues that could be read) and how many were read.
@@ -232,7 +234,7 @@ def extract_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, now:
         (topic, qid), fs = item
         mine = Extracted()
         entries, reads = _queue_bounds(snap, topic, qid, sorted(fs, key=lambda f: f.start or 0), mine, now, known,
-                                       prior, oldest, cl_end)
+                                       prior, oldest, cl_end, read_all)
         return mine, entries, reads
 
     entries: dict[str, Any] = {}
@@ -287,12 +289,12 @@ def _tail_agrees(f: LandingFile, e: "cq_ledger.Entry") -> bool:
 
 def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], out: Extracted, now: dt.datetime,
                   known: "_SnapshotRecords", prior: dict[str, "cq_ledger.Entry"], oldest: int | None,
-                  cl_end: int | None) -> tuple[dict[str, "cq_ledger.Entry"], CQReads]:
+                  cl_end: int | None, read_all: bool = False) -> tuple[dict[str, "cq_ledger.Entry"], CQReads]:
     """One queue of :func:`extract_queue_bounds`: its files rows, bounds row and problems; its files' entries."""
     from jobs.formats import consumequeue
 
     base = {"cluster": snap.cluster, "broker": snap.broker, "snapshot_ts": snap.ts}
-    stand_in = {f.rel: prior[f.rel] for f in fs if f.rel in prior and prior[f.rel].stands_for(f)
+    stand_in = {f.rel: prior[f.rel] for f in fs if not read_all and f.rel in prior and prior[f.rel].stands_for(f)
                 and _stands_in(prior[f.rel], oldest, cl_end, known) and _tail_agrees(f, prior[f.rel])}
     try:
         raw = {f.rel: storage.read_bytes(f.uri) or b"" for f in fs if f.rel not in stand_in}
@@ -462,9 +464,11 @@ class _SnapshotRecords:
 
 
 def extract_all_queue_bounds(snaps: list[Snapshot], landing_root: str, lake: str, staged: "Decoded", out: Extracted,
-                             now: dt.datetime, ledger: "cq_ledger.CQLedger | None" = None) -> CQReads:
+                             now: dt.datetime, ledger: "cq_ledger.CQLedger | None" = None,
+                             read_all: bool = False) -> CQReads:
     """:func:`extract_queue_bounds` of every broker snapshot, a broker's in time order: each passes its files' CQ
-    ledger entries on to the next (``ledger`` is updated in place; None: every file is read). A snapshot's queues
+    ledger entries on to the next (``ledger`` is updated in place; None or ``read_all``: every file is read, as
+    :func:`extract_queue_bounds` says). A snapshot's queues
     are worked side by side on the driver's cores (reads, digests and searches release the GIL), their rows and
     problems added in queue order."""
     from concurrent.futures import ThreadPoolExecutor
@@ -480,7 +484,7 @@ def extract_all_queue_bounds(snaps: list[Snapshot], landing_root: str, lake: str
             known = KnownRecords.load(lake, staged, cluster, broker)
             for snap in sorted(group, key=lambda s: s.ts):
                 entries, n = extract_queue_bounds(snap, landing_root, out, now, known.as_of(snap.ts),
-                                                  ledger.of(cluster, broker), pool)
+                                                  ledger.of(cluster, broker), pool, read_all)
                 if snap.of_kind("consumequeue"):
                     ledger.replace(cluster, broker, entries)
                 reads.add(n)
@@ -1015,8 +1019,8 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
         staged = decode_commitlogs(spark, lake, snaps, state, ex, now, seen_paths)
         say(f"ingest: decoded {staged.messages} records and {staged.trace} trace records in "
             f"{_since(t_decode)}")
-        cqs = cq_ledger.CQLedger() if retake else cq_ledger.CQLedger.load(lake)  # --retake reads every file
-        reads = extract_all_queue_bounds(snaps, landing_uri, lake, staged, ex, now, cqs)
+        cqs = cq_ledger.CQLedger.load(lake)
+        reads = extract_all_queue_bounds(snaps, landing_uri, lake, staged, ex, now, cqs, read_all=retake)
         say(f"ingest: queue bounds of {len(snaps)} snapshot(s) ({reads.read} consume queue file(s) read, "
             f"{reads.skipped} unchanged not read; {_since(t_decode)} since the decode began)")
         n_messages = load_decoded(spark, lake, staged)

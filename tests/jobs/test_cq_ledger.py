@@ -139,6 +139,14 @@ def test_unchanged_files_are_not_read_and_the_lake_is_what_reading_every_file_gi
     # was checked against other records; snapshot 3 then takes more from snapshot 2's entries.
     assert _reads(said["with"]) == [(24, 6), (34, 20)]
     assert _reads(said["without"]) == [(30, 0), (54, 0)]
+    # --retake reads every CQ file of the four snapshots again (84) and leaves the ledger as it was; the quarantine
+    # gains queue 0's two bad entries in snapshots 2 and 3 (one run now decodes the records they point at before
+    # those snapshots, as it does without the ledger)
+    again: list[str] = []
+    retaken = ingest.run(str(landing), str(tmp_path / "with"), now=NOW, progress=again.append, retake=True)
+    assert _reads(again) == [(84, 0)]
+    assert {k: v for k, v in retaken["changed_rows"].items() if v or k == "bronze/cq_files"} == {
+        "bronze/cq_files": 0, "bronze/quarantine": 4}
 
 
 def test_a_file_changed_in_place_with_its_size_is_read_again(tmp_path: pathlib.Path,
