@@ -18,7 +18,8 @@ commitlog work units; the engine's tasks decode them (jobs.ingest.decode_tasks, 
 the executors on a cluster) into a staging folder below the lake; the loads are set operations on that output, one
 commit per table per run. Only problems, segment progress and bronze/files rows come back to the driver, so its
 memory does not grow with the data. Consume queues (queue bounds, entries that point at no record) are still read
-by the driver, but only the files that changed since the broker's previous snapshot (jobs.ingest.cq_ledger). :func:`run` is the only function that sees both the session and the table locations.
+by the driver, but only the files that changed since the broker's previous snapshot (jobs.ingest.cq_ledger).
+:func:`run` is the only function that sees both the session and the table locations.
 """
 from __future__ import annotations
 
@@ -209,7 +210,7 @@ def extract_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, now:
     """Min and Max of every consume queue of the snapshot (spec §4), and CQ entries that point at nothing.
 
     ``prior``: the CQ file ledger's entries of the broker (jobs.ingest.cq_ledger); a file it holds unchanged is not
-    read unless its commit offsets straddle what the snapshot checks (:func:`_needs_bytes`): the rows and problems
+    read unless its commit offsets straddle what the snapshot checks (:func:`_stands_in`): the rows and problems
     are those of reading every file. ``pool``: an executor the queues are worked side by side in (in queue order).
     ``read_all``: every file is read (``--retake``); ``prior`` still gives the dangling entries an unchanged file's
     entry holds when this snapshot cannot check all of them, so the entries written equal those of a run without it.

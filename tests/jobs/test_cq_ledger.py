@@ -128,15 +128,16 @@ def test_unchanged_files_are_not_read_and_the_lake_is_what_reading_every_file_gi
         _ingest(landing, tmp_path / name, said[name], monkeypatch, on)
     with_ledger, without = rows(str(tmp_path / "with")), rows(str(tmp_path / "without"))
     assert with_ledger == without
-    # 4 snapshots' CQ files (24, 24, 24 + 29: queues 0 and 1 grow, queue 2 has 2 files); 3 queues a snapshot; the
+    # files: the 4 snapshots' 12, 18, 24 and 30 CQ files and 17 commitlog segment rows; 3 queues a snapshot; the
     # quarantine: per snapshot the entry past the commitlog and the 23-byte file, and in the first run's two the
     # entry into a record and the wrong size (the second run checks the records it decoded, after them); the ledger:
     # the newest snapshot's 30 files
     assert {k: len(v) for k, v in with_ledger.items()} == {
         "bronze/files": 101, "silver/queue_bounds": 12, "bronze/quarantine": 12, "bronze/cq_files": 30}
     # (files read, not read) per run. Run 1: snapshot 1 does not read again the 6 files snapshot 0 read and checked
-    # whole (queue 0's 5, queue 1's first; the rest of queue 1 ends at its entry 12). Run 2: snapshot 2 reads what changed, what straddles the oldest segment and what
-    # was checked against other records; snapshot 3 then takes more from snapshot 2's entries.
+    # whole (queue 0's 5, queue 1's first; the rest of queue 1 ends at its entry 12). Run 2: snapshot 2 reads what
+    # changed, what straddles the oldest segment and what was checked against other records; snapshot 3 then takes
+    # more from snapshot 2's entries.
     assert _reads(said["with"]) == [(24, 6), (34, 20)]
     assert _reads(said["without"]) == [(30, 0), (54, 0)]
     # --retake reads every CQ file of the four snapshots again (84) and leaves the ledger as it was; the quarantine
