@@ -73,10 +73,10 @@ class CQSummary:
     problems: bool
 
 
-def summarize(data: bytes) -> CQSummary:
-    """The :class:`CQSummary` of one file's bytes."""
-    d = decode_cq(data, file_start_byte=0)
-    ordered = d.count < 2 or bool((np.diff(d.commit_offset) >= 0).all())
+def summarize(data: bytes, decoded: CQDecode | None = None) -> CQSummary:
+    """The :class:`CQSummary` of one file's bytes (``decoded``: their :func:`decode_cq`, when already at hand)."""
+    d = decoded if decoded is not None else decode_cq(data, file_start_byte=0)
+    ordered = d.count < 2 or bool((d.commit_offset[1:] >= d.commit_offset[:-1]).all())
     return CQSummary(d.count, d.count == len(data) // CQ_STORE_UNIT_SIZE,
                      int(d.commit_offset[0]) if d.count else None, int(d.commit_offset[-1]) if d.count else None,
                      bool(d.problems) or not ordered)

@@ -340,10 +340,10 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
                     f"the end of the commitlog ({cl_end}): the queue ends before it (as the broker's "
                     "truncateDirtyLogicFiles does)"))
         sha = _sha(data)
-        summary = consumequeue.summarize(data)
+        cq = consumequeue.decode_cq(used, file_start_byte=start)
+        summary = consumequeue.summarize(data, cq if used is data else None)
         if len(data) != f.size:  # it changed since the listing: its fingerprint does not name these bytes
             summary = dataclasses.replace(summary, problems=True)
-        cq = consumequeue.decode_cq(used, file_start_byte=start)
         dangling = known.dangling(snap.cluster, snap.broker, cq)
         before = prior.get(f.rel)
         entries[f.rel] = _entry(f, sha, summary, dangling if whole else None, known,
