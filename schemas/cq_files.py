@@ -32,8 +32,9 @@ SCHEMA = StructType(
         StructField("first_commit_offset", LongType(), True),  # null when there are no valid entries
         StructField("last_commit_offset", LongType(), True),
         StructField("problems", BooleanType(), True),
-        # The entries that point at no record (dangling) as the snapshot that read the file found them, with a
-        # digest of the records its commit offsets span then; null when not checked over all its entries.
+        # The entries that point at no record (dangling) as the snapshot that read the file found them, with what
+        # named the records its commit offsets spanned then (their number, first and last offset); null when not
+        # checked over all its entries.
         StructField("records_digest", StringType(), True),
         StructField("dangling", StringType(), True),  # JSON [[byte position, reason], ...]
     ]
