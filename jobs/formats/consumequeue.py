@@ -60,6 +60,80 @@ def decode_cq(data: bytes | memoryview | np.ndarray, *, file_start_byte: int, so
                     file_start_byte // CQ_STORE_UNIT_SIZE, file_start_byte, problems)
 
 
+@dataclass(frozen=True)
+class CQSummary:
+    """What the queue bounds and the quarantine need of one file's valid entries, without its bytes (the CQ file
+    ledger, schemas/cq_files). ``problems``: the size is not a multiple of 20 or the commit offsets are out of order
+    (the summary cannot stand in for the entries then)."""
+
+    entries: int
+    full: bool
+    first_commit_offset: int | None
+    last_commit_offset: int | None
+    problems: bool
+
+
+def summarize(data: bytes, decoded: CQDecode | None = None) -> CQSummary:
+    """The :class:`CQSummary` of one file's bytes (``decoded``: their :func:`decode_cq`, when already at hand)."""
+    d = decoded if decoded is not None else decode_cq(data, file_start_byte=0)
+    ordered = d.count < 2 or bool((d.commit_offset[1:] >= d.commit_offset[:-1]).all())
+    return CQSummary(d.count, d.count == len(data) // CQ_STORE_UNIT_SIZE,
+                     int(d.commit_offset[0]) if d.count else None, int(d.commit_offset[-1]) if d.count else None,
+                     bool(d.problems) or not ordered)
+
+
+@dataclass(frozen=True)
+class QueueFile:
+    """One file of a queue as the bounds see it: its decoded entries, or (a file not read) its summary's numbers."""
+
+    first_index: int
+    count: int
+    full: bool  # count == the file's capacity: the queue goes on in the next file
+    commit_offsets: np.ndarray | None = None  # None: not read; first/last stand in
+    first_commit_offset: int | None = None
+    last_commit_offset: int | None = None
+
+    @classmethod
+    def of(cls, d: CQDecode, size: int) -> "QueueFile":
+        return cls(d.first_index, d.count, d.count >= size // CQ_STORE_UNIT_SIZE, d.commit_offset)
+
+    def position(self, commit_offset: int) -> int:
+        """Index in the file of the first entry whose commit offset is >= ``commit_offset`` (``count`` if none)."""
+        if self.commit_offsets is not None:
+            return int(np.searchsorted(self.commit_offsets, commit_offset, side="left"))
+        if not self.count or commit_offset <= (self.first_commit_offset or 0):
+            return 0
+        if commit_offset > (self.last_commit_offset or 0):
+            return self.count
+        raise ValueError(f"commit offset {commit_offset} falls inside a file that was not read: read it")
+
+    def needs_entries(self, commit_offset: int) -> bool:
+        """Whether :meth:`position` needs the entries (the offset falls inside the file's commit offsets)."""
+        return bool(self.count) and (self.first_commit_offset or 0) < commit_offset <= (self.last_commit_offset or 0)
+
+
+def bounds(files: Sequence[QueueFile], oldest_commitlog_start: int | None) -> tuple[int, int]:
+    """(Min, Max) of one queue from its files in start order; see :func:`queue_bounds`."""
+    if not files:
+        return 0, 0
+    # Entries end at the first invalid one: a file that is not full ends the queue.
+    used: list[QueueFile] = []
+    for f in files:
+        used.append(f)
+        if not f.full:
+            break
+    max_offset = used[-1].first_index + used[-1].count
+    for f in used:
+        if not f.count:
+            continue
+        if oldest_commitlog_start is None:
+            return f.first_index, max_offset
+        k = f.position(oldest_commitlog_start)
+        if k < f.count:
+            return f.first_index + k, max_offset
+    return max_offset, max_offset
+
+
 def queue_bounds(files: Sequence[tuple[int, bytes]], oldest_commitlog_start: int | None) -> tuple[int, int]:
     """(Min, Max) of one queue from its files (start byte, bytes), spec §4 and docs/semantics.md rule 6.
 
@@ -67,25 +141,8 @@ def queue_bounds(files: Sequence[tuple[int, bytes]], oldest_commitlog_start: int
     >= the start of the oldest commitlog segment, or the first valid entry without commitlog segments.
     A queue whose entries all point below the oldest segment is empty: Min = Max.
     """
-    decoded = [decode_cq(data, file_start_byte=start) for start, data in sorted(files)]
-    if not decoded:
-        return 0, 0
-    # Entries end at the first invalid one: a file that is not full ends the queue.
-    used: list[CQDecode] = []
-    for d, (_start, data) in zip(decoded, sorted(files)):
-        used.append(d)
-        if d.count < len(data) // CQ_STORE_UNIT_SIZE:
-            break
-    max_offset = used[-1].end_index
-    for d in used:
-        if not d.count:
-            continue
-        if oldest_commitlog_start is None:
-            return d.first_index, max_offset
-        k = int(np.searchsorted(d.commit_offset, oldest_commitlog_start, side="left"))
-        if k < d.count:
-            return d.first_index + k, max_offset
-    return max_offset, max_offset
+    return bounds([QueueFile.of(decode_cq(data, file_start_byte=start), len(data)) for start, data in sorted(files)],
+                  oldest_commitlog_start)
 
 
 def read_queue_files(directory: str) -> list[tuple[int, bytes]]:

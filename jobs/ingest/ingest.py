@@ -1,8 +1,8 @@
 """Ingest job: landing zone (spec §3) -> bronze and silver Delta tables (spec §8).
 
 Reads: every snapshot folder under ``--landing`` (local path or ``s3://``).
-Writes: bronze/files, bronze/quarantine, bronze/segments, bronze/trace_records, silver/consumer_offsets,
-silver/subscription_groups, silver/topic_configs, silver/delay_offsets, silver/queue_bounds,
+Writes: bronze/files, bronze/quarantine, bronze/segments, bronze/trace_records, bronze/cq_files,
+silver/consumer_offsets, silver/subscription_groups, silver/topic_configs, silver/delay_offsets, silver/queue_bounds,
 silver/messages, silver/deliveries, and last bronze/ingest_runs (the ledger row that marks the run complete).
 
 Incremental and idempotent: config rows are MERGEd on their keys; a commitlog segment already decoded to
@@ -18,10 +18,12 @@ commitlog work units; the engine's tasks decode them (jobs.ingest.decode_tasks, 
 the executors on a cluster) into a staging folder below the lake; the loads are set operations on that output, one
 commit per table per run. Only problems, segment progress and bronze/files rows come back to the driver, so its
 memory does not grow with the data. Consume queues (queue bounds, entries that point at no record) are still read
-by the driver. :func:`run` is the only function that sees both the session and the table locations.
+by the driver, but only the files that changed since the broker's previous snapshot (jobs.ingest.cq_ledger).
+:func:`run` is the only function that sees both the session and the table locations.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import logging
@@ -35,12 +37,13 @@ import numpy as np
 import pyarrow as pa
 
 from jobs.formats import configs
-from jobs.ingest import landing
+from jobs.ingest import cq_ledger, landing
 from jobs.lake import _delta, _spark, storage
 from jobs.ingest.landing import LandingFile, Snapshot
 from jobs.problems import Problem, UsageError
 from schemas import (
     consumer_offsets,
+    cq_files,
     delay_offsets,
     deliveries,
     files,
@@ -190,58 +193,188 @@ def extract_configs(snap: Snapshot, landing_root: str, out: Extracted, now: dt.d
                                  "used_backup": None, "read_from": 0, "read_to": len(data), "ingested_at": now})
 
 
+@dataclass
+class CQReads:
+    """Consume queue files read and not read (their ledger entry stood in), for the progress line."""
+
+    read: int = 0
+    skipped: int = 0
+
+    def add(self, other: "CQReads") -> None:
+        self.read += other.read
+        self.skipped += other.skipped
+
+
 def extract_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, now: dt.datetime,
-                         known: "_SnapshotRecords") -> None:
-    """Min and Max of every consume queue of the snapshot (spec §4), and CQ entries that point at nothing."""
-    cq_files = snap.of_kind("consumequeue")
-    if not cq_files:
-        return
-    from jobs.formats import consumequeue
+                         known: "_SnapshotRecords", prior: dict[str, "cq_ledger.Entry"] | None = None,
+                         pool: Any = None, read_all: bool = False) -> tuple[dict[str, "cq_ledger.Entry"], CQReads]:
+    """Min and Max of every consume queue of the snapshot (spec §4), and CQ entries that point at nothing.
+
+    ``prior``: the CQ file ledger's entries of the broker (jobs.ingest.cq_ledger); a file it holds unchanged is not
+    read unless its commit offsets straddle what the snapshot checks (:func:`_stands_in`): the rows and problems
+    are those of reading every file. ``pool``: an executor the queues are worked side by side in (in queue order).
+    ``read_all``: every file is read (``--retake``); ``prior`` still gives the dangling entries an unchanged file's
+    entry holds when this snapshot cannot check all of them, so the entries written equal those of a run without it.
+
+    Returns:
+        The ledger entries of the snapshot's files (those of queues that could be read) and how many were read.
+    """
+    queue_files = snap.of_kind("consumequeue")
+    if not queue_files:
+        return {}, CQReads()
 
     commitlogs = snap.of_kind("commitlog")
     oldest = min((f.start for f in commitlogs if f.start is not None), default=None)
     # the end of the commitlog files (preallocated size included): no entry can point past it
     cl_end = max(((f.start or 0) + f.size for f in commitlogs), default=None)
     by_queue: dict[tuple[str, int], list[LandingFile]] = {}
-    for f in cq_files:
+    for f in queue_files:
         by_queue.setdefault((f.topic or "", f.queue_id or 0), []).append(f)
+    prior = prior or {}
+
+    def one(item: tuple[tuple[str, int], list[LandingFile]]) -> tuple[Extracted, dict[str, Any], CQReads]:
+        (topic, qid), fs = item
+        mine = Extracted()
+        entries, reads = _queue_bounds(snap, topic, qid, sorted(fs, key=lambda f: f.start or 0), mine, now, known,
+                                       prior, oldest, cl_end, read_all)
+        return mine, entries, reads
+
+    entries: dict[str, Any] = {}
+    reads = CQReads()
+    items = sorted(by_queue.items())
+    for mine, got, n in (pool.map(one, items) if pool is not None else map(one, items)):
+        for table, rows in mine.rows.items():
+            out.rows.setdefault(table, []).extend(rows)
+        out.problems.extend(mine.problems)
+        entries.update(got)
+        reads.add(n)
+    return entries, reads
+
+
+def _stands_in(e: "cq_ledger.Entry", oldest: int | None, cl_end: int | None, known: "_SnapshotRecords") -> bool:
+    """Whether an unchanged file's ledger entry gives what reading it would: not when its commit offsets reach the
+    commitlog's end (entries the broker would truncate) or straddle the oldest segment's start (Min is inside it),
+    nor when they meet the range of records the snapshot checks entries against, unless all of them are inside it
+    and the records they span are those the entry's dangling entries were found against."""
+    s = e.summary
+    if not s.entries:
+        return True
+    first, last = s.first_commit_offset or 0, s.last_commit_offset or 0
+    if (cl_end is not None and last >= cl_end) or (oldest is not None and first < oldest <= last):
+        return False
+    if not known.meets(first, last):
+        return True
+    return e.records_digest is not None and known.covers(first, last) and known.digest(first, last) == e.records_digest
+
+
+def _tail_agrees(f: LandingFile, e: "cq_ledger.Entry") -> bool:
+    """Whether a file that is not full still ends where its entry says (its last valid entry, then an invalid one):
+    40 bytes read. The broker only appends to a queue's last file, which is preallocated at its full size, so a sync
+    job that sets the times of the files it copies (instead of keeping them) would give a grown file the
+    fingerprint of its earlier copy. An ETag names the bytes: nothing to check then; a full file takes no more."""
+    s = e.summary
+    if f.etag or s.full:
+        return True
+    unit = 20  # bytes of a consume queue entry
+    try:
+        tail = storage.read_bytes(f.uri, max(s.entries - 1, 0) * unit, (s.entries + 1) * unit) or b""
+    except OSError:
+        return False  # read as a whole: the error is quarantined there
+    if s.entries:
+        if len(tail) < unit or int.from_bytes(tail[:8], "big", signed=True) != s.last_commit_offset:
+            return False
+        tail = tail[unit:]
+    if len(tail) < unit:
+        return False
+    return int.from_bytes(tail[:8], "big", signed=True) < 0 or int.from_bytes(tail[8:12], "big", signed=True) <= 0
+
+
+def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], out: Extracted, now: dt.datetime,
+                  known: "_SnapshotRecords", prior: dict[str, "cq_ledger.Entry"], oldest: int | None,
+                  cl_end: int | None, read_all: bool = False) -> tuple[dict[str, "cq_ledger.Entry"], CQReads]:
+    """One queue of :func:`extract_queue_bounds`: its files rows, bounds row and problems; its files' entries."""
+    from jobs.formats import consumequeue
+
     base = {"cluster": snap.cluster, "broker": snap.broker, "snapshot_ts": snap.ts}
-    for (topic, qid), fs in sorted(by_queue.items()):
-        fs = sorted(fs, key=lambda f: f.start or 0)
-        blobs = []
-        try:
-            raw = [storage.read_bytes(f.uri) or b"" for f in fs]
-        except OSError as exc:
-            out.problem(snap.cluster, snap.broker, snap.ts, Problem(
-                fs[0].path, 0, f"a file of queue {topic}/{qid} is unreadable ({configs.unreadable(exc)}): the queue's "
-                f"bounds are not taken from this snapshot; fix it, then run ingest --retake"))
+    stand_in = {f.rel: prior[f.rel] for f in fs if not read_all and f.rel in prior and prior[f.rel].stands_for(f)
+                and _stands_in(prior[f.rel], oldest, cl_end, known) and _tail_agrees(f, prior[f.rel])}
+    try:
+        raw = {f.rel: storage.read_bytes(f.uri) or b"" for f in fs if f.rel not in stand_in}
+    except OSError as exc:
+        out.problem(snap.cluster, snap.broker, snap.ts, Problem(
+            fs[0].path, 0, f"a file of queue {topic}/{qid} is unreadable ({configs.unreadable(exc)}): the queue's "
+            f"bounds are not taken from this snapshot; fix it, then run ingest --retake"))
+        return {}, CQReads()
+    entries: dict[str, cq_ledger.Entry] = {}
+    parts: list[consumequeue.QueueFile] = []
+    # per file: its decoded entries as the bounds see them and those that dangle (None: not read), or, not read, the
+    # dangling entries its ledger entry holds (if the file is not zero-filled here and meets the checked range)
+    checks: list[tuple[LandingFile, consumequeue.CQDecode | None, Iterable[tuple[int, str]]]] = []
+    ended = False
+    for f in fs:
+        start = f.start or 0
+        if f.rel in stand_in:
+            e = entries[f.rel] = stand_in[f.rel]
+            s = e.summary
+            # an ended queue sees the file zero-filled; else its entries as they are (none reaches cl_end)
+            parts.append(consumequeue.QueueFile(start // 20, 0, f.size // 20 == 0) if ended else
+                         consumequeue.QueueFile(start // 20, s.entries, s.full, None, s.first_commit_offset,
+                                                s.last_commit_offset))
+            meets = s.entries and known.meets(s.first_commit_offset or 0, s.last_commit_offset or 0)
+            checks.append((f, None, e.dangling if meets and not ended else ()))
+            out.add(files.NAME, {**base, "source_path": f.path, "file_kind": "consumequeue", "size": f.size,
+                                 "sha256": e.sha256, "content": None, "used_backup": None,
+                                 "read_from": 0, "read_to": f.size, "ingested_at": now})
             continue
-        ended = False
-        for f, data in zip(fs, raw):
-            used = data  # what the bounds see; bronze/files records the file as it is
-            if ended:
-                used = bytes(len(data))
-            elif cl_end is not None:
-                used, at = consumequeue.truncate_dirty(data, f.start or 0, cl_end)
-                if at is not None:
-                    ended = True
-                    pointed = int.from_bytes(data[at:at + 8], "big", signed=True)
-                    out.problem(snap.cluster, snap.broker, snap.ts, Problem(
-                        f.path, at, f"entry {((f.start or 0) + at) // 20} points at commitlog offset {pointed}, past "
-                        f"the end of the commitlog ({cl_end}): the queue ends before it (as the broker's "
-                        "truncateDirtyLogicFiles does)"))
-            blobs.append((f.start or 0, used))
-            out.add(files.NAME, {**base, "source_path": f.path, "file_kind": "consumequeue", "size": len(data),
-                                 "sha256": _sha(data), "content": None, "used_backup": None,
-                                 "read_from": 0, "read_to": len(data), "ingested_at": now})
-        mn, mx = consumequeue.queue_bounds(blobs, oldest)
-        out.add(queue_bounds.NAME, {**base, "topic": topic, "queue_id": qid, "min_offset": mn, "max_offset": mx})
-        for f, (start, data) in zip(fs, blobs):
-            cq = consumequeue.decode_cq(data, file_start_byte=start)
-            for p in cq.problems if hasattr(cq, "problems") else []:
-                out.problem(snap.cluster, snap.broker, snap.ts, Problem(f.path, p.position, p.reason))
-            for pos, reason in known.dangling(snap.cluster, snap.broker, cq):
-                out.problem(snap.cluster, snap.broker, snap.ts, Problem(f.path, pos, reason))
+        data = raw[f.rel]
+        used = data  # what the bounds see; bronze/files records the file as it is
+        whole = not ended
+        if ended:
+            used = bytes(len(data))
+        elif cl_end is not None:
+            used, at = consumequeue.truncate_dirty(data, start, cl_end)
+            if at is not None:
+                ended, whole = True, False
+                pointed = int.from_bytes(data[at:at + 8], "big", signed=True)
+                out.problem(snap.cluster, snap.broker, snap.ts, Problem(
+                    f.path, at, f"entry {(start + at) // 20} points at commitlog offset {pointed}, past "
+                    f"the end of the commitlog ({cl_end}): the queue ends before it (as the broker's "
+                    "truncateDirtyLogicFiles does)"))
+        sha = _sha(data)
+        cq = consumequeue.decode_cq(used, file_start_byte=start)
+        summary = consumequeue.summarize(data, cq if used is data else None)
+        if len(data) != f.size:  # it changed since the listing: its fingerprint does not name these bytes
+            summary = dataclasses.replace(summary, problems=True)
+        dangling = known.dangling(snap.cluster, snap.broker, cq)
+        before = prior.get(f.rel)
+        entries[f.rel] = _entry(f, sha, summary, dangling if whole else None, known,
+                                before if before is not None and before.same_file(f) else None)
+        parts.append(consumequeue.QueueFile.of(cq, len(used)))
+        checks.append((f, cq, dangling))
+        out.add(files.NAME, {**base, "source_path": f.path, "file_kind": "consumequeue", "size": len(data),
+                             "sha256": sha, "content": None, "used_backup": None,
+                             "read_from": 0, "read_to": len(data), "ingested_at": now})
+    mn, mx = consumequeue.bounds(parts, oldest)
+    out.add(queue_bounds.NAME, {**base, "topic": topic, "queue_id": qid, "min_offset": mn, "max_offset": mx})
+    for f, cq, dangling in checks:
+        for p in cq.problems if cq is not None else ():  # a file not read has none (its ledger entry says so)
+            out.problem(snap.cluster, snap.broker, snap.ts, Problem(f.path, p.position, p.reason))
+        for pos, reason in dangling:
+            out.problem(snap.cluster, snap.broker, snap.ts, Problem(f.path, pos, reason))
+    return entries, CQReads(len(raw), len(stand_in))
+
+
+def _entry(f: LandingFile, sha: str, summary: Any, dangling: list[tuple[int, str]] | None,
+           known: "_SnapshotRecords", before: "cq_ledger.Entry | None") -> "cq_ledger.Entry":
+    """The ledger entry of a file just read. Its dangling entries are kept when every entry was checked (``dangling``
+    of the file as it is, all inside the decoded range), with a digest of the records they were checked against;
+    else those of its unchanged earlier copy, still tied to their own records."""
+    first, last = summary.first_commit_offset, summary.last_commit_offset
+    if dangling is not None and not summary.problems and summary.entries and known.covers(first, last):
+        return cq_ledger.Entry(f.size, f.mtime, f.etag, sha, summary, known.digest(first, last), tuple(dangling))
+    if before is not None:
+        return cq_ledger.Entry(f.size, f.mtime, f.etag, sha, summary, before.records_digest, before.dangling)
+    return cq_ledger.Entry(f.size, f.mtime, f.etag, sha, summary)
 
 
 class KnownRecords:
@@ -313,31 +446,54 @@ class _SnapshotRecords:
             return []
         return consumequeue.dangling_entries(cq, self.offsets, self.sizes, self.rng)
 
+    def covers(self, first: int, last: int) -> bool:
+        """Whether every commit offset in ``[first, last]`` is checked (inside the decoded range)."""
+        return self.rng is not None and self.rng[0] <= first and last < self.rng[1]
+
+    def meets(self, first: int, last: int) -> bool:
+        """Whether some commit offset in ``[first, last]`` is checked."""
+        return self.rng is not None and last >= self.rng[0] and first < self.rng[1]
+
+    def digest(self, first: int, last: int) -> str:
+        """What says the records that decide whether entries pointing into ``[first, last]`` dangle (the one starting
+        at or before ``first`` and those starting up to ``last``, consumequeue.dangling_entries) are still the same:
+        their number and the first and last one's offset. Records are only ever added to the lake and a later
+        snapshot sees more of them, so the same number is the same records (two binary searches, not a hash of
+        the records of every queue of the broker that the span holds)."""
+        lo = max(int(np.searchsorted(self.offsets, first, side="right")) - 1, 0)
+        hi = int(np.searchsorted(self.offsets, last, side="right"))
+        if hi <= lo:
+            return "0"
+        return f"{hi - lo}:{int(self.offsets[lo])}:{int(self.offsets[hi - 1])}"
+
 
 def extract_all_queue_bounds(snaps: list[Snapshot], landing_root: str, lake: str, staged: "Decoded", out: Extracted,
-                             now: dt.datetime) -> None:
-    """:func:`extract_queue_bounds` of every broker snapshot; a broker's snapshots side by side on the driver's cores
-    (reads, digests and searches release the GIL), their rows and problems added in snapshot order."""
+                             now: dt.datetime, ledger: "cq_ledger.CQLedger | None" = None,
+                             read_all: bool = False) -> CQReads:
+    """:func:`extract_queue_bounds` of every broker snapshot, a broker's in time order: each passes its files' CQ
+    ledger entries on to the next (``ledger`` is updated in place; None or ``read_all``: every file is read, as
+    :func:`extract_queue_bounds` says). A snapshot's queues
+    are worked side by side on the driver's cores (reads, digests and searches release the GIL), their rows and
+    problems added in queue order."""
     from concurrent.futures import ThreadPoolExecutor
 
+    ledger = ledger if ledger is not None else cq_ledger.CQLedger()
     by_broker: dict[tuple[str, str], list[Snapshot]] = {}
     for snap in snaps:
         if not snap.is_clients:
             by_broker.setdefault((snap.cluster, snap.broker), []).append(snap)
+    reads = CQReads()
     with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
         for (cluster, broker), group in by_broker.items():
             known = KnownRecords.load(lake, staged, cluster, broker)
-
-            def one(snap: Snapshot, known: KnownRecords = known) -> Extracted:
-                mine = Extracted()
-                extract_queue_bounds(snap, landing_root, mine, now, known.as_of(snap.ts))
-                return mine
-
-            for mine in pool.map(one, group):
-                for table, rows in mine.rows.items():
-                    out.rows.setdefault(table, []).extend(rows)
-                out.problems.extend(mine.problems)
+            for snap in sorted(group, key=lambda s: s.ts):
+                entries, n = extract_queue_bounds(snap, landing_root, out, now, known.as_of(snap.ts),
+                                                  ledger.of(cluster, broker), pool, read_all)
+                if snap.of_kind("consumequeue"):
+                    ledger.replace(cluster, broker, entries)
+                reads.add(n)
             del known
+    return reads
 
 
 def _segment_state_key(cluster: str, broker: str, segment: str) -> tuple[str, str, str]:
@@ -692,7 +848,7 @@ def build_deliveries(spark: Any, lake: str, since: dict[str, int] | None = None)
 
 # Every table ingest writes: the versions the ingest ledger records and a reconcile reads at.
 LEDGER_TABLES = [files.TABLE, quarantine.TABLE, segments.TABLE, snapshots_table.TABLE, trace_records.TABLE,
-                 consumer_offsets.TABLE,
+                 cq_files.TABLE, consumer_offsets.TABLE,
                  subscription_groups.TABLE, topic_configs.TABLE, delay_offsets.TABLE, queue_bounds.TABLE,
                  messages.TABLE, deliveries.TABLE]
 # What silver/deliveries is derived from (deliveries.deliveries: trace records, the original copies of their
@@ -880,8 +1036,10 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
         staged = decode_commitlogs(spark, lake, snaps, state, ex, now, seen_paths)
         say(f"ingest: decoded {staged.messages} records and {staged.trace} trace records in "
             f"{_since(t_decode)}")
-        extract_all_queue_bounds(snaps, landing_uri, lake, staged, ex, now)
-        say(f"ingest: queue bounds of {len(snaps)} snapshot(s) ({_since(t_decode)} since the decode began)")
+        cqs = cq_ledger.CQLedger.load(lake)
+        reads = extract_all_queue_bounds(snaps, landing_uri, lake, staged, ex, now, cqs, read_all=retake)
+        say(f"ingest: queue bounds of {len(snaps)} snapshot(s) ({reads.read} consume queue file(s) read, "
+            f"{reads.skipped} unchanged not read; {_since(t_decode)} since the decode began)")
         n_messages = load_decoded(spark, lake, staged)
         say(f"ingest: silver/messages loaded ({_since(t_decode)} since the decode began)")
         failpoints.hit("ingest.after_snapshot")
@@ -894,6 +1052,7 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
         storage.delete_tree(staged.staging)
         failpoints.hit("ingest.after_trace")
         counts = load_small(spark, lake, ex, now)
+        counts[cq_files.TABLE.qualified] = cq_ledger.save(spark, lake, cqs)
         say(f"ingest: small tables loaded ({_since(t_decode)} since the decode began)")
         failpoints.hit("ingest.after_configs")
         counts[segments.TABLE.qualified] = save_segments_state(spark, lake, state, now)

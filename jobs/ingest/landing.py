@@ -49,6 +49,12 @@ class LandingFile:
     client_id: str | None = None  # clients' offsets.json
     group: str | None = None
     mtime: float = 0.0  # modification time (epoch s): when the sync job last wrote it
+    etag: str = ""  # the S3 listing's ETag ("" for local files)
+
+    def fingerprint(self) -> tuple[int, str] | tuple[int, float]:
+        """What says the file is unchanged from an earlier copy: (size, ETag) when the store gives one (an upload
+        of the same bytes keeps it; its time does not), else (size, mtime) (``rsync``/``cp -p`` keep both)."""
+        return (self.size, self.etag) if self.etag else (self.size, self.mtime)
 
 
 @dataclass
@@ -239,6 +245,6 @@ def discover(landing: str, sealed: Callable[[str], bool] | None = None,
             continue
         c = classify(m["rest"], clients=m["clients"] is not None)
         snap.files.append(LandingFile(uri=info.uri, path=path, rel=m["rest"], size=info.size, mtime=info.mtime,
-                                      **c))  # type: ignore[arg-type]
+                                      etag=info.etag, **c))  # type: ignore[arg-type]
     ordered = sorted(snapshots.values(), key=lambda s: (s.cluster, s.broker, s.ts))
     return ordered, problems, problem_cluster

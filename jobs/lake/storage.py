@@ -62,11 +62,13 @@ _KEYS_HINT = "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY to a key pair of that 
 
 @dataclass(frozen=True)
 class FileInfo:
-    """One file: its URI (same scheme and root as the listing), size in bytes and modification time (epoch s)."""
+    """One file: its URI (same scheme and root as the listing), size in bytes, modification time (epoch s) and, for
+    an S3 object, its ETag ("" for local files): a content fingerprint that a copy of the same bytes keeps."""
 
     uri: str
     size: int
     mtime: float
+    etag: str = ""
 
 
 class StorageError(RuntimeError):
@@ -243,7 +245,8 @@ def list_files(prefix_uri: str) -> list[FileInfo]:
                         continue  # "a/bc" is not below "a/b"
                     if k.endswith("/"):
                         continue  # a "folder" marker, not a file
-                    out.append(FileInfo(f"{scheme}{bucket}/{k}", int(obj["Size"]), obj["LastModified"].timestamp()))
+                    out.append(FileInfo(f"{scheme}{bucket}/{k}", int(obj["Size"]), obj["LastModified"].timestamp(),
+                                        str(obj.get("ETag") or "")))
         except Exception as exc:  # noqa: BLE001 - botocore raises many unrelated types
             raise _error("list", prefix_uri, exc) from exc
         return sorted(out, key=lambda f: f.uri)
@@ -305,7 +308,7 @@ def list_level(prefix_uri: str) -> tuple[list[FileInfo], list[str]]:
             for obj in page.get("Contents", []):
                 if not obj["Key"].endswith("/"):
                     files.append(FileInfo(f"{scheme}{bucket}/{obj['Key']}", int(obj["Size"]),
-                                          obj["LastModified"].timestamp()))
+                                          obj["LastModified"].timestamp(), str(obj.get("ETag") or "")))
             for cp in page.get("CommonPrefixes", []):
                 dirs.append(f"{scheme}{bucket}/{cp['Prefix'].rstrip('/')}")
     except Exception as exc:  # noqa: BLE001 - botocore raises many unrelated types
