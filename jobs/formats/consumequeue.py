@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -92,6 +92,7 @@ class QueueFile:
     commit_offsets: np.ndarray | None = None  # None: not read; first/last stand in
     first_commit_offset: int | None = None
     last_commit_offset: int | None = None
+    found: tuple[int, int] | None = None  # (commit offset, its position): a search made without reading the file
 
     @classmethod
     def of(cls, d: CQDecode, size: int) -> "QueueFile":
@@ -105,11 +106,31 @@ class QueueFile:
             return 0
         if commit_offset > (self.last_commit_offset or 0):
             return self.count
+        if self.found is not None and self.found[0] == commit_offset:
+            return self.found[1]
         raise ValueError(f"commit offset {commit_offset} falls inside a file that was not read: read it")
 
     def needs_entries(self, commit_offset: int) -> bool:
         """Whether :meth:`position` needs the entries (the offset falls inside the file's commit offsets)."""
         return bool(self.count) and (self.first_commit_offset or 0) < commit_offset <= (self.last_commit_offset or 0)
+
+
+def search(read: Callable[[int, int], bytes], count: int, commit_offset: int) -> int:
+    """:meth:`QueueFile.position` in a file of ``count`` valid entries in commit-offset order whose first entry points
+    below ``commit_offset`` and whose last at or past it, by reading 8 bytes an entry (``read(start, end)``: a byte
+    range of the file), about log2(count) of them."""
+    lo, hi = 0, count - 1  # entry lo points below, entry hi at or past
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        at = mid * CQ_STORE_UNIT_SIZE
+        raw = read(at, at + 8)
+        if len(raw) < 8:
+            raise OSError(f"entry {mid}: {len(raw)} of 8 bytes read")
+        if int.from_bytes(raw, "big", signed=True) >= commit_offset:
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def bounds(files: Sequence[QueueFile], oldest_commitlog_start: int | None) -> tuple[int, int]:

@@ -253,7 +253,8 @@ def extract_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, now:
 
 def _stands_in(e: "cq_ledger.Entry", oldest: int | None, cl_end: int | None, known: "_SnapshotRecords") -> bool:
     """Whether an unchanged file's ledger entry gives what reading it would: not when its commit offsets reach the
-    commitlog's end (entries the broker would truncate) or straddle the oldest segment's start (Min is inside it),
+    commitlog's end (entries the broker would truncate) or straddle ``oldest`` (Min is inside it: the caller passes
+    None when it searches the file for Min instead, :func:`jobs.formats.consumequeue.search`),
     nor when they meet the range of records the snapshot checks entries against, unless all of them are inside it
     and the records they span are those the entry's dangling entries were found against."""
     s = e.summary
@@ -296,8 +297,24 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
     from jobs.formats import consumequeue
 
     base = {"cluster": snap.cluster, "broker": snap.broker, "snapshot_ts": snap.ts}
-    stand_in = {f.rel: prior[f.rel] for f in fs if not read_all and f.rel in prior and prior[f.rel].stands_for(f)
-                and _stands_in(prior[f.rel], oldest, cl_end, known) and _tail_agrees(f, prior[f.rel])}
+    stand_in: dict[str, cq_ledger.Entry] = {}
+    found: dict[str, tuple[int, int]] = {}  # Min's position in an unchanged file the oldest segment starts inside
+    for f in fs:
+        e = prior.get(f.rel)
+        if read_all or e is None or not e.stands_for(f):
+            continue
+        s = e.summary
+        inside = oldest is not None and s.entries > 0 and (s.first_commit_offset or 0) < oldest \
+            <= (s.last_commit_offset or 0)
+        if not _stands_in(e, None if inside else oldest, cl_end, known) or not _tail_agrees(f, e):
+            continue
+        if inside:  # every queue's oldest file until the broker deletes it: searched, not read (~13 reads of 8 bytes)
+            try:
+                found[f.rel] = (oldest, consumequeue.search(
+                    lambda a, b, f=f: storage.read_bytes(f.uri, a, b) or b"", s.entries, oldest))
+            except OSError:
+                continue  # read whole below: its error is quarantined there
+        stand_in[f.rel] = e
     try:
         raw = {f.rel: storage.read_bytes(f.uri) or b"" for f in fs if f.rel not in stand_in}
     except OSError as exc:
@@ -319,7 +336,7 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
             # an ended queue sees the file zero-filled; else its entries as they are (none reaches cl_end)
             parts.append(consumequeue.QueueFile(start // 20, 0, f.size // 20 == 0) if ended else
                          consumequeue.QueueFile(start // 20, s.entries, s.full, None, s.first_commit_offset,
-                                                s.last_commit_offset))
+                                                s.last_commit_offset, found.get(f.rel)))
             meets = s.entries and known.meets(s.first_commit_offset or 0, s.last_commit_offset or 0)
             checks.append((f, None, e.dangling if meets and not ended else ()))
             out.add(files.NAME, {**base, "source_path": f.path, "file_kind": "consumequeue", "size": f.size,

@@ -75,3 +75,24 @@ def test_writer_round_trip(tmp_path: pathlib.Path) -> None:
     assert [s for s, _ in files] == [0, 100, 200]
     assert consumequeue.queue_bounds(files, None) == (0, 12)
     assert consumequeue.queue_bounds(files, 1000 + 5 * 50) == (5, 12)
+
+
+def test_search_finds_mins_position_by_ranged_reads_as_the_decoded_entries_do() -> None:
+    # 6000 entries (a 120,000-byte file) with repeated commit offsets: Min is the first entry at or past the oldest
+    # segment's start, whichever value it falls on
+    offsets = np.repeat(np.arange(3000, dtype=np.int64) * 97 + 5, 2)
+    data = b"".join(consumequeue.encode_cq_entry(int(o), 50, 0) for o in offsets)
+    reads: list[tuple[int, int]] = []
+
+    def read(a: int, b: int) -> bytes:
+        reads.append((a, b))
+        return data[a:b]
+
+    for oldest in (6, 102, 103, 97 * 1500 + 5, 97 * 2999 + 5):
+        reads.clear()
+        assert consumequeue.search(read, len(offsets), oldest) == int(np.searchsorted(offsets, oldest, side="left"))
+        assert len(reads) <= 13 and all(b - a == 8 for a, b in reads)
+    f = consumequeue.QueueFile(0, len(offsets), True, None, int(offsets[0]), int(offsets[-1]), (102, 40))
+    assert (f.position(102), f.position(5), f.position(10 ** 9)) == (40, 0, len(offsets))
+    with pytest.raises(ValueError, match="falls inside a file that was not read"):
+        f.position(103)
