@@ -110,9 +110,6 @@ class QueueFile:
             return self.found[1]
         raise ValueError(f"commit offset {commit_offset} falls inside a file that was not read: read it")
 
-    def needs_entries(self, commit_offset: int) -> bool:
-        """Whether :meth:`position` needs the entries (the offset falls inside the file's commit offsets)."""
-        return bool(self.count) and (self.first_commit_offset or 0) < commit_offset <= (self.last_commit_offset or 0)
 
 
 def search(read: Callable[[int, int], bytes], count: int, commit_offset: int) -> int:

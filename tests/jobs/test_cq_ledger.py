@@ -150,6 +150,13 @@ def test_unchanged_files_are_not_read_and_the_lake_is_what_reading_every_file_gi
         "bronze/cq_files": 0, "bronze/quarantine": 4}
 
 
+def _copied(landing: pathlib.Path, first: pathlib.Path, rel: str) -> tuple[pathlib.Path, bytearray]:
+    """Snapshot 1 as a copy of ``first`` (times kept, as ``cp -p``), and the bytes of its file ``rel`` to change."""
+    second = landing / "cluster=c" / "broker=b" / "snapshot_ts=20260105T010000Z"
+    shutil.copytree(first, second, copy_function=shutil.copy2)
+    return second, bytearray((second / rel).read_bytes())
+
+
 def test_a_file_changed_in_place_with_its_size_is_read_again(tmp_path: pathlib.Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """Snapshot 2 holds a CQ file of snapshot 1 rewritten in place: same size, new mtime. It is read (its new digest
@@ -158,10 +165,8 @@ def test_a_file_changed_in_place_with_its_size_is_read_again(tmp_path: pathlib.P
     first = snapshot(landing, 0, 100, 0, None)
     said: list[str] = []
     _ingest(landing, lake, said, monkeypatch, True)
-    second = landing / "cluster=c" / "broker=b" / "snapshot_ts=20260105T010000Z"
-    shutil.copytree(first, second, copy_function=shutil.copy2)
     rel = "store/consumequeue/T/1/00000000000000000000"
-    changed = bytearray((second / rel).read_bytes())
+    second, changed = _copied(landing, first, rel)
     changed[8:12] = (150).to_bytes(4, "big")  # entry 0 says another size: same length, other bytes
     (second / rel).write_bytes(bytes(changed))
     os.utime(second / rel, (MTIME0 + 9, MTIME0 + 9))
@@ -186,10 +191,8 @@ def test_a_grown_last_file_is_read_though_its_size_and_mtime_are_kept(tmp_path: 
     first = snapshot(landing, 0, 96, 0, None)  # queue 0: 48 entries, its last file holds 8 of 10
     said: list[str] = []
     _ingest(landing, lake, said, monkeypatch, True)
-    second = landing / "cluster=c" / "broker=b" / "snapshot_ts=20260105T010000Z"
-    shutil.copytree(first, second, copy_function=shutil.copy2)
     rel = "store/consumequeue/T/0/00000000000000000800"
-    grown = bytearray((second / rel).read_bytes())
+    second, grown = _copied(landing, first, rel)
     grown[160:180] = grown[140:160]  # entry 48 appended (a copy of entry 47: the size check quarantines nothing new)
     (second / rel).write_bytes(bytes(grown))
     os.utime(second / rel, (MTIME0, MTIME0))  # the fingerprint of the earlier copy
