@@ -32,11 +32,7 @@ SCHEMA = StructType(
     ]
 )
 KEY: tuple[str, ...] = ('cluster', 'broker', 'physical_offset')
-# Partitioned by broker (Delta lakes): a broker's records are read by (cluster, broker, physical_offset) ranges
-# (ingest's anti-join and dangling-entry checks, the horizon's lookups), and each run appends a file per broker
-# sorted by offset, which compaction (per partition, in insertion order) keeps narrow; unpartitioned, every append
-# spanned all brokers and such a read opened every file of the history (issue 12, 13.3).
-PARTITION_BY: tuple[str, ...] = ("cluster", "broker")
+PARTITION_BY: tuple[str, ...] = ()
 
 # The ingest's anti-join and a reconcile's reads go by cluster, broker and commitlog position (issue 13.3).
 CLUSTER_BY: tuple[str, ...] = ("cluster", "broker", "physical_offset")

@@ -102,9 +102,17 @@ def added_since(spark: "SparkSession", lake: str, table: "Table", since: int | N
 
     path = table.path(lake)
     opts = storage_options() if _is_s3(path) else None
-    now = _files(DeltaTable(path, version=until, storage_options=opts))
+    now = DeltaTable(path, version=until, storage_options=opts).file_uris()
     before = set(DeltaTable(path, version=since, storage_options=opts).file_uris()) if since is not None else set()
-    return _read_files(spark, table, [f for f in now if f[0] not in before])
+    new = [u for u in now if u not in before]
+    if not new:
+        return spark.createDataFrame([], table.schema)
+    from pyspark.sql import functions as F
+
+    df = spark.read.format("parquet").load(new)
+    have = set(df.columns)
+    return df.select(*[F.col(c) if c in have else F.lit(None).cast(table.schema[c].dataType).alias(c)
+                       for c in table.columns])
 
 
 def read(spark: "SparkSession", lake: str, table: "Table", *, at: int | None = None) -> "DataFrame":
@@ -131,64 +139,17 @@ def _read_version(spark: "SparkSession", lake: str, table: "Table", version: int
     """Version ``version`` of a Delta table: the data files delta-rs lists for it, read as Parquet.
 
     Why not ``versionAsOf``: the writer checkpoints every 10th commit, and Sail 0.7.2 then fails to read any earlier
-    version ("Missing commit file: expected version 0, found 8"). The lake's tables have no deletion vectors or
-    column mapping, so a version is exactly its data files (plus their partition values); columns a file lacks
-    read as null.
+    version ("Missing commit file: expected version 0, found 8"). The lake's tables have no partitions, deletion
+    vectors or column mapping, so a version is exactly its data files; columns a file lacks read as null.
     """
     from deltalake import DeltaTable
 
     path = table.path(lake)
-    dt = DeltaTable(path, version=version, storage_options=storage_options() if _is_s3(path) else None)
-    return _read_files(spark, table, _files(dt))
-
-
-def _files(dt: Any) -> list[tuple[str, tuple[tuple[str, Any], ...]]]:
-    """Each data file of a Delta table version with its partition values (``((column, value), ...)``)."""
-    import posixpath
-    from urllib.parse import unquote
-
-    uris = dt.file_uris()
-    parts = list(dt.metadata().partition_columns)
-    if not parts:
-        return [(u, ()) for u in uris]
-    by_name = {posixpath.basename(u): u for u in uris}
-    actions = dt.get_add_actions(flatten=True)
-    columns = {name: actions.column(name).to_pylist() for name in ["path", *(f"partition.{c}" for c in parts)]}
-    out = []
-    for i, rel in enumerate(columns["path"]):
-        uri = by_name.get(posixpath.basename(unquote(rel)))
-        if uri is None:  # pragma: no cover - a log naming a file delta-rs does not list
-            raise RuntimeError(f"{dt.table_uri}: the log's file {rel} is not among the table's files")
-        out.append((uri, tuple((c, columns[f"partition.{c}"][i]) for c in parts)))
-    return out
-
-
-def _read_files(spark: "SparkSession", table: "Table", files: list[tuple[str, tuple[tuple[str, Any], ...]]]
-                ) -> "DataFrame":
-    """The rows of some data files of a Delta table, with the table's columns.
-
-    The files are read as Parquet (a list of files: neither Sail nor Spark then discovers partitions from folder
-    names), so a partitioned table's files are read per partition and its values added as literals.
-    """
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StructType
-
-    if not files:
+    uris = DeltaTable(path, version=version,
+                      storage_options=storage_options() if _is_s3(path) else None).file_uris()
+    if not uris:
         return spark.createDataFrame([], table.schema)
-    groups: dict[tuple, list[str]] = {}
-    for uri, values in files:
-        groups.setdefault(values, []).append(uri)
-    frames = []
-    for values, uris in sorted(groups.items(), key=lambda kv: [str(v) for _, v in kv[0]]):
-        fixed = dict(values)
-        stored = StructType([f for f in table.schema.fields if f.name not in fixed])
-        df = spark.read.schema(stored).format("parquet").load(uris)
-        frames.append(df.select(*[F.lit(fixed[c]).cast(table.schema[c].dataType).alias(c) if c in fixed
-                                  else F.col(c) for c in table.columns]))
-    out = frames[0]
-    for f in frames[1:]:
-        out = out.unionByName(f)
-    return out
+    return spark.read.schema(table.schema).format("parquet").load(uris)
 
 
 def add_missing_columns(lake: str, table: "Table") -> list[str]:
@@ -222,16 +183,10 @@ def clustered(df: "DataFrame", table: "Table", rows: int | None) -> "DataFrame":
     return df.repartitionByRange(n, *table.cluster_by).sortWithinPartitions(*table.cluster_by)
 
 
-def partitioned_by(table: "Table") -> tuple[str, ...]:
-    """The partition columns a new table is created with: the declared ones for Delta; none for Parquet, whose
-    readers would have to discover them from folder names (Sail does not for a list of files)."""
-    return tuple(table.partition_by) if table_format() == "delta" else ()
-
-
 def _create(df: "DataFrame", lake: str, table: "Table") -> None:
     writer = df.select(*table.columns).write.format(table_format()).mode("overwrite")
-    if partitioned_by(table):
-        writer = writer.partitionBy(*partitioned_by(table))
+    if table.partition_by:
+        writer = writer.partitionBy(*table.partition_by)
     writer.save(table.path(lake))
 
 
