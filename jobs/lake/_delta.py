@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from jobs.lake._spark import table_format
 
@@ -386,6 +386,22 @@ def read_pandas_columns(lake: str, table: "Table", columns: list[str], *, filter
 
     dt = DeltaTable(path, version=at, storage_options=storage_options() if _is_s3(path) else None)
     return dt.to_pandas(columns=columns, filters=filters)
+
+
+def scan_batches(lake: str, table: "Table", columns: list[str], *, filters: Any) -> Iterator[Any]:
+    """Arrow record batches of a projection of the table that pass ``filters`` (delta-rs / pyarrow DNF), streamed:
+    one pass over the data files whose statistics admit the filter, without holding the result whole."""
+    import pyarrow.dataset as pads
+    import pyarrow.parquet as pq
+
+    path = table.path(lake)
+    if table_format() == "parquet":
+        dataset = pads.dataset(path, format="parquet", schema=_arrow_schema(table))
+    else:
+        from deltalake import DeltaTable
+
+        dataset = DeltaTable(path, storage_options=storage_options() if _is_s3(path) else None).to_pyarrow_dataset()
+    yield from dataset.scanner(columns=columns, filter=pq.filters_to_expression(filters)).to_batches()
 
 
 def _read_parquet(path: str, table: "Table", columns: list[str], filters: Any) -> "pd.DataFrame":

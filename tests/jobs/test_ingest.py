@@ -278,3 +278,48 @@ def test_queue_entries_into_a_record_are_checked_against_the_records_each_snapsh
         [cq.format("30"), 60, inside.format(3, at[3][0] + 5)], [cq.format("30"), 80, size],
         [cq.format("30"), 300, inside.format(15, at[15][0] + 7)]]
     assert len(_delta.read_pandas(lake, messages.TABLE)) == 20
+
+
+def test_queue_entries_of_a_later_run_are_checked_against_the_lakes_records_of_each_broker(
+        tmp_path: pathlib.Path) -> None:
+    """Two brokers, each 10 records in a first run's snapshot, then 20 in a second run's: the second run checks its
+    entries into records 3 and 4 (held by the lake, read once for both brokers) and record 15 (staged by it), each
+    broker against its own records (broker b2's records lie 50 bytes further on, so b1's would not match them)."""
+    from jobs.formats import consumequeue
+    from jobs.formats.commitlog_encode import CommitLogWriter
+
+    def snapshot(broker: str, ts: str, records: int, pad: int) -> list[tuple[int, int]]:
+        store = tmp_path / "landing" / "cluster=c" / f"broker={broker}" / f"snapshot_ts={ts}" / "store"
+        w = CommitLogWriter(str(store / "commitlog"), segment_size=64 * 1024)
+        at = [w.append(topic="T", queue_id=0, queue_offset=i, body=b"x" * (100 + pad),
+                       properties={"UNIQ_KEY": f"{broker}K{i}"}, born_ts_ms=1, store_ts_ms=2,
+                       born_host=("10.0.0.1", 1), store_host=("10.0.0.2", 10911)) for i in range(records)]
+        w.close()
+        entries = [consumequeue.encode_cq_entry(o, s, 0) for o, s in at]
+        entries[3] = consumequeue.encode_cq_entry(at[3][0] + 5, at[3][1], 0)
+        entries[4] = consumequeue.encode_cq_entry(at[4][0], 99, 0)
+        if records > 15:
+            entries[15] = consumequeue.encode_cq_entry(at[15][0] + 7, at[15][1], 0)
+        cq = store / "consumequeue" / "T" / "0"
+        cq.mkdir(parents=True)
+        (cq / f"{0:020d}").write_bytes(b"".join(entries) + bytes(20 * (1000 - records)))
+        return at
+
+    lake = str(tmp_path / "lake")
+    for broker, pad in (("b1", 0), ("b2", 50)):
+        snapshot(broker, "20260105T000000Z", 10, pad)
+    ingest.run(str(tmp_path / "landing"), lake, now=NOW)
+    at = {broker: snapshot(broker, "20260105T003000Z", 20, pad) for broker, pad in (("b1", 0), ("b2", 50))}
+    ingest.run(str(tmp_path / "landing"), lake, now=NOW)
+    q = _delta.read_pandas(lake, quarantine.TABLE)
+    q = q[q["source_path"].str.contains("T003000Z")].sort_values(["source_path", "position"])
+    cq = "cluster=c/broker={}/snapshot_ts=20260105T003000Z/store/consumequeue/T/0/00000000000000000000"
+    inside = "entry {} points at commitlog offset {}, where no message starts; entry ignored"
+    rows = []
+    for b in ("b1", "b2"):
+        rows += [[cq.format(b), 60, inside.format(3, at[b][3][0] + 5)],
+                 [cq.format(b), 80, f"entry 4 says size 99 but the message at commitlog offset {at[b][4][0]} has "
+                                    f"size {at[b][4][1]}"],
+                 [cq.format(b), 300, inside.format(15, at[b][15][0] + 7)]]
+    assert q[["source_path", "position", "reason"]].values.tolist() == rows
+    assert len(_delta.read_pandas(lake, messages.TABLE)) == 40
