@@ -175,8 +175,14 @@ CLUSTER_FILE_ROWS = 1_000_000
 
 
 def clustered(df: "DataFrame", table: "Table", rows: int | None) -> "DataFrame":
-    """``df`` in ranges of the table's ``cluster_by`` columns, each sorted (one file per range when written):
-    about :data:`CLUSTER_FILE_ROWS` rows per file for ``rows`` rows. Unchanged for tables not clustered."""
+    """``df`` in about ``rows`` / :data:`CLUSTER_FILE_ROWS` partitions, each sorted by the table's ``cluster_by``
+    columns (one file each when written). Unchanged for tables not clustered.
+
+    On Spark the partitions are ranges of those columns. Sail 0.7 spreads the rows of ``repartitionByRange`` like a
+    hash (measured: 9 partitions of 0.5 M records of 9 brokers, each file held every broker), so on Sail a run of up
+    to 1 M rows writes one sorted file, and larger runs files that each span every broker. Partitioning the table
+    by broker instead was measured and dropped: Sail's partitioned Delta writer holds every partition's rows
+    (5 M records: 4.25 GiB and 10.9 s against 1.33 GiB and 6.6 s unpartitioned)."""
     if not table.cluster_by:
         return df
     n = max(1, -(-(rows or 0) // CLUSTER_FILE_ROWS))
