@@ -511,9 +511,13 @@ def lake_records(lake: str, staged: "Decoded", brokers: list[tuple[str, str]]
             part = batch.filter(mask)
             if part.num_rows:
                 got[(c, b)].append((part.column("physical_offset").to_numpy().astype(np.int64),
-                                    part.column("size").to_numpy().astype(np.int64)))
-    return {k: (np.concatenate([p[0] for p in v]), np.concatenate([p[1] for p in v])) if v
-            else (np.zeros(0, np.int64), np.zeros(0, np.int64)) for k, v in got.items()}
+                                    part.column("size").to_numpy().astype(np.int32)))
+    out = {}
+    for k in list(got):  # each broker's pieces freed as soon as they are joined (not all brokers held twice)
+        v = got.pop(k)
+        out[k] = (np.concatenate([p[0] for p in v]), np.concatenate([p[1] for p in v])) if v \
+            else (np.zeros(0, np.int64), np.zeros(0, np.int32))
+    return out
 
 
 def extract_all_queue_bounds(snaps: list[Snapshot], landing_root: str, lake: str, staged: "Decoded", out: Extracted,

@@ -407,7 +407,8 @@ def scan_batches(lake: str, table: "Table", columns: list[str], *, filters: Any)
         from deltalake import DeltaTable
 
         dataset = DeltaTable(path, storage_options=storage_options() if _is_s3(path) else None).to_pyarrow_dataset()
-    yield from dataset.scanner(columns=columns, filter=pq.filters_to_expression(filters)).to_batches()
+    yield from dataset.scanner(columns=columns, filter=pq.filters_to_expression(filters), batch_readahead=2,
+                               fragment_readahead=1).to_batches()
 
 
 def _read_parquet(path: str, table: "Table", columns: list[str], filters: Any) -> "pd.DataFrame":
