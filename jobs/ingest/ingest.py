@@ -894,8 +894,19 @@ def build_deliveries(spark: Any, lake: str, since: dict[str, int] | None = None)
             return _delta.merge(spark, df, lake, deliveries.TABLE, stage=f"{lake.rstrip('/')}/{DELIVERIES_STAGING}")
         finally:
             storage.delete_tree(inputs)
-    df = deliveries_job.deliveries(trace, msgs, client_ids)
-    return _delta.merge(spark, df, lake, deliveries.TABLE, stage=f"{lake.rstrip('/')}/{DELIVERIES_STAGING}")
+    # Every request: the traced keys are still few next to the messages (10 M messages, 0.44 M trace records), so
+    # they are computed once, small, and the messages' 7 columns joined to them, as above (joined whole, the first
+    # ingest of 10 M messages spent 39 s and 2.9 GiB here).
+    inputs = f"{lake.rstrip('/')}/{DELIVERIES_INPUTS_STAGING}"
+    small = _spark.materializer(spark, inputs)
+    try:
+        keys = small(trace.where(F.col("msg_id").isNotNull())
+                     .select("cluster", F.col("msg_id").alias("uniq_key")).distinct(), "keys")
+        msgs = keys.join(msgs.select(*deliveries_job.MESSAGE_COLUMNS), ["cluster", "uniq_key"], "inner")
+        df = deliveries_job.deliveries(trace, msgs, client_ids)
+        return _delta.merge(spark, df, lake, deliveries.TABLE, stage=f"{lake.rstrip('/')}/{DELIVERIES_STAGING}")
+    finally:
+        storage.delete_tree(inputs)
 
 
 # ------------------------------------------------------------------------------------------------- run
