@@ -135,34 +135,6 @@ def duplicate_keys(table_rows: "DataFrame | None", increment: "DataFrame", key: 
     return rows.groupBy(*key).agg(F.count(F.lit(1)).alias("rows")).where(F.col("rows") > 1)
 
 
-# At most this many (cluster, broker) groups bound a clustered table's read; more read the whole table.
-MAX_KEY_GROUPS = 256
-
-
-def near_keys(table: "Table", table_rows: "DataFrame", increment: "DataFrame") -> "DataFrame":
-    """The rows of a table clustered by its key (silver/messages) that can share a key with ``increment``: per
-    leading key (cluster, broker) those between the increment's lowest and highest last key column (commitlog
-    position). A superset of the rows the key rule's semi-join keeps, so the rule is unchanged; the filter prunes
-    the table's partitions and files, so the rule reads what the run added, not the history (soak: 6.0 -> 8.4 s
-    CPU over 48 hours before). Other tables are returned as they are."""
-    from functools import reduce
-
-    from pyspark.sql import functions as F
-
-    if not table.cluster_by or tuple(table.cluster_by) != tuple(table.key):
-        return table_rows
-    *lead, last = table.key
-    bounds = increment.groupBy(*lead).agg(F.min(last).alias("lo"), F.max(last).alias("hi")).collect()
-    if len(bounds) > MAX_KEY_GROUPS or any(r["lo"] is None or any(r[c] is None for c in lead) for r in bounds):
-        return table_rows
-    if not bounds:
-        return table_rows.where(F.lit(False))
-    cond = reduce(lambda a, b: a | b, [
-        reduce(lambda a, b: a & b, [F.col(c) == F.lit(r[c]) for c in lead])
-        & F.col(last).between(F.lit(r["lo"]), F.lit(r["hi"])) for r in bounds])
-    return table_rows.where(cond)
-
-
 def key_rule(table: "Table", table_rows: "DataFrame | None", increment: "DataFrame", increment_rows: int) -> "Result":
     """The one-row-per-key rule as a result, from :func:`duplicate_keys` run bucket by bucket.
 
@@ -326,10 +298,7 @@ def _validate(lake: str, inc: Increment, tables: list["Table"], docs_dir: str | 
             outcome = validate_table(increment, row_rules(suite), context=context)
             results = list(outcome.results)
             if any(e.expectation_type == UNIQUE for e in suite.expectations):
-                table_rows = extract_table(spark, lake, table, inc)
-                if table_rows is not None and outcome.rows:
-                    table_rows = near_keys(table, table_rows, increment)
-                results.append(key_rule(table, table_rows, increment, outcome.rows))
+                results.append(key_rule(table, extract_table(spark, lake, table, inc), increment, outcome.rows))
             rows += result_rows(inc, table, results, validated_at)
             bad = sorted(r.described for r in results if not r.success)
             say(f"validate: {table.qualified}: {outcome.rows} row(s) of {inc.validation_id}, {len(results)} "

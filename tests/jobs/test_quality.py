@@ -206,20 +206,3 @@ def test_gold_validates_one_reconcile_runs_rows_at_the_versions_it_recorded(spar
     spark.createDataFrame([("c", "G", "", "T", "b", 0, 9, 5, 0, "LOST", "r1")], t.schema).write.format("delta") \
         .mode("append").save(t.path(lake))
     assert quality.validate_layer(lake, "gold", run_id="r1", docs_dir=None)["success"] is True
-
-
-def test_near_keys_keeps_each_brokers_rows_between_the_increments_lowest_and_highest_offsets(spark) -> None:  # noqa: ANN001
-    """The key rule of silver/messages reads per (cluster, broker) only the offsets the increment spans (exact rows);
-    a table not clustered by its key is returned whole."""
-    from schemas import messages
-
-    def frame(rows: list[tuple]):  # noqa: ANN202
-        return spark.createDataFrame([(c, b, o) for c, b, o in rows], "cluster string, broker string, physical_offset long")
-
-    table = frame([("c", "a", 0), ("c", "a", 100), ("c", "a", 200), ("c", "a", 300), ("c", "b", 100), ("c", "b", 900),
-                   ("d", "a", 150)])
-    increment = frame([("c", "a", 100), ("c", "a", 250), ("c", "b", 900)])
-    got = sorted(tuple(r) for r in quality.near_keys(messages.TABLE, table, increment).collect())
-    assert got == [("c", "a", 100), ("c", "a", 200), ("c", "b", 900)]
-    assert quality.near_keys(messages.TABLE, table, frame([])).count() == 0
-    assert quality.near_keys(consumer_offsets.TABLE, table, increment).count() == 7
