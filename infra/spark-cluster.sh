@@ -97,9 +97,17 @@ cmd_env() {
 
 # Start "$@" in a new session (so it leads its own process group) with output to log/$name.out.
 launch() {
-    local name=$1; shift
+    local name=$1 pid; shift
     setsid "$@" </dev/null >"$DIR/log/$name.out" 2>&1 &
-    echo $! > "$DIR/$name.pid"
+    pid=$!
+    echo "$pid" > "$DIR/$name.pid"
+    # Until the child has exec'd, its cmdline is this script's, and alive_pid would call it gone (a loaded machine
+    # made the Connect server "exit" at once, twice, with an empty log): wait for the exec (or the exit) first.
+    for _ in $(seq 200); do
+        alive_pid "$name" >/dev/null && return 0
+        kill -0 "$pid" 2>/dev/null || return 0
+        sleep 0.05
+    done
 }
 
 cmd_start() {
