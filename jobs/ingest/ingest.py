@@ -504,9 +504,9 @@ def lake_records(lake: str, staged: "Decoded", brokers: list[tuple[str, str]]
                                      filters=dnf):
         if not batch.num_rows:
             continue
+        off, clusters, brokers_ = batch.column("physical_offset"), batch.column("cluster"), batch.column("broker")
         for (c, b), (lo, hi) in wanted.items():
-            off = batch.column("physical_offset")
-            mask = pc.and_(pc.and_(pc.equal(batch.column("cluster"), c), pc.equal(batch.column("broker"), b)),
+            mask = pc.and_(pc.and_(pc.equal(clusters, c), pc.equal(brokers_, b)),
                            pc.and_(pc.greater_equal(off, lo), pc.less(off, hi)))
             part = batch.filter(mask)
             if part.num_rows:
@@ -878,28 +878,19 @@ def build_deliveries(spark: Any, lake: str, since: dict[str, int] | None = None)
             .unionByName(trace.join(new_groups, ["cluster", "group"], "left_semi").select("cluster", "request_id"))
             .where(F.col("request_id").isNotNull()).distinct()
         )
-        # The few requests, their trace records and their keys are computed once, small, before silver/messages
-        # is read: the engine builds a join's hash table on its left input, so the keys go left and the table is
-        # only streamed past them (the lookup had computed the requests again inside the scan of every message).
-        inputs = f"{lake.rstrip('/')}/{DELIVERIES_INPUTS_STAGING}"
-        small = _spark.materializer(spark, inputs)
-        try:
-            requests = small(requests, "requests")
-            trace = small(requests.join(trace, ["cluster", "request_id"], "inner")
-                          .select(*trace_records.TABLE.columns), "trace")
-            keys = small(trace.where(F.col("msg_id").isNotNull())
-                         .select("cluster", F.col("msg_id").alias("uniq_key")).distinct(), "keys")
-            msgs = keys.join(msgs.select(*deliveries_job.MESSAGE_COLUMNS), ["cluster", "uniq_key"], "inner")
-            df = deliveries_job.deliveries(trace, msgs, client_ids)
-            return _delta.merge(spark, df, lake, deliveries.TABLE, stage=f"{lake.rstrip('/')}/{DELIVERIES_STAGING}")
-        finally:
-            storage.delete_tree(inputs)
-    # Every request: the traced keys are still few next to the messages (10 M messages, 0.44 M trace records), so
-    # they are computed once, small, and the messages' 7 columns joined to them, as above (joined whole, the first
-    # ingest of 10 M messages spent 39 s and 2.9 GiB here).
+    else:
+        requests = None  # every request
+    # The requests, their trace records and their keys are computed once, small, before silver/messages is read:
+    # the engine builds a join's hash table on its left input, so the keys go left and the table's 7 columns are
+    # only streamed past them (the update had computed the requests again inside the scan of every message; the
+    # first build, joining every message whole, spent 39 s and 2.9 GiB at 10 M messages).
     inputs = f"{lake.rstrip('/')}/{DELIVERIES_INPUTS_STAGING}"
     small = _spark.materializer(spark, inputs)
     try:
+        if requests is not None:
+            requests = small(requests, "requests")
+            trace = small(requests.join(trace, ["cluster", "request_id"], "inner")
+                          .select(*trace_records.TABLE.columns), "trace")
         keys = small(trace.where(F.col("msg_id").isNotNull())
                      .select("cluster", F.col("msg_id").alias("uniq_key")).distinct(), "keys")
         msgs = keys.join(msgs.select(*deliveries_job.MESSAGE_COLUMNS), ["cluster", "uniq_key"], "inner")

@@ -240,33 +240,38 @@ def test_tabular_exports_land_as_messages_and_a_broken_one_is_quarantined(tmp_pa
         "'queue_offset']; present: ['topic']); expected Parquet or JSON lines with the silver/messages columns"]]
 
 
+def _store_with_bad_entries(tmp_path: pathlib.Path, broker: str, ts: str, records: int, *, pad: int = 0,
+                            key_prefix: str = "") -> list[tuple[int, int]]:
+    """A snapshot of ``broker`` holding ``records`` records of queue T/0 (bodies of 100 + ``pad`` bytes) and a consume
+    queue with an entry into the middle of record 3, one giving record 4 a wrong size and, past 15 records, one into
+    record 15; the records' (offset, size)."""
+    from jobs.formats import consumequeue
+    from jobs.formats.commitlog_encode import CommitLogWriter
+
+    store = tmp_path / "landing" / "cluster=c" / f"broker={broker}" / f"snapshot_ts={ts}" / "store"
+    w = CommitLogWriter(str(store / "commitlog"), segment_size=64 * 1024)
+    at = [w.append(topic="T", queue_id=0, queue_offset=i, body=b"x" * (100 + pad),
+                   properties={"UNIQ_KEY": f"{key_prefix}K{i}"}, born_ts_ms=1, store_ts_ms=2,
+                   born_host=("10.0.0.1", 1), store_host=("10.0.0.2", 10911)) for i in range(records)]
+    w.close()
+    entries = [consumequeue.encode_cq_entry(o, s, 0) for o, s in at]
+    entries[3] = consumequeue.encode_cq_entry(at[3][0] + 5, at[3][1], 0)
+    entries[4] = consumequeue.encode_cq_entry(at[4][0], 99, 0)
+    if records > 15:
+        entries[15] = consumequeue.encode_cq_entry(at[15][0] + 7, at[15][1], 0)
+    cq = store / "consumequeue" / "T" / "0"
+    cq.mkdir(parents=True)
+    (cq / f"{0:020d}").write_bytes(b"".join(entries) + bytes(20 * (1000 - records)))
+    return at
+
+
 def test_queue_entries_into_a_record_are_checked_against_the_records_each_snapshot_saw(tmp_path: pathlib.Path) -> None:
     """Two snapshots of one broker: 10 records, then 20. Each snapshot's consume queue has an entry into the middle of
     record 3, and one giving record 4 a wrong size; the second's also points into record 15, which only it holds.
     Each entry is quarantined against the records of its own snapshot and those before it (issue 13: the decode runs
     in engine tasks, the checks afterwards on the driver)."""
-    from jobs.formats import consumequeue
-    from jobs.formats.commitlog_encode import CommitLogWriter
-
-    def snapshot(ts: str, records: int) -> list[tuple[int, int]]:
-        store = tmp_path / "landing" / "cluster=c" / "broker=b" / f"snapshot_ts={ts}" / "store"
-        w = CommitLogWriter(str(store / "commitlog"), segment_size=64 * 1024)
-        at = [w.append(topic="T", queue_id=0, queue_offset=i, body=b"x" * 100, properties={"UNIQ_KEY": f"K{i}"},
-                       born_ts_ms=1, store_ts_ms=2, born_host=("10.0.0.1", 1), store_host=("10.0.0.2", 10911))
-              for i in range(records)]
-        w.close()
-        entries = [consumequeue.encode_cq_entry(o, s, 0) for o, s in at]
-        entries[3] = consumequeue.encode_cq_entry(at[3][0] + 5, at[3][1], 0)
-        entries[4] = consumequeue.encode_cq_entry(at[4][0], 99, 0)
-        if records > 15:
-            entries[15] = consumequeue.encode_cq_entry(at[15][0] + 7, at[15][1], 0)
-        cq = store / "consumequeue" / "T" / "0"
-        cq.mkdir(parents=True)
-        (cq / f"{0:020d}").write_bytes(b"".join(entries) + bytes(20 * (1000 - records)))
-        return at
-
-    snapshot("20260105T000000Z", 10)
-    at = snapshot("20260105T003000Z", 20)
+    _store_with_bad_entries(tmp_path, "b", "20260105T000000Z", 10)
+    at = _store_with_bad_entries(tmp_path, "b", "20260105T003000Z", 20)
     lake = str(tmp_path / "lake")
     ingest.run(str(tmp_path / "landing"), lake, now=NOW)
     q = _delta.read_pandas(lake, quarantine.TABLE).sort_values(["source_path", "position"])
@@ -285,31 +290,12 @@ def test_queue_entries_of_a_later_run_are_checked_against_the_lakes_records_of_e
     """Two brokers, each 10 records in a first run's snapshot, then 20 in a second run's: the second run checks its
     entries into records 3 and 4 (held by the lake, read once for both brokers) and record 15 (staged by it), each
     broker against its own records (broker b2's records lie 50 bytes further on, so b1's would not match them)."""
-    from jobs.formats import consumequeue
-    from jobs.formats.commitlog_encode import CommitLogWriter
-
-    def snapshot(broker: str, ts: str, records: int, pad: int) -> list[tuple[int, int]]:
-        store = tmp_path / "landing" / "cluster=c" / f"broker={broker}" / f"snapshot_ts={ts}" / "store"
-        w = CommitLogWriter(str(store / "commitlog"), segment_size=64 * 1024)
-        at = [w.append(topic="T", queue_id=0, queue_offset=i, body=b"x" * (100 + pad),
-                       properties={"UNIQ_KEY": f"{broker}K{i}"}, born_ts_ms=1, store_ts_ms=2,
-                       born_host=("10.0.0.1", 1), store_host=("10.0.0.2", 10911)) for i in range(records)]
-        w.close()
-        entries = [consumequeue.encode_cq_entry(o, s, 0) for o, s in at]
-        entries[3] = consumequeue.encode_cq_entry(at[3][0] + 5, at[3][1], 0)
-        entries[4] = consumequeue.encode_cq_entry(at[4][0], 99, 0)
-        if records > 15:
-            entries[15] = consumequeue.encode_cq_entry(at[15][0] + 7, at[15][1], 0)
-        cq = store / "consumequeue" / "T" / "0"
-        cq.mkdir(parents=True)
-        (cq / f"{0:020d}").write_bytes(b"".join(entries) + bytes(20 * (1000 - records)))
-        return at
-
     lake = str(tmp_path / "lake")
     for broker, pad in (("b1", 0), ("b2", 50)):
-        snapshot(broker, "20260105T000000Z", 10, pad)
+        _store_with_bad_entries(tmp_path, broker, "20260105T000000Z", 10, pad=pad, key_prefix=broker)
     ingest.run(str(tmp_path / "landing"), lake, now=NOW)
-    at = {broker: snapshot(broker, "20260105T003000Z", 20, pad) for broker, pad in (("b1", 0), ("b2", 50))}
+    at = {broker: _store_with_bad_entries(tmp_path, broker, "20260105T003000Z", 20, pad=pad, key_prefix=broker)
+          for broker, pad in (("b1", 0), ("b2", 50))}
     ingest.run(str(tmp_path / "landing"), lake, now=NOW)
     q = _delta.read_pandas(lake, quarantine.TABLE)
     q = q[q["source_path"].str.contains("T003000Z")].sort_values(["source_path", "position"])
