@@ -173,11 +173,13 @@ def read_queue_files(directory: str) -> list[tuple[int, bytes]]:
     return out
 
 
-def truncate_dirty(data: bytes, file_start_byte: int, commitlog_end: int) -> tuple[bytes, int | None]:
+def truncate_dirty(data: bytes, file_start_byte: int, commitlog_end: int,
+                   decoded: CQDecode | None = None) -> tuple[bytes, int | None]:
     """The file with its entries from the first one that points at or past ``commitlog_end`` zeroed, and that
     entry's byte position (None when every entry is inside). A broker drops such entries on recovery
-    (``truncateDirtyLogicFiles``): they name messages its commitlog does not hold."""
-    d = decode_cq(data, file_start_byte=file_start_byte)
+    (``truncateDirtyLogicFiles``): they name messages its commitlog does not hold. ``decoded``: ``data`` decoded
+    already (not decoded again)."""
+    d = decoded if decoded is not None else decode_cq(data, file_start_byte=file_start_byte)
     past = np.flatnonzero(d.commit_offset >= commitlog_end)
     if not len(past):
         return data, None
@@ -186,22 +188,25 @@ def truncate_dirty(data: bytes, file_start_byte: int, commitlog_end: int) -> tup
 
 
 def dangling_entries(cq: CQDecode, record_offsets: np.ndarray, record_sizes: np.ndarray,
-                     commitlog_range: tuple[int, int]) -> list[tuple[int, str]]:
+                     commitlog_range: tuple[int, int], start: int = 0) -> list[tuple[int, str]]:
     """Entries that point into a decoded record but not at its start, or at a record of another size.
+    ``record_offsets``: sorted and unique. ``start``: the entries before it are not checked.
 
     Returns (byte position in the CQ file, reason) for each, for the quarantine.
     """
     lo, hi = commitlog_range
-    inside = np.flatnonzero((cq.commit_offset >= lo) & (cq.commit_offset < hi))
+    offsets = cq.commit_offset[start:]
+    inside = np.flatnonzero((offsets >= lo) & (offsets < hi)) + start
     if not len(inside):
         return []
     offs = cq.commit_offset[inside]
+    # one binary search per entry (record offsets are unique): the record starting at it, else the one before it
     k = np.searchsorted(record_offsets, offs)
     k_clip = np.minimum(k, max(len(record_offsets) - 1, 0))
     found = (len(record_offsets) > 0) & (record_offsets[k_clip] == offs) if len(record_offsets) else np.zeros(len(offs), bool)
     # An entry that points between records (bytes that were not decoded: a damaged or unreadable stretch, already
     # quarantined with its own position) is not reported again; one that points into a record's bytes is.
-    prev = np.searchsorted(record_offsets, offs, side="right") - 1
+    prev = np.where(found, k, k - 1)
     prev_clip = np.maximum(prev, 0)
     in_record = (prev >= 0) & (offs < record_offsets[prev_clip] + record_sizes[prev_clip]) if len(record_offsets) \
         else np.zeros(len(offs), bool)

@@ -11,7 +11,7 @@ other small tables and before its ledger row, so a run killed and run again leav
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from jobs.formats.consumequeue import CQSummary
@@ -37,6 +37,9 @@ class Entry:
     # digest of the records the file's commit offsets span when its dangling entries were found (None: not found)
     records_digest: str | None = None
     dangling: tuple[tuple[int, str], ...] = ()
+    # sha256 of its valid entries' bytes, kept by the run that read it (not in the table): a later snapshot of the run
+    # tells the same entries in a grown copy without hashing the zeros of the earlier one (jobs.ingest.ingest)
+    prefix_sha256: str | None = field(default=None, compare=False)
 
     def same_file(self, f: LandingFile) -> bool:
         """Whether ``f`` is this file unchanged (its fingerprint)."""

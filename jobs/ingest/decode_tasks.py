@@ -21,6 +21,7 @@ import hashlib
 import json
 from typing import Any, Callable, Iterable, Iterator
 
+import numpy as np
 import pyarrow as pa
 
 UTC = dt.timezone.utc
@@ -147,14 +148,16 @@ def decode_tasks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 
 
 def _batch(kind: str, unit: int, n: int, cols: dict[str, pa.Array], seq0: int = 0) -> pa.RecordBatch:
+    # Constant columns by pa.repeat and numpy, not Python lists: the decode runs under the GIL of the process that
+    # hosts it (embedded Sail: the driver's), and building n-element lists was half of its time (issue 13).
     arrays = []
     for f in OUTPUT_ARROW:
         if f.name == "kind":
-            arrays.append(pa.array([kind] * n, _STR))
+            arrays.append(pa.repeat(pa.scalar(kind, _STR), n))
         elif f.name == "unit":
-            arrays.append(pa.array([unit] * n, pa.int64()))
+            arrays.append(pa.repeat(pa.scalar(unit, pa.int64()), n))
         elif f.name == "seq":
-            arrays.append(pa.array(range(seq0, seq0 + n), pa.int64()))
+            arrays.append(pa.array(np.arange(seq0, seq0 + n, dtype=np.int64)))
         elif f.name in cols:
             a = cols[f.name]
             arrays.append(a if a.type == f.type else a.cast(f.type))
@@ -211,9 +214,9 @@ class _Out:
 def _messages(tbl: pa.Table, cluster: str, broker: str, ts: dt.datetime, unit: int) -> Iterator[pa.RecordBatch]:
     n = tbl.num_rows
     cols = {name: tbl.column(name).combine_chunks() for name, _ in _MESSAGE_FIELDS if name in tbl.column_names}
-    cols["cluster"] = pa.array([cluster] * n, _STR)
-    cols["broker"] = pa.array([broker] * n, _STR)
-    cols["first_snapshot_ts"] = cols["snapshot_ts"] = pa.array([ts] * n, _TS)
+    cols["cluster"] = pa.repeat(pa.scalar(cluster, _STR), n)
+    cols["broker"] = pa.repeat(pa.scalar(broker, _STR), n)
+    cols["first_snapshot_ts"] = cols["snapshot_ts"] = pa.repeat(pa.scalar(ts, _TS), n)
     yield _batch(MESSAGE, unit, n, cols)
 
 
@@ -221,11 +224,11 @@ def _trace_rows(out: _Out, tbl: pa.Table, ts: str, segment_path: str, segment_st
     """Decode the trace message bodies of ``tbl`` into bronze/trace_records rows (problems in order)."""
     from jobs.formats import trace
 
-    topics = tbl.column("topic").to_pylist()
-    idx = [i for i, t in enumerate(topics) if t == TRACE_TOPIC]
-    if not idx:
+    import pyarrow.compute as pc
+
+    sub = tbl.filter(pc.fill_null(pc.equal(tbl.column("topic"), TRACE_TOPIC), False))
+    if not sub.num_rows:
         return
-    sub = tbl.take(pa.array(idx))
     first = _parse_ts(ts)
     for off, host, body in zip(sub.column("physical_offset").to_pylist(), sub.column("born_host").to_pylist(),
                                sub.column("body").to_pylist()):

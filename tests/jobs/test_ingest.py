@@ -285,6 +285,42 @@ def test_queue_entries_into_a_record_are_checked_against_the_records_each_snapsh
     assert len(_delta.read_pandas(lake, messages.TABLE)) == 20
 
 
+def test_a_grown_queue_file_checks_only_its_new_entries_unless_its_earlier_ones_changed(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A queue's last file grows between two snapshots of one run (10 entries, then 20). The second snapshot checks
+    only entries 10-19 against the records (its first 10 are the earlier copy's bytes, checked against the same
+    records) and still quarantines all three bad entries. Where the broker's file differs inside those first 10 (entry
+    6 rewritten to point into its record), the second snapshot checks every entry again and finds it."""
+    from jobs.formats import consumequeue
+
+    checked: list[int] = []
+    real = consumequeue.dangling_entries
+    monkeypatch.setattr(consumequeue, "dangling_entries",
+                        lambda cq, offs, sizes, rng, start=0: checked.append(start) or real(cq, offs, sizes, rng, start))
+    cq = "cluster=c/broker=b/snapshot_ts=20260105T00{}00Z/store/consumequeue/T/0/00000000000000000000"
+    inside = "entry {} points at commitlog offset {}, where no message starts; entry ignored"
+    for rewrite in (False, True):
+        root = tmp_path / str(rewrite)
+        _store_with_bad_entries(root, "b", "20260105T000000Z", 10)
+        at = _store_with_bad_entries(root, "b", "20260105T003000Z", 20)
+        if rewrite:
+            f = root / "landing" / cq.format("30")
+            data = bytearray(f.read_bytes())
+            data[120:140] = consumequeue.encode_cq_entry(at[6][0] + 9, at[6][1], 0)
+            f.write_bytes(bytes(data))
+        checked.clear()
+        ingest.run(str(root / "landing"), str(root / "lake"), now=NOW)
+        assert checked == [0, 0 if rewrite else 10]
+        q = _delta.read_pandas(str(root / "lake"), quarantine.TABLE).sort_values(["source_path", "position"])
+        size = f"entry 4 says size 99 but the message at commitlog offset {at[4][0]} has size {at[4][1]}"
+        second = [[cq.format("30"), 60, inside.format(3, at[3][0] + 5)], [cq.format("30"), 80, size]]
+        if rewrite:
+            second.append([cq.format("30"), 120, inside.format(6, at[6][0] + 9)])
+        assert q[["source_path", "position", "reason"]].values.tolist() == [
+            [cq.format("00"), 60, inside.format(3, at[3][0] + 5)], [cq.format("00"), 80, size],
+            *second, [cq.format("30"), 300, inside.format(15, at[15][0] + 7)]]
+
+
 def test_queue_entries_of_a_later_run_are_checked_against_the_lakes_records_of_each_broker(
         tmp_path: pathlib.Path) -> None:
     """Two brokers, each 10 records in a first run's snapshot, then 20 in a second run's: the second run checks its
