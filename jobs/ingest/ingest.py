@@ -543,11 +543,13 @@ def lake_records(lake: str, staged: "Decoded", brokers: list[tuple[str, str]]
             wanted[key] = (min(r[0] for r in spans), max(r[1] for r in spans))
     if not wanted or not _delta.exists(lake, messages.TABLE):
         return {}
-    dnf = [[("cluster", "=", c), ("broker", "=", b), ("physical_offset", ">=", lo), ("physical_offset", "<", hi)]
-           for (c, b), (lo, hi) in sorted(wanted.items())]
+    # the scan prunes by the offsets of all brokers together; each batch is then split by broker (a filter naming
+    # the brokers cost more than the read: 3.3 against 1.8 s for 12.5 M of 49 M records of the hour-48 soak lake)
+    span = [[("physical_offset", ">=", min(lo for lo, _ in wanted.values())),
+             ("physical_offset", "<", max(hi for _, hi in wanted.values()))]]
     got: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]] = {k: [] for k in wanted}
     for batch in _delta.scan_batches(lake, messages.TABLE, ["cluster", "broker", "physical_offset", "size"],
-                                     filters=dnf):
+                                     filters=span, dictionary=("cluster", "broker")):
         if not batch.num_rows:
             continue
         for (c, b), part in _of_brokers(batch, wanted):
