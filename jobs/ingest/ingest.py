@@ -367,7 +367,7 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
         summary = consumequeue.summarize(data, cq if used is data else None)
         if len(data) != f.size:  # it changed since the listing: its fingerprint does not name these bytes
             summary = dataclasses.replace(summary, problems=True)
-        if grown and not summary.problems and before is not None and _findings_hold(before, known):
+        if grown and not summary.problems and _findings_hold(before, known):
             # the entries the earlier copy had are these bytes, checked against these records: only the new ones
             n0 = before.summary.entries
             dangling = list(before.dangling) + known.dangling(snap.cluster, snap.broker, cq, n0)
@@ -394,31 +394,23 @@ def _sha_grown(data: bytes, entries: int | None, before: "cq_ledger.Entry | None
     """The sha256 of a consume queue file's bytes and of its first ``entries`` entries (None: not asked), and whether
     the copy ``before`` was read from, earlier in this run, held these bytes' first ``before.summary.entries``
     entries (the hash of its entries, kept by the run, is that of these bytes' first ones): the broker appends to a
-    queue's last file, so a grown copy's earlier entries need not be checked again. One pass over the bytes.
+    queue's last file, so a grown copy's earlier entries need not be checked again. One pass over the bytes, the
+    hash read off at each of the two lengths.
 
     An entry of the ledger table has no such hash: a later run checks only the entries pointing into the records it
-    decoded (the old ones point below them), so a whole-file hash finished with zeros would save nothing."""
+    decoded (the old ones point below them)."""
     unit = CQ_STORE_UNIT_SIZE
-    view = memoryview(data)
     n0 = before.summary.entries * unit if before is not None and before.prefix_sha256 is not None else 0
-    if not n0 or before is None or before.records_digest is None or before.summary.problems or n0 > len(data) \
-            or (entries is not None and entries * unit < n0):
-        if entries is None:
-            return _sha(data), None, False
-        h = hashlib.sha256(view[:entries * unit])
-        prefix = h.hexdigest()
-        h.update(view[entries * unit:])
-        return h.hexdigest(), prefix, False
-    h = hashlib.sha256(view[:n0])
-    grown = h.hexdigest() == before.prefix_sha256
-    prefix = None
-    if entries is not None:
-        h.update(view[n0:entries * unit])
-        prefix = h.hexdigest()
-        h.update(view[entries * unit:])
-    else:
-        h.update(view[n0:])
-    return h.hexdigest(), prefix, grown
+    mine = None if entries is None else entries * unit
+    if n0 > len(data) or (mine is not None and mine < n0):
+        n0 = 0  # not a grown copy of it
+    view, h, at, seen = memoryview(data), hashlib.sha256(), 0, {}
+    for cut in sorted({c for c in (n0 or None, mine) if c is not None}):
+        h.update(view[at:cut])
+        seen[cut], at = h.hexdigest(), cut
+    h.update(view[at:])
+    grown = bool(n0) and before is not None and seen[n0] == before.prefix_sha256
+    return h.hexdigest(), None if mine is None else seen[mine], grown
 
 
 def _findings_hold(before: "cq_ledger.Entry", known: "_SnapshotRecords") -> bool:
@@ -547,23 +539,37 @@ def lake_records(lake: str, staged: "Decoded", brokers: list[tuple[str, str]]
     # the brokers cost more than the read: 3.3 against 1.8 s for 12.5 M of 49 M records of the hour-48 soak lake)
     span = [[("physical_offset", ">=", min(lo for lo, _ in wanted.values())),
              ("physical_offset", "<", max(hi for _, hi in wanted.values()))]]
-    got: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]] = {k: [] for k in wanted}
-    for batch in _delta.scan_batches(lake, messages.TABLE, ["cluster", "broker", "physical_offset", "size"],
-                                     filters=span, dictionary=("cluster", "broker")):
+
+    def take(key: tuple[str, str], part: pa.RecordBatch) -> tuple[np.ndarray, ...]:
+        lo, hi = wanted[key]
+        off = part.column("physical_offset")
+        part = part.filter(pc.and_(pc.greater_equal(off, lo), pc.less(off, hi)))
+        return (part.column("physical_offset").to_numpy().astype(np.int64),
+                part.column("size").to_numpy().astype(np.int32))
+
+    out = _gather_by_broker(_delta.scan_batches(lake, messages.TABLE, ["cluster", "broker", "physical_offset", "size"],
+                                                filters=span, dictionary=("cluster", "broker")), wanted, take)
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.int32))
+    return {k: out.get(k, empty) for k in wanted}
+
+
+def _gather_by_broker(batches: Iterable[pa.RecordBatch], wanted: Iterable[tuple[str, str]],
+                      take: Callable[[tuple[str, str], pa.RecordBatch], tuple[np.ndarray, ...]]
+                      ) -> dict[tuple[str, str], tuple[np.ndarray, ...]]:
+    """Per wanted broker, the arrays ``take`` makes of its rows in ``batches``, concatenated (brokers with no row
+    left out); each broker's pieces are freed as soon as they are joined (not all brokers held twice)."""
+    got: dict[tuple[str, str], list[tuple[np.ndarray, ...]]] = {}
+    for batch in batches:
         if not batch.num_rows:
             continue
-        for (c, b), part in _of_brokers(batch, wanted):
-            lo, hi = wanted[(c, b)]
-            off = part.column("physical_offset")
-            part = part.filter(pc.and_(pc.greater_equal(off, lo), pc.less(off, hi)))
-            if part.num_rows:
-                got[(c, b)].append((part.column("physical_offset").to_numpy().astype(np.int64),
-                                    part.column("size").to_numpy().astype(np.int32)))
+        for key, part in _of_brokers(batch, wanted):
+            arrays = take(key, part)
+            if len(arrays[0]):
+                got.setdefault(key, []).append(arrays)
     out = {}
-    for k in list(got):  # each broker's pieces freed as soon as they are joined (not all brokers held twice)
+    for k in list(got):
         v = got.pop(k)
-        out[k] = (np.concatenate([p[0] for p in v]), np.concatenate([p[1] for p in v])) if v \
-            else (np.zeros(0, np.int64), np.zeros(0, np.int32))
+        out[k] = tuple(np.concatenate([p[i] for p in v]) for i in range(len(v[0])))
     return out
 
 
@@ -600,23 +606,14 @@ def staged_records(staged: "Decoded", brokers: list[tuple[str, str]]
     cols = ["cluster", "broker", "physical_offset", "size", "first_snapshot_ts"]
     scanner = pads.dataset(staged.staging, format="parquet").scanner(
         columns=cols, filter=pc.field("kind") == "message", batch_readahead=2, fragment_readahead=1)
-    got: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {k: [] for k in wanted}
-    for batch in scanner.to_batches():
-        if not batch.num_rows:
-            continue
-        for (c, b), part in _of_brokers(batch, wanted):
-            if part.num_rows:
-                got[(c, b)].append((
-                    part.column("physical_offset").to_numpy().astype(np.int64),
-                    part.column("size").to_numpy().astype(np.int32),
-                    part.column("first_snapshot_ts").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
-                    .to_numpy().astype(np.int64)))
-    out = {}
-    for k in list(got):
-        v = got.pop(k)
-        if v:
-            out[k] = tuple(np.concatenate([p[i] for p in v]) for i in range(3))
-    return out
+
+    def take(key: tuple[str, str], part: pa.RecordBatch) -> tuple[np.ndarray, ...]:
+        return (part.column("physical_offset").to_numpy().astype(np.int64),
+                part.column("size").to_numpy().astype(np.int32),
+                part.column("first_snapshot_ts").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+                .to_numpy().astype(np.int64))
+
+    return _gather_by_broker(scanner.to_batches(), wanted, take)
 
 
 def extract_all_queue_bounds(snaps: list[Snapshot], landing_root: str, lake: str, staged: "Decoded", out: Extracted,
