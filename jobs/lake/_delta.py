@@ -230,31 +230,41 @@ def merge(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table", *, 
         if n:
             _merge_parquet(spark, df, read(spark, lake, table), lake, table)
         return n
+    # A pruned target is cheap to read again: when no changed row's key is in it, appending them is the MERGE
+    # (whose join would read the whole table), and a MERGE that is needed matches within it.
+    pruned = target if target_filter is not None else None
     if stage is not None:
         from jobs.lake import _spark, storage
 
         try:
-            return _merge_changed(spark, _spark.materialize(spark, changed, stage), lake, table, insert_only)
+            return _merge_changed(spark, _spark.materialize(spark, changed, stage), lake, table, insert_only,
+                                  pruned, target_filter)
         finally:
             storage.delete_tree(stage)
-    return _merge_changed(spark, changed, lake, table, insert_only)
+    return _merge_changed(spark, changed, lake, table, insert_only, pruned, target_filter)
 
 
-def _merge_changed(spark: "SparkSession", changed: "DataFrame", lake: str, table: "Table", insert_only: bool) -> int:
-    """Write the rows :func:`merge` found new or changed; their number."""
+def _merge_changed(spark: "SparkSession", changed: "DataFrame", lake: str, table: "Table", insert_only: bool,
+                   pruned: "DataFrame | None" = None, target_filter: str | None = None) -> int:
+    """Write the rows :func:`merge` found new or changed; their number. ``pruned``: the target's rows
+    ``target_filter`` keeps (the only ones that can share a key with ``changed``)."""
     n = changed.count()
     if n == 0:
         return 0
+    if not insert_only and pruned is not None:
+        keys = pruned.select(*table.key)
+        insert_only = changed.join(keys, on=[changed[k].eqNullSafe(keys[k]) for k in table.key],
+                                   how="left_semi").limit(1).count() == 0
     if insert_only:  # one writer per lake (jobs.lake.lease): appending what the anti-join left equals the MERGE
         changed.coalesce(1).write.format("delta").mode("append").save(table.path(lake))  # one file, as MERGE wrote
         return n
     view = f"rmq_src_{uuid.uuid4().hex[:12]}"
     changed.createOrReplaceTempView(view)
     on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in table.key)
+    if target_filter is not None:
+        on += f" AND ({target_filter})"
     sql = f"MERGE INTO delta.`{table.path(lake)}` AS t USING {view} AS s ON {on} "
-    if not insert_only:
-        sql += "WHEN MATCHED THEN UPDATE SET * "
-    sql += "WHEN NOT MATCHED THEN INSERT *"
+    sql += "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
     spark.sql(sql)
     spark.catalog.dropTempView(view)
     return n
@@ -330,7 +340,8 @@ def replace_run(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table
 
 
 def insert_new(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table", *, target_filter: str,
-               rows: int | None = None, target_dnf: list[list[tuple]] | None = None) -> None:
+               rows: int | None = None, target_dnf: list[list[tuple]] | None = None,
+               target_empty: bool = False) -> None:
     """Append the rows of ``df`` whose key is not in the table yet; ``target_filter`` (SQL on ``t``) prunes the scan.
 
     For bulk appends that must stay idempotent (a decoded commitlog byte range written twice lands once). An
@@ -346,7 +357,7 @@ def insert_new(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table"
     if not exists(lake, table):
         _create(clustered(df, table, rows), lake, table)
         return
-    if target_dnf is not None and not any_rows(lake, table, target_dnf):
+    if target_empty or (target_dnf is not None and not any_rows(lake, table, target_dnf)):
         clustered(df, table, rows).write.format(table_format()).mode("append").save(table.path(lake))
         return
     target = read(spark, lake, table).alias("t").where(target_filter).select(*table.key)

@@ -39,3 +39,25 @@ def test_a_version_before_a_checkpoint_reads_as_it_was(spark, tmp_path: pathlib.
     for at in (0, 9, 10, 11):
         assert sorted(_delta.read(spark, lake, OLD, at=at).collect()) == [(k, f"v{k}") for k in range(at + 1)]
     assert sorted(_delta.read(spark, lake, NEW, at=9).collect()) == [(k, f"v{k}", None) for k in range(10)]
+
+
+SNAP = Table("silver", "s", StructType([StructField("ts", TimestampType()), StructField("k", LongType()),
+                                        StructField("v", StringType())]), ("ts", "k"), ())
+
+
+def test_a_pruned_merge_appends_new_keys_and_updates_existing_ones_only_inside_its_filter(spark, tmp_path) -> None:  # noqa: ANN001
+    """target_filter (issue 12): rows whose keys are all new are appended (no MERGE, whose join reads the whole
+    table); a row whose key is in the pruned rows is updated by a MERGE that matches inside the filter only."""
+    lake = str(tmp_path)
+    t1, t2 = T, T + dt.timedelta(minutes=30)
+    at = lambda t: f"t.ts >= TIMESTAMP '{t:%Y-%m-%d %H:%M:%S}+00:00' AND t.ts <= TIMESTAMP '{t:%Y-%m-%d %H:%M:%S}+00:00'"  # noqa: E731
+    rows = lambda *r: spark.createDataFrame(list(r), SNAP.schema)  # noqa: E731
+    assert _delta.merge(spark, rows((t1, 1, "a"), (t1, 2, "b")), lake, SNAP, target_filter=at(t1)) == 2
+    assert _delta.merge(spark, rows((t2, 1, "c"), (t2, 3, "d")), lake, SNAP, target_filter=at(t2)) == 2
+    assert _delta.history(lake, SNAP)[0]["operation"] == "WRITE"  # every key new: an append
+    assert _delta.merge(spark, rows((t2, 1, "c"), (t2, 3, "d")), lake, SNAP, target_filter=at(t2)) == 0
+    assert _delta.merge(spark, rows((t2, 3, "e"), (t2, 4, "f")), lake, SNAP, target_filter=at(t2)) == 2
+    assert _delta.history(lake, SNAP)[0]["operation"] == "MERGE"  # (t2, 3) existed: updated, not appended twice
+    got = _delta.read_pandas(lake, SNAP).sort_values(["ts", "k"])
+    assert [(r.ts.to_pydatetime(), r.k, r.v) for r in got.itertuples()] == [
+        (t1, 1, "a"), (t1, 2, "b"), (t2, 1, "c"), (t2, 3, "e"), (t2, 4, "f")]

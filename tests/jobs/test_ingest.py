@@ -345,3 +345,38 @@ def test_queue_entries_of_a_later_run_are_checked_against_the_lakes_records_of_e
                  [cq.format(b), 300, inside.format(15, at[b][15][0] + 7)]]
     assert q[["source_path", "position", "reason"]].values.tolist() == rows
     assert len(_delta.read_pandas(lake, messages.TABLE)) == 40
+
+
+def test_a_batch_is_split_by_broker_exactly_whatever_its_order_and_encoding() -> None:
+    """_of_brokers: each wanted (cluster, broker) gets exactly its rows in their order, from sorted and unsorted
+    batches, plain or dictionary-encoded key columns, with nulls and brokers not wanted."""
+    import random
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from jobs.ingest.ingest import _of_brokers
+
+    rng = random.Random(3)
+    wanted = [("c1", "a"), ("c2", "b"), ("c1", "c"), ("zz", "a")]
+    for trial in range(200):
+        n = rng.randint(1, 200)
+        rows = [(rng.choice(["c1", "c2", None]), rng.choice(["a", "b", "c", None])) for _ in range(n)]
+        if trial % 2:
+            rows.sort(key=lambda r: (str(r[0]), str(r[1])))
+        cl, br = pa.array([r[0] for r in rows]), pa.array([r[1] for r in rows])
+        if trial % 3 == 0:
+            cl, br = pc.dictionary_encode(cl), pc.dictionary_encode(br)
+        batch = pa.record_batch({"cluster": cl, "broker": br, "i": pa.array(range(n))})
+        got: dict = {}
+        for key, part in _of_brokers(batch, wanted):
+            got.setdefault(key, []).extend(part.column("i").to_pylist())
+        expected: dict = {}
+        for i, r in enumerate(rows):
+            if r in wanted:
+                expected.setdefault(r, []).append(i)
+        assert got == expected, trial
+    unsorted = pa.record_batch({"cluster": pa.array(["c1"] * 200), "broker": pa.array(["a", "c"] * 100),
+                                "i": pa.array(range(200))})  # 199 runs: sorted first
+    assert {k: p.column("i").to_pylist() for k, p in _of_brokers(unsorted, wanted)} == {
+        ("c1", "a"): list(range(0, 200, 2)), ("c1", "c"): list(range(1, 200, 2))}
