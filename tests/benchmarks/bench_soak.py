@@ -127,7 +127,7 @@ def feed(a: argparse.Namespace, work: Path, source: Path, figs: dict[str, Any]) 
     t0 = min(ts for ts, _ in folders).replace(minute=0, second=0)
     hours = max(1, -(-int((max(ts for ts, _ in folders) - t0).total_seconds()) // 3600))
     figs["hours"] = []
-    for h in range(1, hours + 1):
+    for h in range(1, (min(hours, a.until_hour) if a.until_hour else hours) + 1):
         lo, hi = t0 + dt.timedelta(hours=h - 1), t0 + dt.timedelta(hours=h)
         fed = [p for ts, p in folders if lo < ts <= hi]
         files = sum(link_tree(p, landing / p.relative_to(source)) for p in fed)
@@ -202,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--retention-h", type=float, default=None,
                    help="the reconcile's --retention-h (default: the simulated brokers' fileReservedTime from "
                         "_truth/scenario.json, plus 2 h)")
+    p.add_argument("--until-hour", type=int, default=0,
+                   help="feed only the first H virtual hours (0: all); the lake is left as that hour left it")
     p.add_argument("--cleanup", action="store_true", help="delete the workdir at the end")
     a = p.parse_args(argv)
     os.environ.setdefault("RUST_LOG", "warn,sail_common::actor=error")
