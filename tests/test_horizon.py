@@ -91,8 +91,20 @@ def test_a_horizon_run_reads_less_than_a_full_run(runs: dict) -> None:
     read = {k: v["horizon"]["read"] for k, v in runs["summaries"].items()}
     assert (read["full"]["messages"], read["full"]["deliveries"]) == (98169, 65503)
     assert read["06"] == {"consumer_offsets": "all", "queue_bounds": "all", "subscription_groups": "all",
-                          "messages_recent": 29682, "messages_old_looked_up": 72, "deliveries_recent_and_open": 19654,
-                          "retry_chains": 2}
+                          "messages_recent": 29682, "messages_old_for_order": 17679, "messages_old_looked_up": 72,
+                          "deliveries_recent_and_open": 19654, "retry_chains": 2}
+    # the check that old records lie below each queue's lowest recent offset: every old record after a full run
+    # (which keeps no maxima), then the previous run's maxima plus the records first held since its cut
+    from jobs.lake import _delta
+    from schemas import messages
+
+    m = _delta.read_pandas_columns(runs["lake"], messages.TABLE, ["topic", "queue_offset", "first_snapshot_ts"])
+    m = m[~m["topic"].str.startswith("%") & m["queue_offset"].notna()]
+    held = pd.to_datetime(m["first_snapshot_ts"], utc=True)
+    at = lambda h: pd.Timestamp(f"2026-01-05T{h}:00:00Z")  # noqa: E731
+    assert [read[k]["messages_old_for_order"] for k in ("04", "05", "06")] == [
+        int((held <= at("02")).sum()), int(((held > at("02")) & (held <= at("03"))).sum()),
+        int(((held > at("03")) & (held <= at("04"))).sum())] == [34365, 16411, 17679]
     # the audit: whole once after a full run (which keeps no audit state), then P's hour stats plus the records P did
     # not see (gold/audit_hours equal the full run's: test above)
     audit = {k: v["horizon"].get("audit") for k, v in runs["summaries"].items()}
@@ -130,3 +142,34 @@ def test_which_previous_run_a_run_carries(runs: dict, as_of: str, hours: float, 
     run, why = horizon.previous_run(runs["lake"], run_id="next", as_of=at, cut=at - pd.Timedelta(hours=hours),
                                     params=want, snapshots_version=version)
     assert ((run or {}).get("run_id"), why) == expected
+
+
+def test_old_maxima_carry_the_previous_runs_and_read_only_records_first_held_since_its_cut(spark) -> None:  # noqa: ANN001
+    """horizon.old_maxima / offsets_in_order: a queue's old records lie below its lowest recent offset. With the
+    previous run's maxima (as of its cut), only the records first held after that cut are read; a record first held
+    since then at or above ``lo`` still sends the run in full."""
+    import datetime as dt
+
+    from jobs.reconcile import horizon
+
+    utc = dt.timezone.utc
+    t1, t2, t3 = (dt.datetime(2026, 1, 5, h, tzinfo=utc) for h in (1, 2, 3))
+    cols = "cluster string, topic string, broker string, queue_id int, queue_offset long, first_snapshot_ts timestamp"
+    old_m = spark.createDataFrame([
+        ("C", "T", "b", 0, 3, t1), ("C", "T", "b", 0, 4, t1),      # before the previous cut: carried, not read
+        ("C", "T", "b", 0, 6, t3), ("C", "T", "b", 1, 2, t3),      # first held since it: read
+        ("C", "%RETRY%G", "b", 0, 99, t3), ("C", "T", "b", 0, None, t3),  # a system topic, no offset: left out
+    ], cols)
+    carried = spark.createDataFrame([("C", "T", "b", 0, 4), ("C", "T", "b", 2, 8)], horizon.OLD_MAX_SCHEMA)
+
+    def rows(df):  # noqa: ANN001, ANN202
+        return sorted(tuple(r) for r in df.collect())
+
+    assert rows(horizon.old_maxima(old_m, carried, t2)) == [("C", "T", "b", 0, 6, 1), ("C", "T", "b", 1, 2, 1),
+                                                            ("C", "T", "b", 2, 8, 0)]
+    assert rows(horizon.old_maxima(old_m)) == [("C", "T", "b", 0, 6, 3), ("C", "T", "b", 1, 2, 1)]
+    old_max = horizon.old_maxima(old_m, carried, t2)
+    lo = lambda *r: spark.createDataFrame(list(r), "cluster string, topic string, broker string, queue_id int, lo long")  # noqa: E731
+    assert horizon.offsets_in_order(lo(("C", "T", "b", 0, 7), ("C", "T", "b", 2, 9)), old_max)
+    assert not horizon.offsets_in_order(lo(("C", "T", "b", 0, 6)), old_max)  # the record first held since: 6 >= 6
+    assert not horizon.offsets_in_order(lo(("C", "T", "b", 2, 8)), old_max)  # the carried maximum: 8 >= 8

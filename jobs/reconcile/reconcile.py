@@ -376,10 +376,13 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
                                       state["table_versions"].get(files.TABLE.qualified), horizon_info=info)
         failpoints.hit("reconcile.after_publish")
         held.check()
+        # The ledger row also keeps the old records' maxima per queue, which the next run carries
+        # (horizon.old_maxima); the report folder's summary does not list them.
+        kept = {**summary, "horizon": {**info, "old_max": h["old_max"]}} if h is not None else summary
         ledger.record_reconcile(spark, lake, run_id=rid, as_of=as_of_ts, report_dir=folder,
                                 ingest_run_id=state["run_id"], rows={n: len(df) for n, df in r["pdfs"].items()},
                                 gold_tables=[m.TABLE for m in REPORT_MODULES.values()]
-                                + list(DASHBOARD_TABLES.values()), summary=summary)
+                                + list(DASHBOARD_TABLES.values()), summary=kept)
     summary["report_dir"] = folder
     summary["seconds"] = round(time.time() - t0, 2)
     say(f"reconcile: wrote {folder} in {summary['seconds']} s")
