@@ -882,7 +882,7 @@ def load_decoded(spark: Any, lake: str, staged: Decoded) -> int:
     dnf = [[("cluster", "=", c), ("broker", "=", b), ("physical_offset", ">=", lo), ("physical_offset", "<", hi)]
            for (c, b), (lo, hi) in sorted(staged.spans.items())]
     _delta.insert_new(spark, df, lake, messages.TABLE, target_filter=_spans_filter(staged), rows=staged.messages,
-                      target_dnf=None if staged.lake_overlap else dnf, target_empty=staged.lake_overlap is False)
+                      target_dnf=dnf, target_rows=staged.lake_overlap)
     return staged.messages
 
 

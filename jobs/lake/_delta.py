@@ -341,7 +341,7 @@ def replace_run(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table
 
 def insert_new(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table", *, target_filter: str,
                rows: int | None = None, target_dnf: list[list[tuple]] | None = None,
-               target_empty: bool = False) -> None:
+               target_rows: bool | None = None) -> None:
     """Append the rows of ``df`` whose key is not in the table yet; ``target_filter`` (SQL on ``t``) prunes the scan.
 
     For bulk appends that must stay idempotent (a decoded commitlog byte range written twice lands once). An
@@ -357,7 +357,9 @@ def insert_new(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table"
     if not exists(lake, table):
         _create(clustered(df, table, rows), lake, table)
         return
-    if target_empty or (target_dnf is not None and not any_rows(lake, table, target_dnf)):
+    if target_rows is None and target_dnf is not None:
+        target_rows = any_rows(lake, table, target_dnf)
+    if target_rows is False:
         clustered(df, table, rows).write.format(table_format()).mode("append").save(table.path(lake))
         return
     target = read(spark, lake, table).alias("t").where(target_filter).select(*table.key)

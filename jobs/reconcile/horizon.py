@@ -678,9 +678,10 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
     kept_max, kept_cut = carried_maxima(spark, previous)
     if kept_cut is not None and kept_cut > cut:
         kept_max = kept_cut = None
-    old_max = old_maxima(parts["old_m"], kept_max, kept_cut).toPandas()
-    if not offsets_in_order(parts["lo"], spark.createDataFrame(
-            [tuple(r) for r in old_max[[*QUEUE, "old_max"]].itertuples(index=False)], OLD_MAX_SCHEMA)):
+    old_max = old_maxima(parts["old_m"], kept_max, kept_cut).toPandas()  # one row per queue, computed once
+    old_rows = sorted([str(c), str(t), str(b), int(q), int(m)]
+                      for c, t, b, q, m in old_max[[*QUEUE, "old_max"]].itertuples(index=False))
+    if not offsets_in_order(parts["lo"], spark.createDataFrame([tuple(r) for r in old_rows], OLD_MAX_SCHEMA)):
         return None
     # every report reads the offset series, some several times: computed once (Sail recomputes a shared frame)
     series = _spark.materialize(spark, snapshots.offset_series(frames["consumer_offsets"], frames["queue_bounds"],
@@ -761,9 +762,7 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
             "status_samples": status.status_samples(series, window=window), "audit_hours": audit_rows,
             "audit": audit_info, "read": read,
             "full_groups": {f"{c}/{g}": why for (c, g), why in sorted(fallback.items())},
-            "old_max": {"cut": cut.astimezone(UTC).isoformat(), "rows": sorted(
-                [str(c), str(t), str(b), int(q), int(m)]
-                for c, t, b, q, m in old_max[[*QUEUE, "old_max"]].itertuples(index=False))}}
+            "old_max": {"cut": cut.astimezone(UTC).isoformat(), "rows": old_rows}}
 
 
 def merge(pdfs: dict[str, pd.DataFrame], keep: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
