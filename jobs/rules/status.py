@@ -84,22 +84,28 @@ _STATUS_SCHEMA = ", ".join(
     f"{k} {t}" for k, t in zip(SERIES_KEY, ["string", "string", "string", "string", "string", "int"])
 ) + ", status string"
 
+# Keys per applyInPandas call: one call per key cost ~3 ms each on Sail (3,192 keys: 12 s of a 10 M run), so the
+# keys are spread over a fixed number of hash buckets and each call judges the keys of its bucket one by one.
+_BUCKETS = 32
 
-def _status_of_group(pdf: pd.DataFrame) -> pd.DataFrame:
-    """applyInPandas body: one key's window rows -> one row with :func:`partition_status`."""
-    pdf = pdf.sort_values("snapshot_ts", kind="mergesort")
-    offsets = [int(v) for v in pdf["committed_offset"]]
-    lags = [int(v) for v in pdf["lag"]]
-    row = {k: [pdf[k].iloc[0]] for k in SERIES_KEY}
-    row["status"] = [partition_status(offsets, lags)]
-    return pd.DataFrame(row)
+
+def _status_of_keys(pdf: pd.DataFrame) -> pd.DataFrame:
+    """applyInPandas body: the window rows of some keys -> one row per key with :func:`partition_status`."""
+    pdf = pdf.drop(columns="_bucket", errors="ignore").sort_values([*SERIES_KEY, "snapshot_ts"], kind="mergesort", na_position="first")
+    keys = pdf[SERIES_KEY].to_numpy(dtype=object)
+    offsets = pdf["committed_offset"].to_numpy(dtype="int64").tolist()
+    lags = pdf["lag"].to_numpy(dtype="int64").tolist()
+    starts = [0] + [i for i in range(1, len(keys)) if (keys[i] != keys[i - 1]).any()] + [len(keys)]
+    rows = [(*keys[a], partition_status(offsets[a:b], lags[a:b])) for a, b in zip(starts, starts[1:])]
+    return pd.DataFrame(rows, columns=[*SERIES_KEY, "status"])
 
 
 def window_status(series: DataFrame, *, window: int = 10) -> DataFrame:
     """(``SERIES_KEY``, status) over each key's last ``window`` snapshots with known bounds."""
     rows = known(series).where(F.col("snapshots_after") < F.lit(window)).select(
         *SERIES_KEY, "snapshot_ts", "committed_offset", (F.col("max_offset") - F.col("committed_offset")).alias("lag"))
-    return rows.groupBy(*SERIES_KEY).applyInPandas(_status_of_group, _STATUS_SCHEMA)
+    bucket = F.pmod(F.xxhash64(*SERIES_KEY), F.lit(_BUCKETS)).alias("_bucket")
+    return rows.select(bucket, *rows.columns).groupBy("_bucket").applyInPandas(_status_of_keys, _STATUS_SCHEMA)
 
 
 def consumer_status(series: DataFrame, messages: DataFrame, *, window: int = 10) -> DataFrame:

@@ -133,3 +133,22 @@ def test_consumer_status(spark, offsets, bounds, messages, window, expected) -> 
                                      as_of=S(60))
     actual = status.consumer_status(series, spark.createDataFrame(messages, M.SCHEMA), window=window)
     assertDataFrameEqual(actual, spark.createDataFrame(expected, REPORT))
+
+
+def test_every_rule_case_keeps_its_status_when_many_keys_share_an_applyinpandas_call(spark) -> None:  # noqa: ANN001
+    # 12 cases x 20 queues = 240 keys in 32 hash buckets: each call judges several keys, whose rows it must split
+    # exactly (a row of a neighbouring key in the window changes the status of cases 3-12). The snapshot order is
+    # scrambled by giving queues different minute offsets.
+    offsets, bounds, expected = [], [], []
+    for q in range(240):
+        c = RULE_CASES[q % len(RULE_CASES)]
+        for i, (o, lag) in enumerate(zip(c.offsets, c.lags)):
+            minute = 3 * i + q % 3
+            offsets.append(off(minute, o, q))
+            bounds.append(qb(minute, 0, o + lag, q))
+        expected.append(("c", "G", "", "T", "b", q, c.status))
+    series = snapshots.offset_series(spark.createDataFrame(offsets, CO.SCHEMA), spark.createDataFrame(bounds, QB.SCHEMA),
+                                     as_of=S(60))
+    actual = sorted(tuple(r) for r in status.window_status(series, window=10).collect())
+    assert actual == sorted(expected)
+    assert len({e[-1] for e in expected}) == 4
