@@ -2,7 +2,8 @@
 
 ``sha256`` is the digest of the bytes read in this ingest, ``[read_from, read_to)``: the whole file for JSON and
 consumequeue files; for a commitlog segment only the part decoded for the first time (a full segment seen
-again is not read at all, and its row has ``read_from == read_to``).
+again is not read at all, and its row has ``read_from == read_to``). A full segment decoded in pieces
+(``RMQ_RECON_DECODE_SPLIT_MB``) records the sha256 of its pieces' sha256 digests (hex, in order) instead.
 """
 from __future__ import annotations
 

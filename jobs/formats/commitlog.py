@@ -398,6 +398,12 @@ def _resync(buf: np.ndarray, segment_start: int, start: int) -> int:
     return -1
 
 
+def first_record_at(data: bytes | memoryview, segment_start: int) -> int:
+    """The first position in ``data`` (which starts at physical offset ``segment_start``) where a record plausibly
+    begins (:func:`_resync`), or -1: where a piece of a split segment starts decoding (jobs.ingest.decode_tasks)."""
+    return int(_resync(_as_array(data), segment_start, 0))
+
+
 def _walk(buf: np.ndarray, segment_start: int, segment: str, begin: int, final: bool
           ) -> tuple[np.ndarray, int, bool, list[Problem]]:
     """Follow the TOTALSIZE chain: record positions, where decoding stopped, end-of-file seen, problems.

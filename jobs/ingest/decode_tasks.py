@@ -30,6 +30,10 @@ UNREADABLE_HINT = "not read; fix it, then run ingest --retake"
 _TS = pa.timestamp("us", tz="UTC")
 _STR = pa.string()
 
+# where a piece of a split segment looks for its first record start: a record is at most 4 MiB (the broker's
+# maxMessageSize); finding none there, the pieces do not chain and the segment is decoded whole
+SYNC_WINDOW = 8 << 20
+
 # kinds of output rows
 MESSAGE, TRACE, PROBLEM, PROGRESS = "message", "trace", "problem", "progress"
 
@@ -116,10 +120,44 @@ def reads_nothing(unit: dict[str, Any]) -> bool:
     return all(st["complete"] or c["size"] <= st["decoded_to"] for c in unit["copies"])
 
 
+def split_units(units: list[dict[str, Any]], split_bytes: int) -> tuple[list[dict[str, Any]], dict[int, dict[str, Any]]]:
+    """Units whose first copy is a full segment with at least ``2 * split_bytes`` to read, cut into pieces of
+    ``split_bytes`` to ``2 * split_bytes`` (a broker's 1 GiB segment is otherwise one task on one core).
+
+    A piece is a unit with ``piece`` = {index, count, lo, hi}: it decodes the records that start in [lo, hi) of the
+    first copy, from the first record start at or after ``lo`` (found by :func:`jobs.formats.commitlog.first_record_at`;
+    piece 0 starts where the ledger says), and its progress row says where it started and stopped, so that
+    :func:`merge_pieces` can check that the pieces chain record to record. Only a full segment (a newer one follows)
+    is split: it is complete after this copy, so the later copies read nothing and the driver settles them.
+
+    Returns the units to decode (pieces in place of the units split) and the units split, by unit number.
+    """
+    if split_bytes <= 0:
+        return units, {}
+    work: list[dict[str, Any]] = []
+    split: dict[int, dict[str, Any]] = {}
+    for u in units:
+        st, c0 = u["state"], u["copies"][0]
+        begin = st["decoded_to"] if st else 0
+        k = (c0["size"] - begin) // split_bytes
+        if (st and st["complete"]) or not c0["has_newer"] or k < 2:
+            work.append(u)
+            continue
+        split[u["unit"]] = u
+        cuts = [begin + (c0["size"] - begin) * j // k for j in range(k)] + [None]
+        for j in range(k):
+            work.append({**u, "copies": [c0], "state": st if j == 0 else None,
+                         "piece": {"index": j, "count": k, "lo": cuts[j], "hi": cuts[j + 1]}})
+    return work, split
+
+
 def pack(units: list[dict[str, Any]], task_bytes: int, min_tasks: int) -> list[list[dict[str, Any]]]:
     """Units packed into tasks of about ``task_bytes`` to read (at least ``min_tasks`` when there are as many
     units), largest first onto the least loaded task."""
     def cost(u: dict[str, Any]) -> int:
+        if u.get("piece"):
+            p = u["piece"]
+            return (p["hi"] if p["hi"] is not None else u["copies"][0]["size"]) - p["lo"] + 4096
         begin = u["state"]["decoded_to"] if u["state"] else 0
         return max(max((c["size"] for c in u["copies"]), default=0) - begin, 0) + 4096
 
@@ -255,12 +293,17 @@ def decode_unit(unit: dict[str, Any]) -> Iterator[pa.RecordBatch]:
 
     A segment already decoded to its end is skipped without reading it; otherwise only the bytes after
     ``decoded_to`` are read. A segment followed by a newer one in the snapshot, at its full size, is complete by
-    definition (the broker only rolls to a new file when the old one is full).
+    definition (the broker only rolls to a new file when the old one is full). A piece of a split segment
+    (:func:`split_units`) decodes the records starting in its byte range; its progress row is a piece's
+    (:func:`merge_pieces`).
     """
     from jobs.formats import commitlog, configs
     from jobs.lake import storage
 
     out = _Out(unit)
+    piece = unit.get("piece")
+    if piece:  # problems sort by (unit, seq): a piece's come after those of the pieces before it
+        out.seq = piece["index"] << 40
     chunk_bytes, batch_rows, trace_rows = unit["chunk_bytes"], unit["batch_rows"], unit["trace_batch_rows"]
     st = dict(unit["state"]) if unit["state"] else None
     files: list[dict[str, Any]] = []
@@ -268,6 +311,10 @@ def decode_unit(unit: dict[str, Any]) -> Iterator[pa.RecordBatch]:
     decoded: list[tuple[str, int, int]] = []  # (snapshot ts, lo, hi) of the bytes that gave records
     pending: list[pa.Table] = []
     pending_rows = 0
+    first: int | None = None  # a piece: where it started (None: no record starts in its first window)
+    reached = complete = failed = False
+    end_abs = 0
+    digest = hashlib.sha256()
     for c in unit["copies"]:
         ts, path = c["ts"], c["path"]
         snap_ts = _parse_ts(ts)
@@ -275,7 +322,7 @@ def decode_unit(unit: dict[str, Any]) -> Iterator[pa.RecordBatch]:
             st = {"start_offset": c["start"], "decoded_to": 0, "segment_size": 0, "complete": False, "snapshot_ts": ts}
         start = st["start_offset"]
         begin = st["decoded_to"]
-        if st["complete"] or c["size"] <= begin:
+        if not piece and (st["complete"] or c["size"] <= begin):
             if c["has_newer"] and not st["complete"]:
                 st["complete"] = True
             if not c["seen"]:
@@ -284,10 +331,22 @@ def decode_unit(unit: dict[str, Any]) -> Iterator[pa.RecordBatch]:
             ranges.append((ts, start, start + st["decoded_to"]))
             continue
         pos = begin
+        stop = piece["hi"] if piece else None  # records starting at or after it are the next piece's
         digest = hashlib.sha256()
         complete = failed = False
         end_abs = begin
         size = c["size"]
+        if piece and piece["index"] > 0:
+            try:
+                window = storage.read_bytes(c["uri"], piece["lo"], min(size, piece["lo"] + SYNC_WINDOW)) or b""
+            except OSError:
+                failed = True
+                break
+            at = commitlog.first_record_at(window, start + piece["lo"])
+            if at < 0:
+                break
+            pos = end_abs = piece["lo"] + at
+        first = pos
         while pos < size:
             hi = min(size, pos + chunk_bytes)
             try:
@@ -298,12 +357,22 @@ def decode_unit(unit: dict[str, Any]) -> Iterator[pa.RecordBatch]:
                 break
             final = hi >= size
             res = commitlog.decode_segment(data, segment_start=start + pos, segment=path, final=final)
-            for p in res.problems:
+            tbl, found, res_end, res_complete = res.table, res.problems, res.end, res.complete
+            if stop is not None:
+                cut = stop - pos
+                offs = tbl.column("physical_offset").to_numpy() - (start + pos)
+                later = np.flatnonzero(offs >= cut)
+                if len(later) or res_end >= cut:
+                    # the first record start at or after the cut ends this piece (the next one starts there)
+                    res_end = int(offs[later[0]]) if len(later) else res_end
+                    tbl = tbl.slice(0, int(later[0])) if len(later) else tbl
+                    found = [p for p in found if p.position < res_end]
+                    res_complete, reached = False, True
+            for p in found:
                 out.problem(ts, path, p.position + pos,
                             p.reason.replace(f"at byte {p.position}", f"at byte {p.position + pos}"))
-            tbl = res.table
-            lo, hi_abs = pos, pos + res.end
-            digest.update(data[: res.end])
+            lo, hi_abs = pos, pos + res_end
+            digest.update(memoryview(data)[:res_end])  # no copy of the chunk
             if tbl.num_rows:
                 ranges.append((ts, start + lo, start + hi_abs))
                 decoded.append((ts, start + lo, start + hi_abs))
@@ -316,23 +385,25 @@ def decode_unit(unit: dict[str, Any]) -> Iterator[pa.RecordBatch]:
                 if len(out.trace) >= trace_rows:
                     yield from out.flush_trace()
             end_abs = hi_abs
-            if res.complete:
+            if reached:
+                break
+            if res_complete:
                 complete = True
                 break
-            if res.end == 0 and not final:
+            if res_end == 0 and not final:
                 # Zeros where a record should start: the preallocated, unwritten rest of the broker's newest
                 # segment. Anything else is a record no broker writes (maxMessageSize is 4 MiB): quarantined.
                 if any(data[:8]):
                     out.problem(ts, path, pos, f"a record at byte {pos} is larger than the {chunk_bytes}-byte read "
                                 "window; decoding of this segment stops here")
                 break
-            if final or res.end == 0 or (res.end < len(data) and not tbl.num_rows):
+            if final or res_end == 0 or (res_end < len(data) and not tbl.num_rows):
                 break
-            pos += res.end
+            pos += res_end
         if pending:  # a batch holds the records of one snapshot (first_snapshot_ts)
             yield from _messages(pa.concat_tables(pending), out.cluster, out.broker, snap_ts, out.unit)
             pending, pending_rows = [], 0
-        if failed:
+        if failed or piece:
             continue  # the segment's state stays as it was: a later copy is read from the same position
         st["decoded_to"] = max(st["decoded_to"], end_abs)
         st["segment_size"] = size
@@ -344,7 +415,67 @@ def decode_unit(unit: dict[str, Any]) -> Iterator[pa.RecordBatch]:
                           "read_to": end_abs})
     yield from out.flush_trace()
     yield from out.flush_problems()
-    info = {"segment": unit["segment"], "state": st, "files": files, "ranges": ranges, "decoded": decoded}
-    yield _batch(PROGRESS, out.unit, 1, {"cluster": pa.array([out.cluster], _STR),
-                                         "broker": pa.array([out.broker], _STR),
-                                         "info": pa.array([json.dumps(info)], _STR)})
+    if piece:
+        info = {"segment": unit["segment"], "piece": piece["index"], "count": piece["count"], "first": first,
+                "end": end_abs,
+                "reached": reached, "complete": complete, "failed": failed, "sha256": digest.hexdigest(),
+                "ranges": ranges, "decoded": decoded}
+    else:
+        info = {"segment": unit["segment"], "state": st, "files": files, "ranges": ranges, "decoded": decoded}
+    yield progress_batch(out.unit, out.cluster, out.broker, info)
+
+
+def progress_batch(unit: int, cluster: str, broker: str, info: dict[str, Any]) -> pa.RecordBatch:
+    """The progress row of a unit (or of a piece of one)."""
+    return _batch(PROGRESS, unit, 1, {"cluster": pa.array([cluster], _STR), "broker": pa.array([broker], _STR),
+                                      "info": pa.array([json.dumps(info)], _STR)})
+
+
+def merge_pieces(unit: dict[str, Any], pieces: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The progress info of a split unit from its pieces', as decoding it whole gives it; None when the pieces do
+    not chain (then the caller decodes the unit whole).
+
+    They chain when each piece started exactly where the one before stopped (the first record start at or after
+    its cut), or, after a piece that reached the segment's end-of-file marker, found no record at all. Anything
+    else (a piece that stopped short: zeros, an unreadable range, a damaged record across a cut) is left to the
+    whole decode, whose rules for those cases are the reference. The file row's ``sha256`` is that of the pieces'
+    digests (hex, in order): a digest cannot be carried from one task to the next.
+    """
+    ps = sorted(pieces, key=lambda p: p["piece"])
+    if not ps or [p["piece"] for p in ps] != list(range(ps[0]["count"])):
+        return None
+    c0, st0 = unit["copies"][0], unit["state"]
+    begin = st0["decoded_to"] if st0 else 0
+    start = st0["start_offset"] if st0 else c0["start"]
+    end, ended = begin, False
+    for j, p in enumerate(ps):
+        if p["failed"]:
+            return None
+        if ended:
+            if p["first"] is not None:
+                return None
+            continue
+        if p["first"] != end:
+            return None
+        end = p["end"]
+        if j < len(ps) - 1 and not p["reached"]:
+            if not p["complete"]:
+                return None
+            ended = True
+    ts = c0["ts"]
+    ranges = [r for p in ps for r in p["ranges"]] + [[ts, start, start + end]]
+    files = []
+    if end > begin or not c0["seen"]:
+        joined = "".join(p["sha256"] for p in ps if p["first"] is not None)
+        files.append({"ts": ts, "path": c0["path"], "size": c0["size"], "sha256": _sha(joined.encode()),
+                      "read_from": begin, "read_to": end})
+    state = {"start_offset": start, "decoded_to": max(begin, end), "segment_size": c0["size"], "complete": True,
+             "snapshot_ts": ts}
+    info = {"segment": unit["segment"], "state": state, "files": files, "ranges": ranges,
+            "decoded": [d for p in ps for d in p["decoded"]]}
+    if len(unit["copies"]) > 1:  # complete now: the later copies read nothing, settled by the same code
+        rest = {**unit, "state": state, "copies": unit["copies"][1:]}
+        tail = json.loads(list(decode_unit(rest))[-1].column("info")[0].as_py())
+        info.update(state=tail["state"], files=files + tail["files"], ranges=ranges + tail["ranges"],
+                    decoded=info["decoded"] + tail["decoded"])
+    return info

@@ -76,6 +76,12 @@ def task_bytes() -> int:
     return int(float(os.environ.get("RMQ_RECON_DECODE_TASK_MB", "128")) * (1 << 20))
 
 
+def split_bytes() -> int:
+    """A full segment with at least twice this many bytes to read is decoded in pieces of this size to twice it, side
+    by side (RMQ_RECON_DECODE_SPLIT_MB, default 256: a broker's 1 GiB segment in 4 pieces; 0: never split)."""
+    return int(float(os.environ.get("RMQ_RECON_DECODE_SPLIT_MB", "256")) * (1 << 20))
+
+
 def min_tasks() -> int:
     """At least this many decode tasks when there are as many segments to read (RMQ_RECON_DECODE_MIN_TASKS,
     default 8): enough for every task slot of a small cluster, and for the slots to finish together."""
@@ -708,10 +714,6 @@ def decode_commitlogs(spark: Any, lake: str, snaps: list[Snapshot], state: dict[
     The decoded messages and trace records stay in the staging folder for the loads; the problems, the bronze/files
     rows of the segments and their new ledger state (``state`` is updated in place) come back here.
     """
-    import json
-
-    import pyarrow.parquet as pq
-
     from jobs.ingest import decode_tasks
 
     units = decode_tasks.plan_units(
@@ -726,25 +728,78 @@ def decode_commitlogs(spark: Any, lake: str, snaps: list[Snapshot], state: dict[
             batches.extend(decode_tasks.decode_unit(u))
     todo = [u for u in units if not decode_tasks.reads_nothing(u)]
     if todo:
-        tasks = decode_tasks.pack(todo, task_bytes(), min_tasks())
-        log.info("ingest: %d segment(s) to decode in %d task(s)", len(todo), len(tasks))
-        frame = spark.createDataFrame([(i, json.dumps(t)) for i, t in enumerate(tasks)], "task BIGINT, units STRING")
-        (frame.repartition(len(tasks)).mapInArrow(decode_tasks.decode_tasks, decode_tasks.output_ddl())
-         .write.mode("overwrite").parquet(staged.staging))
-        # One folder, not one per kind: Spark sorts a task's rows by the partition columns before a partitioned
-        # write, which on a small executor cost more than the decode.
-        kinds = pq.read_table(staged.staging, columns=["kind"]).column("kind")
-        import pyarrow.compute as pc
-
-        counts = {r["values"]: r["counts"] for r in pc.value_counts(kinds).to_pylist()}
-        staged.messages, staged.trace = counts.get(decode_tasks.MESSAGE, 0), counts.get(decode_tasks.TRACE, 0)
-        if counts.get(decode_tasks.PROBLEM) or counts.get(decode_tasks.PROGRESS):
-            small = pq.read_table(staged.staging, filters=[("kind", "in", [decode_tasks.PROBLEM, decode_tasks.PROGRESS])],
-                                  columns=["kind", "unit", "seq", "cluster", "broker", "snapshot_ts", "source_path",
-                                           "position", "reason", "info"])
-            batches.extend(small.to_batches())
+        work, split = decode_tasks.split_units(todo, split_bytes())
+        small = _decode_pass(spark, work, staged, len(todo))
+        merged = _merge_pieces(small, split)
+        if merged is None:
+            log.warning("ingest: the pieces of a split segment did not chain record to record (damaged records "
+                        "across a cut, or zeros); decoding every segment whole")
+            small = _decode_pass(spark, todo, staged, len(todo))
+        else:
+            small = merged
+        batches.extend(small)
     _apply_progress(batches, state, out, now, staged)
     return staged
+
+
+def _decode_pass(spark: Any, work: list[dict[str, Any]], staged: Decoded, segments: int) -> list[pa.RecordBatch]:
+    """Decode ``work`` in the engine's tasks into the staging folder (replacing what it held); the problem and
+    progress rows, which the driver reads back."""
+    import json
+
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from jobs.ingest import decode_tasks
+
+    tasks = decode_tasks.pack(work, task_bytes(), min_tasks())
+    log.info("ingest: %d segment(s) to decode in %d task(s)%s", segments, len(tasks),
+             f" ({len(work) - segments} more pieces of split segments)" if len(work) > segments else "")
+    frame = spark.createDataFrame([(i, json.dumps(t)) for i, t in enumerate(tasks)], "task BIGINT, units STRING")
+    (frame.repartition(len(tasks)).mapInArrow(decode_tasks.decode_tasks, decode_tasks.output_ddl())
+     .write.mode("overwrite").parquet(staged.staging))
+    # One folder, not one per kind: Spark sorts a task's rows by the partition columns before a partitioned
+    # write, which on a small executor cost more than the decode.
+    kinds = pq.read_table(staged.staging, columns=["kind"]).column("kind")
+    counts = {r["values"]: r["counts"] for r in pc.value_counts(kinds).to_pylist()}
+    staged.messages, staged.trace = counts.get(decode_tasks.MESSAGE, 0), counts.get(decode_tasks.TRACE, 0)
+    if not (counts.get(decode_tasks.PROBLEM) or counts.get(decode_tasks.PROGRESS)):
+        return []
+    return pq.read_table(staged.staging, filters=[("kind", "in", [decode_tasks.PROBLEM, decode_tasks.PROGRESS])],
+                         columns=["kind", "unit", "seq", "cluster", "broker", "snapshot_ts", "source_path",
+                                  "position", "reason", "info"]).to_batches()
+
+
+def _merge_pieces(small: list[pa.RecordBatch], split: dict[int, dict[str, Any]]) -> list[pa.RecordBatch] | None:
+    """``small`` with the progress rows of each split unit's pieces merged into the unit's one row
+    (:func:`jobs.ingest.decode_tasks.merge_pieces`); None when the pieces of one do not chain."""
+    import json
+
+    from jobs.ingest import decode_tasks
+
+    if not split:
+        return small
+    pieces: dict[int, list[dict[str, Any]]] = {}
+    where: dict[int, tuple[str, str]] = {}
+    kept: list[pa.RecordBatch] = []
+    for b in small:
+        unit, kind, info = b.column("unit").to_pylist(), b.column("kind").to_pylist(), b.column("info").to_pylist()
+        piece_rows = [i for i in range(b.num_rows) if kind[i] == decode_tasks.PROGRESS and unit[i] in split]
+        for i in piece_rows:
+            pieces.setdefault(unit[i], []).append(json.loads(info[i]))
+            where[unit[i]] = (b.column("cluster")[i].as_py(), b.column("broker")[i].as_py())
+        if piece_rows:
+            keep = np.ones(b.num_rows, dtype=bool)
+            keep[piece_rows] = False
+            b = b.filter(pa.array(keep))
+        kept.append(b)
+    for uid, unit in split.items():
+        info = decode_tasks.merge_pieces(unit, pieces.get(uid, []))
+        if info is None:
+            return None
+        kept.append(decode_tasks.progress_batch(uid, *where[uid], info))
+    return kept
+
 
 
 def _apply_progress(batches: list[pa.RecordBatch], state: dict[tuple[str, str, str], SegmentState],

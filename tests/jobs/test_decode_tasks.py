@@ -89,3 +89,120 @@ def test_units_are_packed_largest_first_onto_the_least_loaded_task() -> None:
     assert [[u["unit"] for u in t] for t in tasks] == [[1, 4], [0, 2, 3]]
     # at least min_tasks, never more tasks than units
     assert len(decode_tasks.pack(units[:1], task_bytes=1, min_tasks=8)) == 1
+
+
+def _full_segment(root: pathlib.Path, ts: str, records: int = 400) -> None:
+    """A broker snapshot whose first segment is full (end-of-file marker, a newer segment follows)."""
+    seg = root / "cluster=c" / "broker=b" / f"snapshot_ts={ts}" / "store" / "commitlog"
+    w = CommitLogWriter(str(seg), segment_size=SEG)
+    for i in range(records):
+        w.append(topic="T", queue_id=i % 3, queue_offset=i // 3, body=b"y" * (50 + (i * 37) % 400),
+                 properties={"UNIQ_KEY": f"K{i:04d}"}, born_ts_ms=1, store_ts_ms=2, born_host=("10.0.0.1", 1),
+                 store_host=("10.0.0.2", 10911))
+    w.close()
+
+
+def _split_run(unit: dict, split_bytes: int) -> tuple[dict[str, pa.Table], dict | None, int]:
+    """The pieces of ``unit`` decoded one by one (as separate tasks), their rows and the merged progress."""
+    work, split = decode_tasks.split_units([unit], split_bytes)
+    return _pieces_run(work, split, unit)
+
+
+def _pieces_run(work: list[dict], split: dict, unit: dict) -> tuple[dict[str, pa.Table], dict | None, int]:
+    outs = [_run(u) for u in work]
+    rows = {k: pa.concat_tables([o[k] for o in outs]) for k in ("message", "trace")}
+    # the tasks finish in any order: problems are ordered by their seq, as the driver orders them
+    problems = pa.concat_tables([o["problem"] for o in reversed(outs)])
+    rows["problem"] = problems.take(pa.compute.sort_indices(problems, [("seq", "ascending")]))
+    pieces = [json.loads(o["progress"]["info"][0].as_py()) for o in outs]
+    merged = decode_tasks.merge_pieces(split[unit["unit"]], pieces) if split else None
+    return rows, merged, len(work)
+
+
+def _same_as_whole(whole: dict[str, pa.Table], rows: dict[str, pa.Table], merged: dict | None) -> None:
+    def sans(t: pa.Table, drop: tuple[str, ...] = ("seq",)) -> list[dict]:
+        return t.drop_columns(list(drop)).to_pylist()
+
+    assert sans(rows["message"]) == sans(whole["message"])
+    assert sans(rows["problem"]) == sans(whole["problem"])
+    info = json.loads(whole["progress"]["info"][0].as_py())
+    assert merged is not None
+    assert merged["state"] == info["state"]
+    assert [{k: v for k, v in f.items() if k != "sha256"} for f in merged["files"]] == [
+        {k: v for k, v in f.items() if k != "sha256"} for f in info["files"]]
+    assert merged["ranges"][-1] == info["ranges"][-1]
+    assert (min(d[1] for d in merged["decoded"]), max(d[2] for d in merged["decoded"])) == (
+        min(d[1] for d in info["decoded"]), max(d[2] for d in info["decoded"]))
+
+
+def test_a_full_segment_decoded_in_pieces_gives_the_rows_and_progress_of_the_whole_decode(tmp_path: pathlib.Path
+                                                                                           ) -> None:
+    """Pieces of 6-12 KiB of a full 64 KiB segment, read 2 KiB at a time (records cross every cut and window), in
+    two snapshots: the second copy is settled after the merge. Every record once, in order; the same state."""
+    _full_segment(tmp_path, "20260105T000000Z")
+    _full_segment(tmp_path, "20260105T003000Z")
+    snaps, problems, _ = landing.discover(str(tmp_path))
+    assert problems == []
+    units = decode_tasks.plan_units(snaps, {}, frozenset(), lambda s, p: None, chunk_bytes=2048, batch_rows=50,
+                                    trace_batch_rows=10)
+    unit = units[0]
+    assert unit["segment"] == "00000000000000000000" and [c["has_newer"] for c in unit["copies"]] == [True, True]
+    whole = _run(unit)
+    n = whole["message"].num_rows
+    assert n > 150 and whole["problem"].num_rows == 0
+    assert whole["message"]["uniq_key"].to_pylist() == [f"K{i:04d}" for i in range(n)]
+    for split_bytes in (6000, 8192, 20000):
+        rows, merged, pieces = _split_run(unit, split_bytes)
+        assert pieces == SEG // split_bytes
+        _same_as_whole(whole, rows, merged)
+        assert len(merged["files"]) == 2 and merged["files"][1]["read_from"] == merged["files"][1]["read_to"]
+    # a cut exactly at a record start: that record is the next piece's first
+    starts = whole["message"]["physical_offset"].to_pylist()
+    work, split = decode_tasks.split_units([unit], SEG // 2)
+    work[0]["piece"]["hi"] = work[1]["piece"]["lo"] = starts[len(starts) // 2]
+    rows, merged, _ = _pieces_run(work, split, unit)
+    _same_as_whole(whole, rows, merged)
+    # not split: a segment with less than twice the piece size to read, or not followed by a newer one
+    assert decode_tasks.split_units([unit], SEG // 2 + 1)[1] == {}
+    assert decode_tasks.split_units([units[-1]], 1024)[1] == {}
+    assert units[-1]["copies"][0]["has_newer"] is False
+
+
+def test_pieces_of_a_damaged_segment_chain_or_fall_back_to_the_whole_decode(tmp_path: pathlib.Path) -> None:
+    """Damaged records are skipped exactly as the whole decode skips them, inside a piece and right after a cut (the
+    piece before reports it and stops at the next valid record, where the next piece starts); a record right after a
+    cut that looks like a start but has a damaged size leaves the pieces unchained (merge_pieces: None: the segment
+    is then decoded whole)."""
+    _full_segment(tmp_path, "20260105T000000Z")
+    snaps, _, _ = landing.discover(str(tmp_path))
+    seg = next(f for f in snaps[0].of_kind("commitlog") if f.start == 0)
+    units = decode_tasks.plan_units(snaps, {}, frozenset(), lambda s, p: None, chunk_bytes=2048, batch_rows=50,
+                                    trace_batch_rows=10)
+    whole0 = _run(units[0])
+    starts = whole0["message"]["physical_offset"].to_pylist()
+    path = pathlib.Path(seg.uri)
+    data = bytearray(path.read_bytes())
+    inside = next(p for p in starts if 30000 < p < 32000)  # inside the second of 3 pieces of 21,845 bytes
+    data[inside + 4:inside + 8] = b"\0\0\0\1"  # its magic code
+    path.write_bytes(bytes(data))
+    whole = _run(units[0])
+    assert whole["problem"]["position"].to_pylist() == [inside]
+    assert whole["message"].num_rows == len(starts) - 1
+    rows, merged, pieces = _split_run(units[0], 20000)
+    assert pieces == 3
+    _same_as_whole(whole, rows, merged)
+
+    after_cut = next(p for p in starts if p >= SEG // 3)  # the first record of the second piece
+    magic = bytes(data[after_cut + 4:after_cut + 8])
+    data[after_cut + 4:after_cut + 8] = b"\0\0\0\1"
+    path.write_bytes(bytes(data))
+    whole = _run(units[0])
+    assert whole["problem"]["position"].to_pylist() == [after_cut, inside]
+    rows, merged, _ = _split_run(units[0], 20000)
+    _same_as_whole(whole, rows, merged)
+
+    data[after_cut + 4:after_cut + 8] = magic
+    data[after_cut:after_cut + 4] = (1).to_bytes(4, "big")  # a start (magic, physical offset) with a damaged size
+    path.write_bytes(bytes(data))
+    rows, merged, _ = _split_run(units[0], 20000)
+    assert merged is None
