@@ -748,7 +748,7 @@ def _decode_pass(spark: Any, work: list[dict[str, Any]], staged: Decoded, segmen
     import json
 
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
+    import pyarrow.dataset as pads
 
     from jobs.ingest import decode_tasks
 
@@ -760,14 +760,23 @@ def _decode_pass(spark: Any, work: list[dict[str, Any]], staged: Decoded, segmen
      .write.mode("overwrite").parquet(staged.staging))
     # One folder, not one per kind: Spark sorts a task's rows by the partition columns before a partitioned
     # write, which on a small executor cost more than the decode.
-    kinds = pq.read_table(staged.staging, columns=["kind"]).column("kind")
-    counts = {r["values"]: r["counts"] for r in pc.value_counts(kinds).to_pylist()}
+    # One streamed pass counts the kinds and keeps the problem and progress rows: reading the kind column whole,
+    # then the small rows' columns with a filter, held 1.3 GiB in the driver at 10 M records.
+    scanner = pads.dataset(staged.staging, format="parquet").scanner(
+        columns=["kind", "unit", "seq", "cluster", "broker", "snapshot_ts", "source_path", "position", "reason",
+                 "info"], batch_readahead=1, fragment_readahead=1)
+    counts: dict[str, int] = {}
+    small: list[pa.RecordBatch] = []
+    wanted = pa.array([decode_tasks.PROBLEM, decode_tasks.PROGRESS])
+    for b in scanner.to_batches():
+        kind = b.column("kind")
+        for r in pc.value_counts(kind).to_pylist():
+            counts[r["values"]] = counts.get(r["values"], 0) + r["counts"]
+        keep = pc.is_in(kind, value_set=wanted)
+        if pc.any(keep).as_py():
+            small.append(b.filter(keep))
     staged.messages, staged.trace = counts.get(decode_tasks.MESSAGE, 0), counts.get(decode_tasks.TRACE, 0)
-    if not (counts.get(decode_tasks.PROBLEM) or counts.get(decode_tasks.PROGRESS)):
-        return []
-    return pq.read_table(staged.staging, filters=[("kind", "in", [decode_tasks.PROBLEM, decode_tasks.PROGRESS])],
-                         columns=["kind", "unit", "seq", "cluster", "broker", "snapshot_ts", "source_path",
-                                  "position", "reason", "info"]).to_batches()
+    return small
 
 
 def _merge_pieces(small: list[pa.RecordBatch], split: dict[int, dict[str, Any]]) -> list[pa.RecordBatch] | None:
