@@ -220,7 +220,8 @@ class _Out:
         self.cluster, self.broker = unit["cluster"], unit["broker"]
         self.seq = 0
         self.problems: list[tuple[str, str, int, str]] = []  # (snapshot ts, path, position, reason)
-        self.trace: list[dict[str, Any]] = []
+        self.trace: dict[str, list[Any]] = {name: [] for name in _TRACE_LISTS}  # trace rows, column by column
+        self.trace_rows = 0
 
     def problem(self, ts: str, path: str, position: int, reason: str) -> None:
         self.problems.append((ts, path, position, reason))
@@ -238,15 +239,28 @@ class _Out:
         self.problems = []
 
     def flush_trace(self) -> Iterator[pa.RecordBatch]:
-        if not self.trace:
+        n = self.trace_rows
+        if not n:
             return
-        n = len(self.trace)
-        cols = {name: pa.array([r[name] for r in self.trace], typ)
-                for name, typ in [("cluster", _STR), ("broker", _STR), ("physical_offset", pa.int64()),
-                                  ("first_snapshot_ts", _TS), ("keys", _STR), ("topic", _STR), ("tags", _STR),
-                                  ("store_host", _STR), ("offset_msg_id", _STR)] + _TRACE_ONLY}
+        t = self.trace
+        cols = {name: pa.array(t[name], typ) for name, typ in _TRACE_TYPES.items()}
+        # epoch milliseconds as the clients write them, converted column-wise (not one datetime per record)
+        cols["timestamp"] = pa.array(t["timestamp_ms"], pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(_TS)
+        cols["first_snapshot_ts"] = pa.array(t["first_snapshot_ts"], _TS)
+        cols["cluster"] = pa.repeat(pa.scalar(self.cluster, _STR), n)
+        cols["broker"] = pa.repeat(pa.scalar(self.broker, _STR), n)
         yield _batch(TRACE, self.unit, n, cols)
-        self.trace = []
+        self.trace = {name: [] for name in _TRACE_LISTS}
+        self.trace_rows = 0
+
+
+# what a trace record carries over from its parsed dict, and its type; the other trace columns are set per message
+_TRACE_FIELDS = ("type", "group", "request_id", "msg_id", "retry_times", "keys", "cost_time_ms", "success",
+                 "context_code", "topic", "tags", "store_host", "offset_msg_id", "msg_type")
+_TRACE_TYPES = {name: typ for name, typ in [("physical_offset", pa.int64()), ("keys", _STR), ("topic", _STR),
+                                            ("tags", _STR), ("store_host", _STR), ("offset_msg_id", _STR)]
+                + _TRACE_ONLY if name != "timestamp"}
+_TRACE_LISTS = tuple(_TRACE_TYPES) + ("timestamp_ms", "first_snapshot_ts")
 
 
 def _messages(tbl: pa.Table, cluster: str, broker: str, ts: dt.datetime, unit: int) -> Iterator[pa.RecordBatch]:
@@ -268,6 +282,10 @@ def _trace_rows(out: _Out, tbl: pa.Table, ts: str, segment_path: str, segment_st
     if not sub.num_rows:
         return
     first = _parse_ts(ts)
+    cols = out.trace
+    fields = [(name, cols[name].append) for name in _TRACE_FIELDS]
+    add_off, add_index, add_host = cols["physical_offset"].append, cols["record_index"].append, cols["client_host"].append
+    add_ms, add_first = cols["timestamp_ms"].append, cols["first_snapshot_ts"].append
     for off, host, body in zip(sub.column("physical_offset").to_pylist(), sub.column("born_host").to_pylist(),
                                sub.column("body").to_pylist()):
         recs, problems = trace.decode_trace_body(body or b"", source_path=segment_path, position=off - segment_start)
@@ -275,17 +293,14 @@ def _trace_rows(out: _Out, tbl: pa.Table, ts: str, segment_path: str, segment_st
             out.problem(ts, p.source_path, p.position, p.reason)
         client_host = (host or "").rsplit(":", 1)[0]
         for i, r in enumerate(recs):
-            t = r.get("timestamp_ms")
-            out.trace.append({
-                "cluster": out.cluster, "broker": out.broker, "physical_offset": off, "record_index": i,
-                "client_host": client_host, "type": r.get("type"),
-                "timestamp": dt.datetime.fromtimestamp(t / 1000, UTC) if t is not None else None,
-                "group": r.get("group"), "request_id": r.get("request_id"), "msg_id": r.get("msg_id"),
-                "retry_times": r.get("retry_times"), "keys": r.get("keys"), "cost_time_ms": r.get("cost_time_ms"),
-                "success": r.get("success"), "context_code": r.get("context_code"), "topic": r.get("topic"),
-                "tags": r.get("tags"), "store_host": r.get("store_host"), "offset_msg_id": r.get("offset_msg_id"),
-                "msg_type": r.get("msg_type"), "first_snapshot_ts": first,
-            })
+            add_off(off)
+            add_index(i)
+            add_host(client_host)
+            add_ms(r.get("timestamp_ms"))
+            add_first(first)
+            for name, add in fields:
+                add(r.get(name))
+        out.trace_rows += len(recs)
 
 
 def decode_unit(unit: dict[str, Any]) -> Iterator[pa.RecordBatch]:
@@ -382,7 +397,7 @@ def decode_unit(unit: dict[str, Any]) -> Iterator[pa.RecordBatch]:
                 if pending_rows >= batch_rows:
                     yield from _messages(pa.concat_tables(pending), out.cluster, out.broker, snap_ts, out.unit)
                     pending, pending_rows = [], 0
-                if len(out.trace) >= trace_rows:
+                if out.trace_rows >= trace_rows:
                     yield from out.flush_trace()
             end_abs = hi_abs
             if reached:
