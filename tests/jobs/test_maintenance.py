@@ -100,10 +100,11 @@ def flow(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_compaction_leaves_one_file_per_table_and_keeps_every_row(flow: dict[str, Any]) -> None:
     before, after = flow["live"], flow["live_after"]
     # three ingests: three files per bronze/silver table (four for silver/deliveries: rebuilt; one for bronze/cq_files:
-    # each ingest replaces a broker's rows whole), gold of one run
-    assert (sum(before.values()), sum(after.values())) == (41, 17)
+    # each ingest replaces a broker's rows whole), gold of one run (one file a table: the run computes the offset
+    # series its dashboard tables derive from once, into one file)
+    assert (sum(before.values()), sum(after.values())) == (40, 17)
     assert {n for n, k in before.items() if k > 1} == {t.qualified for t in ingest.LEDGER_TABLES + [
-        ingest_runs.TABLE, schemas.status_samples.TABLE] if t.name not in ("quarantine", "delay_offsets", "cq_files")}
+        ingest_runs.TABLE] if t.name not in ("quarantine", "delay_offsets", "cq_files")}
     # every table is one file (or none when it has no rows); the ingest ledger is compacted after the maintenance
     # row is appended to it
     assert after == {n: min(k, 1) for n, k in before.items()}
@@ -120,9 +121,9 @@ def test_vacuum_keeps_every_version_the_ledgers_name(flow: dict[str, Any]) -> No
     # replaced is kept (the last ingest and the reconcile run name the versions before it)
     assert {n: i["vacuumed"] for n, i in flow["m1"]["tables"].items() if i["vacuumed"]} == {
         "bronze/segments": 2, "bronze/cq_files": 2, "bronze/ingest_runs": 4}
-    # on disk: 45 data files (3 of bronze/cq_files), + 12 compacted (10 ingest tables, gold/status_samples, the ingest
-    # ledger; bronze/cq_files is one file already) + 1 ledger row - 8 deleted
-    assert (sum(map(len, flow["disk"].values())), sum(map(len, flow["disk_after"].values()))) == (45, 50)
+    # on disk: 44 data files (3 of bronze/cq_files), + 11 compacted (10 ingest tables, the ingest ledger;
+    # bronze/cq_files is one file already) + 1 ledger row - 8 deleted
+    assert (sum(map(len, flow["disk"].values())), sum(map(len, flow["disk_after"].values()))) == (44, 48)
     # the versions the last ingest (read by reconcile) and the reconcile run (read by dashboard and alerts) recorded
     # are still readable, with the rows they had
     for name, v in {**flow["last_ingest"]["table_versions"], **flow["reconcile_row"]["table_versions"]}.items():
@@ -179,7 +180,7 @@ def test_after_the_next_ingest_the_replaced_files_go_and_the_lake_equals_a_clean
     disk_after = sum(len(v) for v in _on_disk(lake).values())
     # now no ledger row names a version before the first compaction: its replaced files go, and what the fourth
     # ingest and the second reconcile replaced is kept only as far as their versions need it
-    assert (disk_before, disk_after) == (66, 33)
+    assert (disk_before, disk_after) == (63, 31)
     assert _on_disk(lake) == _needed(lake, maintenance.protected_versions(lake))
     clean = str(tmp_path / "clean")
     ingest.run(str(flow["landing"]), clean, settle_s=0)
