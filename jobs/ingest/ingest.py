@@ -789,14 +789,12 @@ def _merge_pieces(small: list[pa.RecordBatch], split: dict[int, dict[str, Any]])
     if not split:
         return small
     pieces: dict[int, list[dict[str, Any]]] = {}
-    where: dict[int, tuple[str, str]] = {}
     kept: list[pa.RecordBatch] = []
     for b in small:
         unit, kind, info = b.column("unit").to_pylist(), b.column("kind").to_pylist(), b.column("info").to_pylist()
         piece_rows = [i for i in range(b.num_rows) if kind[i] == decode_tasks.PROGRESS and unit[i] in split]
         for i in piece_rows:
             pieces.setdefault(unit[i], []).append(json.loads(info[i]))
-            where[unit[i]] = (b.column("cluster")[i].as_py(), b.column("broker")[i].as_py())
         if piece_rows:
             keep = np.ones(b.num_rows, dtype=bool)
             keep[piece_rows] = False
@@ -806,9 +804,8 @@ def _merge_pieces(small: list[pa.RecordBatch], split: dict[int, dict[str, Any]])
         info = decode_tasks.merge_pieces(unit, pieces.get(uid, []))
         if info is None:
             return None
-        kept.append(decode_tasks.progress_batch(uid, *where[uid], info))
+        kept.append(decode_tasks.progress_batch(uid, unit["cluster"], unit["broker"], info))
     return kept
-
 
 
 def _apply_progress(batches: list[pa.RecordBatch], state: dict[tuple[str, str, str], SegmentState],

@@ -91,7 +91,7 @@ _BUCKETS = 32
 
 def _status_of_keys(pdf: pd.DataFrame) -> pd.DataFrame:
     """applyInPandas body: the window rows of some keys -> one row per key with :func:`partition_status`."""
-    pdf = pdf.drop(columns="_bucket", errors="ignore").sort_values([*SERIES_KEY, "snapshot_ts"], kind="mergesort", na_position="first")
+    pdf = pdf.drop(columns="_bucket").sort_values([*SERIES_KEY, "snapshot_ts"], kind="mergesort")
     keys = pdf[SERIES_KEY].to_numpy(dtype=object)
     offsets = pdf["committed_offset"].to_numpy(dtype="int64").tolist()
     lags = pdf["lag"].to_numpy(dtype="int64").tolist()
