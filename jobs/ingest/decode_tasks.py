@@ -178,11 +178,19 @@ def pack(units: list[dict[str, Any]], task_bytes: int, min_tasks: int) -> list[l
 
 
 def decode_tasks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` body: rows of (task, units JSON) -> :data:`OUTPUT_ARROW` batches."""
+    """``mapInArrow`` body: rows of (task, units JSON) -> :data:`OUTPUT_ARROW` batches.
+
+    A task that shares its interpreter with other tasks decodes in a helper process (jobs.ingest.decode_worker)."""
+    from jobs.ingest import decode_worker
+
     for batch in batches:
         for text in batch.column("units").to_pylist():
-            for unit in json.loads(text):
-                yield from decode_unit(unit)
+            units = json.loads(text)
+            if decode_worker.isolated():
+                yield from decode_worker.run(units)
+            else:
+                for unit in units:
+                    yield from decode_unit(unit)
 
 
 def _batch(kind: str, unit: int, n: int, cols: dict[str, pa.Array], seq0: int = 0) -> pa.RecordBatch:
@@ -220,7 +228,7 @@ class _Out:
         self.cluster, self.broker = unit["cluster"], unit["broker"]
         self.seq = 0
         self.problems: list[tuple[str, str, int, str]] = []  # (snapshot ts, path, position, reason)
-        self.trace: dict[str, list[Any]] = {name: [] for name in _TRACE_LISTS}  # trace rows, column by column
+        self.trace: list[dict[str, pa.Array]] = []  # trace rows, column by column, a part per chunk
         self.trace_rows = 0
 
     def problem(self, ts: str, path: str, position: int, reason: str) -> None:
@@ -242,25 +250,14 @@ class _Out:
         n = self.trace_rows
         if not n:
             return
-        t = self.trace
-        cols = {name: pa.array(t[name], typ) for name, typ in _TRACE_TYPES.items()}
+        cols = {name: pa.concat_arrays([p[name] for p in self.trace]) for name in self.trace[0]}
         # epoch milliseconds as the clients write them, converted column-wise (not one datetime per record)
-        cols["timestamp"] = pa.array(t["timestamp_ms"], pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(_TS)
-        cols["first_snapshot_ts"] = pa.array(t["first_snapshot_ts"], _TS)
+        cols["timestamp"] = cols.pop("timestamp_ms").cast(pa.timestamp("ms", tz="UTC")).cast(_TS)
         cols["cluster"] = pa.repeat(pa.scalar(self.cluster, _STR), n)
         cols["broker"] = pa.repeat(pa.scalar(self.broker, _STR), n)
         yield _batch(TRACE, self.unit, n, cols)
-        self.trace = {name: [] for name in _TRACE_LISTS}
+        self.trace = []
         self.trace_rows = 0
-
-
-# what a trace record carries over from its parsed dict, and its type; the other trace columns are set per message
-_TRACE_FIELDS = ("type", "group", "request_id", "msg_id", "retry_times", "keys", "cost_time_ms", "success",
-                 "context_code", "topic", "tags", "store_host", "offset_msg_id", "msg_type")
-_TRACE_TYPES = {name: typ for name, typ in [("physical_offset", pa.int64()), ("keys", _STR), ("topic", _STR),
-                                            ("tags", _STR), ("store_host", _STR), ("offset_msg_id", _STR)]
-                + _TRACE_ONLY if name != "timestamp"}
-_TRACE_LISTS = tuple(_TRACE_TYPES) + ("timestamp_ms", "first_snapshot_ts")
 
 
 def _messages(tbl: pa.Table, cluster: str, broker: str, ts: dt.datetime, unit: int) -> Iterator[pa.RecordBatch]:
@@ -281,26 +278,23 @@ def _trace_rows(out: _Out, tbl: pa.Table, ts: str, segment_path: str, segment_st
     sub = tbl.filter(pc.fill_null(pc.equal(tbl.column("topic"), TRACE_TOPIC), False))
     if not sub.num_rows:
         return
-    first = _parse_ts(ts)
-    cols = out.trace
-    fields = [(name, cols[name].append) for name in _TRACE_FIELDS]
-    add_off, add_index, add_host = cols["physical_offset"].append, cols["record_index"].append, cols["client_host"].append
-    add_ms, add_first = cols["timestamp_ms"].append, cols["first_snapshot_ts"].append
-    for off, host, body in zip(sub.column("physical_offset").to_pylist(), sub.column("born_host").to_pylist(),
-                               sub.column("body").to_pylist()):
-        recs, problems = trace.decode_trace_body(body or b"", source_path=segment_path, position=off - segment_start)
-        for p in problems:
-            out.problem(ts, p.source_path, p.position, p.reason)
-        client_host = (host or "").rsplit(":", 1)[0]
-        for i, r in enumerate(recs):
-            add_off(off)
-            add_index(i)
-            add_host(client_host)
-            add_ms(r.get("timestamp_ms"))
-            add_first(first)
-            for name, add in fields:
-                add(r.get(name))
-        out.trace_rows += len(recs)
+    offsets = sub.column("physical_offset").combine_chunks()
+    recs, problems = trace.decode_trace_messages(
+        sub.column("body").combine_chunks(), offsets.to_numpy() - segment_start, segment_path)
+    for p in problems:
+        out.problem(ts, p.source_path, p.position, p.reason)
+    n = recs.num_rows
+    if not n:
+        return
+    body = recs.column("body").combine_chunks()
+    # the host part of the producer's or consumer's address (``host:port``)
+    host = pc.replace_substring_regex(pc.fill_null(sub.column("born_host").combine_chunks(), ""), ":[^:]*$", "")
+    part = {name: recs.column(name).combine_chunks() for name, _ in trace.COLUMNS}
+    part.update(physical_offset=offsets.take(body), client_host=host.take(body),
+                record_index=recs.column("record_index").combine_chunks(),
+                first_snapshot_ts=pa.repeat(pa.scalar(_parse_ts(ts), _TS), n))
+    out.trace.append(part)
+    out.trace_rows += n
 
 
 def decode_unit(unit: dict[str, Any]) -> Iterator[pa.RecordBatch]:
