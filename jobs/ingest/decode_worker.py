@@ -67,18 +67,33 @@ def isolated() -> bool:
     return threading.current_thread() is not threading.main_thread() and _cpus() > 1
 
 
+def _environment() -> dict[str, str]:
+    """What a helper starts with: this process's environment (S3 endpoint and keys) and module path."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+
+
 def _start() -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    return subprocess.Popen([sys.executable, "-m", "jobs.ingest.decode_worker"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, env=env, close_fds=True)
+    env = _environment()
+    w = subprocess.Popen([sys.executable, "-m", "jobs.ingest.decode_worker"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, env=env, close_fds=True)
+    w.started_with = env  # type: ignore[attr-defined]
+    return w
 
 
 def _take() -> subprocess.Popen:
-    with _lock:
-        while _idle:
-            w = _idle.pop()
-            if w.poll() is None:
-                return w
+    """An idle helper started with the environment this task has (else a new one; the old one is stopped)."""
+    env = _environment()
+    stale = []
+    try:
+        with _lock:
+            while _idle:
+                w = _idle.pop()
+                if w.poll() is None and getattr(w, "started_with", None) == env:
+                    return w
+                stale.append(w)
+    finally:
+        for w in stale:
+            _stop(w)
     return _start()
 
 

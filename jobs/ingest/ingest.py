@@ -522,61 +522,128 @@ class _SnapshotRecords:
         return f"{hi - lo}:{int(self.offsets[lo])}:{int(self.offsets[hi - 1])}"
 
 
-def lake_records(lake: str, staged: "Decoded", brokers: list[tuple[str, str]]
-                 ) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
-    """Per broker, the offsets and sizes of the lake's records (before this run loads any) inside the ranges this
+class _Spilled:
+    """Per broker, arrays a pass over a table gathers, written to a local temporary folder as the pass reads them
+    and loaded one broker at a time: the driver holds one broker's records of the run, not every broker's (20 bytes
+    a record: 0.2 GiB at 10 M records, with their sorted copy the driver's peak, issue 13)."""
+
+    PREFIX = "rmq-recon-records-"
+
+    def __init__(self, dtypes: tuple[Any, ...]) -> None:
+        import tempfile
+
+        _Spilled.sweep(tempfile.gettempdir())
+        self.dtypes = tuple(np.dtype(d) for d in dtypes)
+        self.folder = tempfile.mkdtemp(prefix=f"{self.PREFIX}{os.getpid()}-")
+        self._files: dict[tuple[str, str], list[Any]] = {}
+        self._names: dict[tuple[str, str], int] = {}
+
+    @classmethod
+    def sweep(cls, root: str) -> None:
+        """Remove the folders runs that were killed left (their process is gone)."""
+        import shutil
+
+        for name in os.listdir(root):
+            if not name.startswith(cls.PREFIX):
+                continue
+            pid = name[len(cls.PREFIX):].split("-", 1)[0]
+            try:
+                os.kill(int(pid), 0)
+            except (ValueError, ProcessLookupError):
+                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            except PermissionError:
+                pass  # another user's live process
+
+    def add(self, key: tuple[str, str], arrays: tuple[np.ndarray, ...]) -> None:
+        if key not in self._files:
+            self._names[key] = len(self._names)
+            self._files[key] = [open(self._path(key, i), "wb") for i in range(len(self.dtypes))]
+        for f, a, d in zip(self._files[key], arrays, self.dtypes):
+            f.write(np.ascontiguousarray(a, dtype=d).tobytes())
+
+    def _path(self, key: tuple[str, str], i: int) -> str:
+        return os.path.join(self.folder, f"{self._names[key]}.{i}")
+
+    def close(self) -> None:
+        for fs in self._files.values():
+            for f in fs:
+                f.close()
+
+    def pop(self, key: tuple[str, str]) -> tuple[np.ndarray, ...] | None:
+        """The broker's arrays (None: it had no rows), its files removed."""
+        if key not in self._files:
+            return None
+        out = []
+        for i, d in enumerate(self.dtypes):
+            path = self._path(key, i)
+            out.append(np.fromfile(path, dtype=d))
+            os.remove(path)
+        del self._files[key]
+        return tuple(out)
+
+    def remove(self) -> None:
+        import shutil
+
+        self.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def lake_records(lake: str, staged: "Decoded", brokers: list[tuple[str, str]], spill: _Spilled) -> bool | None:
+    """Per broker, into ``spill``, the offsets and sizes of the lake's records (before this run loads any) inside the ranges this
     run's snapshots see: a snapshot checks its CQ entries against those alone (dangling_entries), and the lowest
     range starts a segment, so no record straddles it. The read follows what the run decoded (bounded by the
-    broker's retention), not the broker's history.
+    broker's retention), not the broker's history. Also whether any of them is inside the run's staged spans
+    (:attr:`Decoded.lake_overlap`, returned; None when some staged broker is not among ``brokers``).
 
     One streamed pass over silver/messages for all brokers: read broker by broker, every data file was opened once
     per broker (a run appends one file spanning every broker), 9 reads of the table each run of the soak.
     """
     import pyarrow.compute as pc
 
+    overlap: bool | None = False if set(staged.spans) <= set(brokers) else None
     wanted = {}
     for key in brokers:
         spans = [r for rs in staged.ranges.get(key, {}).values() for r in rs]
         if spans:
             wanted[key] = (min(r[0] for r in spans), max(r[1] for r in spans))
     if not wanted or not _delta.exists(lake, messages.TABLE):
-        return {}
+        return overlap
     # the scan prunes by the offsets of all brokers together; each batch is then split by broker (a filter naming
     # the brokers cost more than the read: 3.3 against 1.8 s for 12.5 M of 49 M records of the hour-48 soak lake)
     span = [[("physical_offset", ">=", min(lo for lo, _ in wanted.values())),
              ("physical_offset", "<", max(hi for _, hi in wanted.values()))]]
 
     def take(key: tuple[str, str], part: pa.RecordBatch) -> tuple[np.ndarray, ...]:
+        nonlocal overlap
         lo, hi = wanted[key]
         off = part.column("physical_offset")
         part = part.filter(pc.and_(pc.greater_equal(off, lo), pc.less(off, hi)))
-        return (part.column("physical_offset").to_numpy().astype(np.int64),
-                part.column("size").to_numpy().astype(np.int32))
+        offsets = part.column("physical_offset").to_numpy().astype(np.int64)
+        if overlap is False and key in staged.spans:
+            slo, shi = staged.spans[key]
+            overlap = bool(np.any((offsets >= slo) & (offsets < shi)))
+        return offsets, part.column("size").to_numpy().astype(np.int32)
 
-    out = _gather_by_broker(_delta.scan_batches(lake, messages.TABLE, ["cluster", "broker", "physical_offset", "size"],
-                                                filters=span, dictionary=("cluster", "broker")), wanted, take)
-    empty = (np.zeros(0, np.int64), np.zeros(0, np.int32))
-    return {k: out.get(k, empty) for k in wanted}
+    _gather_by_broker(_delta.scan_batches(lake, messages.TABLE, ["cluster", "broker", "physical_offset", "size"],
+                                          filters=span, dictionary=("cluster", "broker")), wanted, take, spill)
+    return overlap
 
 
 def _gather_by_broker(batches: Iterable[pa.RecordBatch], wanted: Iterable[tuple[str, str]],
-                      take: Callable[[tuple[str, str], pa.RecordBatch], tuple[np.ndarray, ...]]
-                      ) -> dict[tuple[str, str], tuple[np.ndarray, ...]]:
-    """Per wanted broker, the arrays ``take`` makes of its rows in ``batches``, concatenated (brokers with no row
-    left out); each broker's pieces are freed as soon as they are joined (not all brokers held twice)."""
-    got: dict[tuple[str, str], list[tuple[np.ndarray, ...]]] = {}
-    for batch in batches:
-        if not batch.num_rows:
-            continue
-        for key, part in _of_brokers(batch, wanted):
-            arrays = take(key, part)
-            if len(arrays[0]):
-                got.setdefault(key, []).append(arrays)
-    out = {}
-    for k in list(got):
-        v = got.pop(k)
-        out[k] = tuple(np.concatenate([p[i] for p in v]) for i in range(len(v[0])))
-    return out
+                      take: Callable[[tuple[str, str], pa.RecordBatch], tuple[np.ndarray, ...]],
+                      spill: _Spilled) -> None:
+    """Per wanted broker, the arrays ``take`` makes of its rows in ``batches``, added to ``spill`` (brokers with no
+    row left out)."""
+    try:
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            for key, part in _of_brokers(batch, wanted):
+                arrays = take(key, part)
+                if len(arrays[0]):
+                    spill.add(key, arrays)
+    finally:
+        spill.close()
 
 
 def _of_brokers(batch: pa.RecordBatch, wanted: Iterable[tuple[str, str]]
@@ -614,9 +681,9 @@ def _of_brokers(batch: pa.RecordBatch, wanted: Iterable[tuple[str, str]]
             yield key, batch.slice(lo, hi - lo)
 
 
-def staged_records(staged: "Decoded", brokers: list[tuple[str, str]]
-                   ) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Per broker, the offsets, sizes and first snapshot times (microseconds) of the records this run staged.
+def staged_records(staged: "Decoded", brokers: list[tuple[str, str]], spill: _Spilled) -> None:
+    """Per broker, into ``spill``, the offsets, sizes and first snapshot times (microseconds) of the records this
+    run staged.
 
     One streamed pass over the staging folder for all brokers (read broker by broker, each read scanned every staged
     file: 14 reads, 4.2 s of the 10 M messages' first ingest)."""
@@ -625,7 +692,7 @@ def staged_records(staged: "Decoded", brokers: list[tuple[str, str]]
 
     wanted = [k for k in brokers if k in staged.spans]
     if not staged.messages or not wanted:
-        return {}
+        return
     cols = ["cluster", "broker", "physical_offset", "size", "first_snapshot_ts"]
     scanner = pads.dataset(staged.staging, format="parquet").scanner(
         columns=cols, filter=pc.field("kind") == "message", batch_readahead=2, fragment_readahead=1)
@@ -636,7 +703,7 @@ def staged_records(staged: "Decoded", brokers: list[tuple[str, str]]
                 part.column("first_snapshot_ts").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
                 .to_numpy().astype(np.int64))
 
-    return _gather_by_broker(scanner.to_batches(), wanted, take)
+    _gather_by_broker(scanner.to_batches(), wanted, take, spill)
 
 
 def extract_all_queue_bounds(snaps: list[Snapshot], landing_root: str, lake: str, staged: "Decoded", out: Extracted,
@@ -654,23 +721,34 @@ def extract_all_queue_bounds(snaps: list[Snapshot], landing_root: str, lake: str
     for snap in snaps:
         if not snap.is_clients:
             by_broker.setdefault((snap.cluster, snap.broker), []).append(snap)
+    with ExitStack() as spills:
+        held = _Spilled((np.int64, np.int32))  # offsets, sizes
+        spills.callback(held.remove)
+        overlap = lake_records(lake, staged, list(by_broker), held)
+        if overlap is not None:
+            staged.lake_overlap = overlap
+        fresh = _Spilled((np.int64, np.int32, np.int64))  # offsets, sizes, first snapshot times
+        spills.callback(fresh.remove)
+        staged_records(staged, list(by_broker), fresh)
+        with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
+            return _queue_bounds_by_broker(by_broker, landing_root, staged, out, now, ledger, read_all, held, fresh,
+                                           pool)
+
+
+def _queue_bounds_by_broker(by_broker: dict[tuple[str, str], list[Snapshot]], landing_root: str, staged: "Decoded",
+                            out: Extracted, now: dt.datetime, ledger: "cq_ledger.CQLedger", read_all: bool,
+                            held: _Spilled, fresh: _Spilled, pool: Any) -> CQReads:
+    """:func:`extract_all_queue_bounds` of the brokers one by one, each with its own records loaded."""
     reads = CQReads()
-    held = lake_records(lake, staged, list(by_broker))
-    if set(staged.spans) <= set(by_broker):
-        staged.lake_overlap = any(
-            bool(np.any((held[k][0] >= lo) & (held[k][0] < hi))) for k, (lo, hi) in staged.spans.items() if k in held)
-    fresh = staged_records(staged, list(by_broker))
-    with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
-        for (cluster, broker), group in by_broker.items():
-            known = KnownRecords.load(staged, cluster, broker, held.pop((cluster, broker), None),
-                                      fresh.pop((cluster, broker), None))
-            for snap in sorted(group, key=lambda s: s.ts):
-                entries, n = extract_queue_bounds(snap, landing_root, out, now, known.as_of(snap.ts),
-                                                  ledger.of(cluster, broker), pool, read_all)
-                if snap.of_kind("consumequeue"):
-                    ledger.replace(cluster, broker, entries)
-                reads.add(n)
-            del known
+    for (cluster, broker), group in by_broker.items():
+        known = KnownRecords.load(staged, cluster, broker, held.pop((cluster, broker)), fresh.pop((cluster, broker)))
+        for snap in sorted(group, key=lambda s: s.ts):
+            entries, n = extract_queue_bounds(snap, landing_root, out, now, known.as_of(snap.ts),
+                                              ledger.of(cluster, broker), pool, read_all)
+            if snap.of_kind("consumequeue"):
+                ledger.replace(cluster, broker, entries)
+            reads.add(n)
+        del known
     return reads
 
 

@@ -186,3 +186,16 @@ def test_when_no_helper_can_start_tasks_decode_in_their_own_interpreter(units: l
     t.start()
     t.join()
     assert flags == [True, False]
+
+
+def test_a_helper_started_with_another_environment_is_not_reused(units: list[dict], monkeypatch) -> None:
+    """An S3 endpoint or key set after a helper started (as tests do) reaches the next task: a new helper."""
+    helper = _count_starts(monkeypatch)
+    list(decode_worker.run(units))
+    list(decode_worker.run(units))
+    assert len(helper) == 1
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    assert pa.Table.from_batches(list(decode_worker.run(units))).equals(_in_process(units))
+    assert len(helper) == 2 and [w.pid for w in decode_worker._idle] == [helper[1]]
+    with pytest.raises(ChildProcessError):  # the first one was stopped and reaped
+        os.waitpid(helper[0], os.WNOHANG)

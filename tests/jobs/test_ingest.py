@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import pathlib
 import shutil
 
@@ -380,3 +381,34 @@ def test_a_batch_is_split_by_broker_exactly_whatever_its_order_and_encoding() ->
                                 "i": pa.array(range(200))})  # 199 runs: sorted first
     assert {k: p.column("i").to_pylist() for k, p in _of_brokers(unsorted, wanted)} == {
         ("c1", "a"): list(range(0, 200, 2)), ("c1", "c"): list(range(1, 200, 2))}
+
+
+def test_records_spilled_per_broker_come_back_whole_and_a_killed_runs_folder_is_swept(tmp_path, monkeypatch) -> None:
+    import subprocess
+    import sys
+    import tempfile
+
+    import numpy as np
+
+    from jobs.ingest.ingest import _Spilled
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    left = tmp_path / f"{_Spilled.PREFIX}{int(dead.stdout)}-x1"
+    left.mkdir()
+    (left / "0.0").write_bytes(b"12345678")
+    mine = tmp_path / f"{_Spilled.PREFIX}{os.getpid()}-x2"  # a live process's: kept
+    mine.mkdir()
+    spill = _Spilled((np.int64, np.int32))
+    assert not left.exists() and mine.exists()
+    spill.add(("c", "a"), (np.array([1, 2]), np.array([10, 20])))
+    spill.add(("c", "b"), (np.array([5]), np.array([50])))
+    spill.add(("c", "a"), (np.array([3]), np.array([30])))
+    spill.close()
+    offsets, sizes = spill.pop(("c", "a"))
+    assert offsets.tolist() == [1, 2, 3] and offsets.dtype == np.int64 and sizes.tolist() == [10, 20, 30]
+    assert sizes.dtype == np.int32
+    assert spill.pop(("c", "a")) is None and spill.pop(("c", "z")) is None
+    assert [a.tolist() for a in spill.pop(("c", "b"))] == [[5], [50]]
+    spill.remove()
+    assert not pathlib.Path(spill.folder).exists()
