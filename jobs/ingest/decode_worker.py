@@ -1,14 +1,15 @@
 """The helper process a decode task runs in when its interpreter is shared (issue 13).
 
-Why: Sail runs every task's Python on its own threads, in one interpreter. Two decode tasks then take turns on
-one interpreter lock, and each of the thousands of Arrow kernels a task calls hands the lock over: with 2 task
-slots the decode used 2.1x the CPU of 1 slot (45 % of it the kernel switching threads) and took longer. A task on
-another thread than its process's main one (where a Spark executor's Python worker runs it), in a process that
-may use more than one CPU, therefore sends its units to a helper process, which decodes them with the same :func:`jobs.ingest.decode_tasks.decode_unit` and
-streams the batches back; the task only reads them. Helpers are kept for the next task (starting one imports
-numpy and pyarrow: 0.4 s) and exit when their host does (their stdin closes). At most one helper per CPU the host
-may run on decodes at a time: Sail starts every task of a query at once, each on its own thread, whatever its
-task slots (8 helpers decoding side by side on one CPU took 2.8x the time of one).
+Why: Sail runs every task's Python on its own threads, in one interpreter. Two decode tasks then take turns on one
+interpreter lock, and each of the thousands of Arrow kernels a task calls hands the lock over: with 2 task slots the
+decode used 2.1x the CPU of 1 slot (45 % of it the kernel switching threads) and took longer. A task on another
+thread than its process's main one (where a Spark executor's Python worker runs it), in a process that may use more
+than one CPU, therefore sends its units to a helper process, which decodes them with the same
+:func:`jobs.ingest.decode_tasks.decode_unit` and streams the batches back; the task only reads them. Helpers are
+kept for the next task (starting one imports numpy and pyarrow: 0.4 s) and exit when their host does (their stdin
+closes). At most one helper per CPU the host may run on decodes at a time: Sail starts every task of a query at
+once, each on its own thread, whatever its task slots (8 helpers decoding side by side on one CPU took 2.8x the time
+of one).
 
 ``RMQ_RECON_DECODE_PROCESS``: ``auto`` (the default, as above), ``always`` or ``never``.
 
@@ -132,8 +133,7 @@ def _read(stream: BinaryIO, n: int, w: subprocess.Popen) -> bytes:
 
 def run(units: list[dict[str, Any]]) -> Iterator[pa.RecordBatch]:
     """The batches of ``units`` as :func:`jobs.ingest.decode_tasks.decode_unit` yields them, decoded in a helper."""
-    from jobs.ingest.decode_tasks import OUTPUT_ARROW
-    from jobs.ingest.decode_tasks import decode_unit
+    from jobs.ingest.decode_tasks import OUTPUT_ARROW, decode_unit
 
     gate = _gate()
     gate.acquire()

@@ -589,10 +589,10 @@ class _Spilled:
 
 
 def lake_records(lake: str, staged: "Decoded", brokers: list[tuple[str, str]], spill: _Spilled) -> bool | None:
-    """Per broker, into ``spill``, the offsets and sizes of the lake's records (before this run loads any) inside the ranges this
-    run's snapshots see: a snapshot checks its CQ entries against those alone (dangling_entries), and the lowest
-    range starts a segment, so no record straddles it. The read follows what the run decoded (bounded by the
-    broker's retention), not the broker's history. Also whether any of them is inside the run's staged spans
+    """Per broker, into ``spill``, the offsets and sizes of the lake's records (before this run loads any) inside
+    the ranges this run's snapshots see: a snapshot checks its CQ entries against those alone (dangling_entries),
+    and the lowest range starts a segment, so no record straddles it. The read follows what the run decoded (bounded
+    by the broker's retention), not the broker's history. Also whether any of them is inside the run's staged spans
     (:attr:`Decoded.lake_overlap`, returned; None when some staged broker is not among ``brokers``).
 
     One streamed pass over silver/messages for all brokers: read broker by broker, every data file was opened once
