@@ -28,6 +28,7 @@ import datetime as dt
 import hashlib
 import logging
 import os
+import threading
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -126,6 +127,18 @@ class Extracted:
 
     def problem(self, cluster: str, broker: str, ts: dt.datetime | None, p: Problem) -> None:
         self.problems.append((cluster, broker, ts, p))
+
+    def mark(self) -> tuple[int, dict[str, int]]:
+        """Where the next problem and rows go: for :meth:`splice`."""
+        return len(self.problems), {t: len(r) for t, r in self.rows.items()}
+
+    def splice(self, mark: tuple[int, dict[str, int]], other: "Extracted") -> None:
+        """``other``'s problems and rows put where :meth:`mark` was taken, before what was added since: the order
+        of extracting them in turn, though ``other`` was extracted beside the steps after the mark."""
+        self.problems[mark[0]:mark[0]] = other.problems
+        for table, rows in other.rows.items():
+            at = mark[1].get(table, 0)
+            self.rows.setdefault(table, [])[at:at] = rows
 
 
 # --------------------------------------------------------------------------------------------- extract
@@ -708,12 +721,13 @@ def staged_records(staged: "Decoded", brokers: list[tuple[str, str]], spill: _Sp
 
 def extract_all_queue_bounds(snaps: list[Snapshot], landing_root: str, lake: str, staged: "Decoded", out: Extracted,
                              now: dt.datetime, ledger: "cq_ledger.CQLedger | None" = None,
-                             read_all: bool = False) -> CQReads:
+                             read_all: bool = False, lake_read: Callable[[], None] | None = None) -> CQReads:
     """:func:`extract_queue_bounds` of every broker snapshot, a broker's in time order: each passes its files' CQ
     ledger entries on to the next (``ledger`` is updated in place; None or ``read_all``: every file is read, as
     :func:`extract_queue_bounds` says). A snapshot's queues
     are worked side by side on the driver's cores (reads, digests and searches release the GIL), their rows and
-    problems added in queue order."""
+    problems added in queue order. ``lake_read`` is called once silver/messages has been read (the records it held
+    before this run): from then on the run may load into it."""
     from concurrent.futures import ThreadPoolExecutor
 
     ledger = ledger if ledger is not None else cq_ledger.CQLedger()
@@ -727,6 +741,8 @@ def extract_all_queue_bounds(snaps: list[Snapshot], landing_root: str, lake: str
         overlap = lake_records(lake, staged, list(by_broker), held)
         if overlap is not None:
             staged.lake_overlap = overlap
+        if lake_read is not None:
+            lake_read()
         fresh = _Spilled((np.int64, np.int32, np.int64))  # offsets, sizes, first snapshot times
         spills.callback(fresh.remove)
         staged_records(staged, list(by_broker), fresh)
@@ -750,6 +766,39 @@ def _queue_bounds_by_broker(by_broker: dict[tuple[str, str], list[Snapshot]], la
             reads.add(n)
         del known
     return reads
+
+
+class _Background:
+    """A function run on a daemon thread (a signal still stops the run at once: the main thread waits in short
+    slices, and the thread does not hold the process at exit)."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self._done = threading.Event()
+        self._value: Any = None
+        self._error: BaseException | None = None
+        threading.Thread(target=self._run, args=(fn,), name="rmq-recon-background", daemon=True).start()
+
+    def _run(self, fn: Callable[[], Any]) -> None:
+        try:
+            self._value = fn()
+        except BaseException as exc:  # noqa: BLE001 - raised again by result()
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def wait_for(self, event: threading.Event) -> None:
+        """Until ``event`` is set, or the function has ended (its error raised here)."""
+        while not event.wait(0.2):
+            if self._done.is_set():
+                self.result()
+                return
+
+    def result(self) -> Any:
+        while not self._done.wait(0.2):
+            pass
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def _segment_state_key(cluster: str, broker: str, segment: str) -> tuple[str, str, str]:
@@ -1366,9 +1415,13 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
         say(f"ingest: decoded {staged.messages} records and {staged.trace} trace records in "
             f"{_since(t_decode)}")
         cqs = cq_ledger.CQLedger.load(lake)
-        reads = extract_all_queue_bounds(snaps, landing_uri, lake, staged, ex, now, cqs, read_all=retake)
-        say(f"ingest: queue bounds of {len(snaps)} snapshot(s) ({reads.read} consume queue file(s) read, "
-            f"{reads.skipped} unchanged not read; {_since(t_decode)} since the decode began)")
+        # The queue bounds are the driver's work (consume queues read and checked), the loads the engine's: they
+        # run side by side once the bounds have read what silver/messages held before this run.
+        mark, qx = ex.mark(), Extracted()
+        lake_read = threading.Event()
+        bounds = _Background(lambda: extract_all_queue_bounds(snaps, landing_uri, lake, staged, qx, now, cqs,
+                                                              read_all=retake, lake_read=lake_read.set))
+        bounds.wait_for(lake_read)
         n_messages = load_decoded(spark, lake, staged)
         say(f"ingest: silver/messages loaded ({_since(t_decode)} since the decode began)")
         failpoints.hit("ingest.after_snapshot")
@@ -1378,6 +1431,10 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
                 n_messages += t.num_rows
         n_trace = load_trace(spark, lake, staged)
         say(f"ingest: bronze/trace_records loaded ({_since(t_decode)} since the decode began)")
+        reads = bounds.result()
+        ex.splice(mark, qx)
+        say(f"ingest: queue bounds of {len(snaps)} snapshot(s) ({reads.read} consume queue file(s) read, "
+            f"{reads.skipped} unchanged not read; beside the loads; {_since(t_decode)} since the decode began)")
         storage.delete_tree(staged.staging)
         failpoints.hit("ingest.after_trace")
         counts = load_small(spark, lake, ex, now)

@@ -213,9 +213,10 @@ def merge(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table", *, 
     """
     df = df.select(*table.columns)
     if not exists(lake, table):
-        n = df.count()
+        # counted once written (file metadata), not before: a derived ``df`` would be computed twice (the first
+        # silver/deliveries on the standalone cluster: 9.4 s to count, then 7.9 s to write)
         _create(df, lake, table)
-        return n
+        return read(spark, lake, table).count()
     if table_format() == "delta":
         add_missing_columns(lake, table)
     target = read(spark, lake, table)
