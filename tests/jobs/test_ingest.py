@@ -412,3 +412,40 @@ def test_records_spilled_per_broker_come_back_whole_and_a_killed_runs_folder_is_
     assert [a.tolist() for a in spill.pop(("c", "b"))] == [[5], [50]]
     spill.remove()
     assert not pathlib.Path(spill.folder).exists()
+
+
+def test_rows_extracted_beside_later_steps_are_spliced_where_they_would_have_come() -> None:
+    from jobs.problems import Problem
+
+    ex = ingest.Extracted()
+    ex.add("t", {"i": 1})
+    ex.problem("c", "b", None, Problem("p1", 0, "first"))
+    mark, side = ex.mark(), ingest.Extracted()
+    ex.add("t", {"i": 4})  # added by the main thread after the mark
+    ex.add("u", {"i": 5})
+    ex.problem("c", "b", None, Problem("p4", 0, "later"))
+    side.add("t", {"i": 2})
+    side.add("t", {"i": 3})
+    side.add("u", {"i": 0})
+    side.add("v", {"i": 9})
+    side.problem("c", "b", None, Problem("p2", 0, "beside"))
+    ex.splice(mark, side)
+    assert {t: [r["i"] for r in rows] for t, rows in ex.rows.items()} == {"t": [1, 2, 3, 4], "u": [0, 5], "v": [9]}
+    assert [p.source_path for *_, p in ex.problems] == ["p1", "p2", "p4"]
+
+
+def test_a_background_step_gives_its_value_or_raises_its_error_in_the_waiting_thread() -> None:
+    import threading
+
+    never = threading.Event()
+    ok = ingest._Background(lambda: 42)
+    assert ok.result() == 42
+
+    def fail():
+        raise ValueError("no such consume queue")
+
+    bad = ingest._Background(fail)
+    with pytest.raises(ValueError, match="no such consume queue"):
+        bad.wait_for(never)  # it ended without setting the event: its error, not a wait for ever
+    with pytest.raises(ValueError, match="no such consume queue"):
+        bad.result()
