@@ -145,7 +145,6 @@ def test_bulk_decode_gives_exactly_what_decoding_each_body_gives(seed: int) -> N
 
 
 def test_bulk_decode_of_every_layout_reads_the_fields_of_decode_trace_body() -> None:
-    import numpy as np
     import pyarrow as pa
 
     body = (trace.encode_trace_records([SB, SA, PUB, END, RECALL])
@@ -162,7 +161,6 @@ def test_bulk_decode_of_every_layout_reads_the_fields_of_decode_trace_body() -> 
                                 for j, r in enumerate(records)]
     assert fast.column("type").to_pylist() == ["SubBefore", "SubAfter", "Pub", "EndTransaction", "Recall", "Pub",
                                                "Pub", "SubAfter", "SubAfter", "SubAfter"]
-
 
 
 @pytest.mark.parametrize("field, value", [("retry_times", "2147483648"), ("timestamp_ms", "9223372036854776"),
