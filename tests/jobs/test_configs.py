@@ -112,6 +112,9 @@ GOOD_ROWS = [{"consumer_group": "G", "topic": "T", "queue_id": 0, "committed_off
         pytest.param({"c.json": b'{"offsetTable":{"T@G":{0:5}}}\xff\xfe', "c.json.bak": GOOD}, True, GOOD_ROWS,
                      [Problem("c.json", 29, "not valid UTF-8 (byte 29: invalid start byte); loaded the .bak instead")],
                      id="non_utf8_bytes_fall_back"),
+        pytest.param({"c.json": GOOD.replace(b"T@G", b"T@\\u00zzG"), "c.json.bak": GOOD}, True, GOOD_ROWS,
+                     [Problem("c.json", 24, "invalid \\u escape '\\\\u00zz'; loaded the .bak instead")],
+                     id="bad_unicode_escape_falls_back"),
         pytest.param({"c.json": GOOD.replace(b"T@G", b"TG")}, False, [],
                      [Problem("c.json", 21, "key 'TG' is not 'topic@group' with exactly one '@': entry skipped "
                               "(as the broker's whichTopicByConsumer does)")], id="key_without_at_is_skipped"),

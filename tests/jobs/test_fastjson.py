@@ -70,6 +70,8 @@ def test_message_queue_object_keys_become_object_keys() -> None:
         pytest.param('{"a":1} x', 8, "trailing characters after the JSON value", id="trailing_garbage"),
         pytest.param('{"a" 1}', 5, "expected ':' after key 'a'", id="missing_colon"),
         pytest.param('{"a":"x', 5, "unterminated string (file truncated?)", id="unterminated_string"),
+        pytest.param('{"a":"x\\u00zz"}', 7, "invalid \\u escape '\\\\u00zz'", id="bad_unicode_escape"),
+        pytest.param('{"a":"\\u 1a2"}', 6, "invalid \\u escape '\\\\u 1a2'", id="unicode_escape_with_a_space"),
     ],
 )
 def test_invalid_text_raises_with_position(text: str, position: int, reason: str) -> None:
@@ -77,3 +79,106 @@ def test_invalid_text_raises_with_position(text: str, position: int, reason: str
         fastjson.loads(text, source_path="f.json")
     assert (err.value.source_path, err.value.position, err.value.reason) == ("f.json", position, reason)
     assert str(err.value) == f"f.json: at character {position}: {reason}"
+
+
+def _lenient(text: str) -> object:
+    """What the lenient parser alone gives: the value, or the error's (position, reason)."""
+    p = fastjson._Parser(text, "f.json")
+    try:
+        p.ws()
+        if p.i >= len(text):
+            raise ConfigParseError("f.json", 0, "empty file")
+        v = p.value()
+        p.ws()
+        if p.i != len(text):
+            raise p.fail("trailing characters after the JSON value")
+        return ("value", v, _types(v))
+    except ConfigParseError as e:
+        return ("error", e.position, e.reason)
+
+
+def _loads(text: str) -> object:
+    try:
+        v = fastjson.loads(text, source_path="f.json")
+        return ("value", v, _types(v))
+    except ConfigParseError as e:
+        return ("error", e.position, e.reason)
+
+
+def _types(v: object) -> object:
+    """The value's shape with every type named (1 == 1.0 == True in Python; the parsers must agree on types too)."""
+    if isinstance(v, dict):
+        return [(type(k).__name__, _types(k), _types(x)) for k, x in v.items()]
+    if isinstance(v, (list, tuple)):
+        return [_types(x) for x in v]
+    return (type(v).__name__, repr(v))
+
+
+def _random_text(rng: "random.Random") -> str:
+    import json
+    import random  # noqa: F401 - for the annotation
+
+    def scalar() -> object:
+        return rng.choice([
+            rng.randint(-5, 5), rng.randint(-(1 << 70), 1 << 70), rng.choice([(1 << 63) - 1, 1 << 63, -(1 << 63),
+                                                                              -(1 << 63) - 1]),
+            rng.random() * 10 ** rng.randint(-5, 5), True, False, None, "",
+            "".join(rng.choice('ab "\\/\t\n\u00e9\u4e2d\U0001F600{}[]:,') for _ in range(rng.randint(1, 8)))])
+
+    def value(depth: int) -> object:
+        r = rng.random()
+        if depth > 4 or r < 0.4:
+            return scalar()
+        if r < 0.75:
+            return {rng.choice(["a", "b", "topic@group", "0", "x y", "\u00e9"]): value(depth + 1)
+                    for _ in range(rng.randint(0, 4))}
+        return [value(depth + 1) for _ in range(rng.randint(0, 4))]
+
+    text = json.dumps(value(0), ensure_ascii=rng.random() < 0.3, indent=rng.choice([None, 1, "\t"]),
+                      separators=rng.choice([None, (",", ":"), (", ", ": ")]))
+    mutate = rng.random()
+    if mutate < 0.15 and "{" in text:  # a repeated key
+        i = text.index("{")
+        text = text[:i + 1] + '"a":1,' + text[i + 1:] if text[i + 1] != "}" else text
+    elif mutate < 0.3:  # a byte the strict parser refuses or reads otherwise, somewhere
+        i = rng.randint(0, len(text))
+        text = text[:i] + rng.choice(["\u0001", "\t", "\\u00e9", "\\ud83d\\ude00", "NaN", "Infinity", "-0", "1e400",
+                                      "01", "'", "\ufeff", " ", "{0:1}", ",", "]", "}"]) + text[i:]
+    elif mutate < 0.35:  # cut short
+        text = text[:rng.randint(0, len(text))]
+    return text
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_strict_fast_path_reads_every_text_as_the_lenient_parser(seed: int) -> None:
+    """``loads`` tries the C parser first (strict JSON); on 3,000 random texts, valid and broken, it gives the lenient
+    parser's value with the same types, or its error at the same position."""
+    import random
+
+    rng = random.Random(seed)
+    fast = 0
+    for _ in range(3000):
+        text = _random_text(rng)
+        assert _loads(text) == _lenient(text), text
+        try:
+            fastjson._strict(text)
+            fast += 1
+        except fastjson._NotStrict:
+            pass
+    assert fast > 1000  # the fast path is taken, and so is the other way
+    assert fast < 2900
+
+
+@pytest.mark.parametrize("depth, ok", [(200, True), (201, False)])
+def test_nesting_beyond_the_limit_fails_the_same_way_on_the_fast_path(depth: int, ok: bool) -> None:
+    text = "[" * (depth - 1) + "{}" + "]" * (depth - 1)
+    assert _loads(text) == _lenient(text)
+    assert (_loads(text)[0] == "value") is ok
+    if not ok:
+        assert _loads(text) == ("error", 200, f"nesting deeper than {fastjson.MAX_DEPTH} levels")
+
+
+@pytest.mark.parametrize("rel", ROUND_TRIP + ROUND_TRIP_STRIPPED + COMPACT)
+def test_real_files_read_the_same_on_either_path(rel: str) -> None:
+    text = (REAL / rel).read_text()
+    assert _loads(text) == _lenient(text)
