@@ -83,6 +83,16 @@ def _top(doc: Any, kind: str, path: str, text: str) -> tuple[dict[Any, Any], lis
     return doc, problems
 
 
+def _table(doc: dict[Any, Any], name: str, path: str, text: str, problems: list[Problem]) -> dict[Any, Any]:
+    """The map ``name`` of the file (absent or null: empty). Any other value is a problem and the map's entries are
+    skipped: the rest of the file still lands, as for consumerOffset.json's tables."""
+    table = doc.get(name) or {}
+    if isinstance(table, dict):
+        return table
+    problems.append(Problem(path, _position(text, f'"{name}"'), f"'{name}' is not a map: its entries are skipped"))
+    return {}
+
+
 def parse_consumer_offsets(text: str, source_path: str) -> tuple[Rows, list[Problem]]:
     """consumerOffset.json (4.x/5.x) or lmqConsumerOffset.json: ``{"topic@group": {queueId: offset}}``."""
     doc, problems = _top(fastjson.loads(text, source_path=source_path), "consumer_offsets", source_path, text)
@@ -130,11 +140,25 @@ def _int(v: Any, default: int | None) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and -(1 << 31) <= v < (1 << 31) else default
 
 
+def _policy_json(policy: Any) -> str:
+    """The group's retry policy as compact JSON, keys sorted; keys JSON cannot sort or hold (ints beside strings, an
+    object as a key) are written as their JSON text first."""
+    try:
+        return json.dumps(policy, sort_keys=True, separators=(",", ":"))
+    except TypeError:
+        def plain(v: Any) -> Any:
+            if isinstance(v, dict):
+                return {(k if isinstance(k, str) else fastjson.dumps(dict(k), pretty=False)
+                         if isinstance(k, fastjson.ObjectKey) else json.dumps(k)): plain(x) for k, x in v.items()}
+            return [plain(x) for x in v] if isinstance(v, list) else v
+        return json.dumps(plain(policy), sort_keys=True, separators=(",", ":"))
+
+
 def parse_subscription_groups(text: str, source_path: str) -> tuple[Rows, list[Problem]]:
     """subscriptionGroup.json: ``SubscriptionGroupConfig`` per group, defaults of formats §1.4."""
     doc, problems = _top(fastjson.loads(text, source_path=source_path), "subscription_groups", source_path, text)
     rows: Rows = []
-    for name, cfg in (doc.get("subscriptionGroupTable") or {}).items():
+    for name, cfg in _table(doc, "subscriptionGroupTable", source_path, text, problems).items():
         if not isinstance(cfg, dict):
             problems.append(Problem(source_path, _position(text, f'"{name}"'), f"group '{name}': not an object"))
             continue
@@ -147,7 +171,7 @@ def parse_subscription_groups(text: str, source_path: str) -> tuple[Rows, list[P
             "consume_broadcast_enable": _bool(cfg.get("consumeBroadcastEnable"), True),
             "consume_message_orderly": _bool(cfg.get("consumeMessageOrderly"), False),
             "consume_timeout_minute": _int(cfg.get("consumeTimeoutMinute"), 15),
-            "group_retry_policy": None if policy is None else json.dumps(policy, sort_keys=True, separators=(",", ":")),
+            "group_retry_policy": None if policy is None else _policy_json(policy),
         })
     return rows, problems
 
@@ -156,7 +180,7 @@ def parse_topics(text: str, source_path: str) -> tuple[Rows, list[Problem]]:
     """topics.json: ``TopicConfig`` per topic (formats §1.5)."""
     doc, problems = _top(fastjson.loads(text, source_path=source_path), "topics", source_path, text)
     rows: Rows = []
-    for name, cfg in (doc.get("topicConfigTable") or {}).items():
+    for name, cfg in _table(doc, "topicConfigTable", source_path, text, problems).items():
         if not isinstance(cfg, dict):
             problems.append(Problem(source_path, _position(text, f'"{name}"'), f"topic '{name}': not an object"))
             continue
@@ -175,7 +199,7 @@ def parse_delay_offsets(text: str, source_path: str) -> tuple[Rows, list[Problem
     """delayOffset.json: ``{delayLevel: offset}`` with bare integer keys (formats §1.6)."""
     doc, problems = _top(fastjson.loads(text, source_path=source_path), "delay_offsets", source_path, text)
     rows: Rows = []
-    for level, off in (doc.get("offsetTable") or {}).items():
+    for level, off in _table(doc, "offsetTable", source_path, text, problems).items():
         value = _offset_value(off)
         if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level < (1 << 31) or value is None:
             problems.append(Problem(source_path, _position(text, f"{level}:"),
@@ -189,7 +213,7 @@ def parse_client_offsets(text: str, source_path: str) -> tuple[Rows, list[Proble
     """A broadcast client's offsets.json: MessageQueue objects as keys (formats §2)."""
     doc, problems = _top(fastjson.loads(text, source_path=source_path), "client_offsets", source_path, text)
     rows: Rows = []
-    for key, off in (doc.get("offsetTable") or {}).items():
+    for key, off in _table(doc, "offsetTable", source_path, text, problems).items():
         mq = key.as_dict() if isinstance(key, fastjson.ObjectKey) else None
         value = _offset_value(off)
         if (mq is None or not {"brokerName", "queueId", "topic"} <= set(mq) or isinstance(mq["queueId"], bool)

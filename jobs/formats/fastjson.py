@@ -132,7 +132,11 @@ class _Parser:
         if c in "\"'":
             return self.string()
         if c == "{":
-            return ObjectKey(self.obj().items())
+            at = self.i
+            fields = self.obj()
+            if any(isinstance(v, (dict, list)) for v in fields.values()):  # no bean a key can be (a MessageQueue)
+                raise self.fail("an object used as a key holds an object or an array", at)
+            return ObjectKey(fields.items())
         m = _NUMBER.match(self.s, self.i)
         if m:
             self.i = m.end()

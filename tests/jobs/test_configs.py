@@ -141,3 +141,79 @@ def test_missing_file_is_reported_not_fatal() -> None:
 def test_missing_main_loads_bak_like_the_broker() -> None:
     parsed = configs.load(_mem({"c.json.bak": GOOD}), "c.json", "consumer_offsets")
     assert (parsed.used_backup, parsed.source_path, parsed.rows) == (True, "c.json.bak", GOOD_ROWS)
+
+
+@pytest.mark.parametrize(
+    "kind, text, position, reason",
+    [
+        pytest.param("subscription_groups", '{"subscriptionGroupTable":"x"}', 1, "'subscriptionGroupTable'",
+                     id="groups_table_a_string"),
+        pytest.param("topics", '{"dataVersion":{},"topicConfigTable":[1]}', 18, "'topicConfigTable'",
+                     id="topics_table_a_list"),
+        pytest.param("delay_offsets", '{"offsetTable":7}', 1, "'offsetTable'", id="delay_table_a_number"),
+        pytest.param("client_offsets", '{"offsetTable":true}', 1, "'offsetTable'", id="client_table_a_boolean"),
+    ],
+)
+def test_a_table_that_is_not_a_map_is_a_problem_not_a_crash(kind: str, text: str, position: int,
+                                                            reason: str) -> None:
+    """Before: ``'str' object has no attribute 'items'`` failed the whole ingest (found by fuzzing)."""
+    parsed = configs.load(_mem({"c.json": text.encode()}), "c.json", kind)
+    assert (parsed.used_backup, parsed.rows, parsed.problems) == (
+        False, [], [Problem("c.json", position, f"{reason} is not a map: its entries are skipped")])
+
+
+def test_a_client_key_object_holding_an_object_is_a_parse_error_and_the_bak_is_used() -> None:
+    """Before: ``unhashable type: 'dict'`` failed the whole ingest (found by fuzzing)."""
+    good = b'{"offsetTable":{{"brokerName":"b","queueId":1,"topic":"T"}:5}}'
+    bad = b'{"offsetTable":{{"brokerName":{"x":1},"queueId":1,"topic":"T"}:5}}'
+    parsed = configs.load(_mem({"o.json": bad, "o.json.bak": good}), "o.json", "client_offsets")
+    assert (parsed.used_backup, parsed.rows, parsed.problems) == (
+        True, [{"broker": "b", "topic": "T", "queue_id": 1, "committed_offset": 5}],
+        [Problem("o.json", 16, "an object used as a key holds an object or an array; loaded the .bak instead")])
+
+
+@pytest.mark.parametrize("policy, stored", [
+    ('{"type":"CUSTOMIZED","customizedRetryPolicy":{"next":[1,2]}}',
+     '{"customizedRetryPolicy":{"next":[1,2]},"type":"CUSTOMIZED"}'),
+    ('{2:1,10:2}', '{"2":1,"10":2}'),  # sorted as numbers, as before
+    ('{1:"a","b":2}', '{"1":"a","b":2}'),  # before: TypeError ('<' between str and int)
+    ('{{"x":1}:2}', '{"{\\"x\\":1}":2}'),  # before: TypeError (an ObjectKey as a JSON key)
+])
+def test_a_group_retry_policy_is_stored_as_sorted_compact_json(policy: str, stored: str) -> None:
+    text = '{"subscriptionGroupTable":{"G":{"groupName":"G","groupRetryPolicy":' + policy + '}}}'
+    parsed = configs.load(_mem({"s.json": text.encode()}), "s.json", "subscription_groups")
+    assert ([r["group_retry_policy"] for r in parsed.rows], parsed.problems) == ([stored], [])
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_no_damage_to_a_real_config_file_makes_loading_raise(seed: int) -> None:
+    """3,000 random edits (bytes inserted, deleted, overwritten, cut; JSON tokens inserted) of the real broker and
+    client files, each loaded as its own kind and as another: every outcome is rows and problems, never an error
+    (which would fail the whole ingest instead of quarantining one file)."""
+    import random
+
+    kinds = {"consumerOffset.json": "consumer_offsets", "subscriptionGroup.json": "subscription_groups",
+             "topics.json": "topics", "delayOffset.json": "delay_offsets", "offsets.json": "client_offsets"}
+    sources = sorted((p.read_bytes(), kinds[p.name.removesuffix(".bak")]) for p in REAL.rglob("*")
+                     if p.is_file() and p.name.removesuffix(".bak") in kinds)
+    assert len(sources) == 14
+    tokens = [b"{", b"}", b"[", b"]", b":", b",", b'"', b"\\", b"\\u", b"\\u00zz", b"-1", b"99999999999999999999",
+              b"1.5", b"true", b"null", b"NaN", b"@", b"\x00", b"\xff", b"{0:1}", b'{"a":1}', b"[]", b'"x"']
+    rng = random.Random(seed)
+    outcomes = {"rows": 0, "no rows": 0}
+    for _ in range(3000):
+        data, kind = rng.choice(sources)
+        data = bytearray(data)
+        for _ in range(rng.randint(1, 4)):
+            op, at = rng.random(), rng.randint(0, len(data))
+            if op < 0.45:
+                data[at:at] = rng.choice(tokens)
+            elif op < 0.65:
+                del data[at:at + rng.randint(1, 8)]
+            elif op < 0.85 and data:
+                data[min(at, len(data) - 1)] = rng.randint(0, 255)
+            else:
+                data = data[:at]
+        loaded = configs.load(_mem({"f": bytes(data)}), "f", kind if rng.random() < 0.8 else rng.choice(configs.KINDS))
+        outcomes["rows" if loaded.rows else "no rows"] += 1
+    assert min(outcomes.values()) > 150  # both kinds of outcome are exercised
