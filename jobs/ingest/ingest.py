@@ -772,9 +772,23 @@ def _queue_bounds_by_broker(by_broker: dict[tuple[str, str], list[Snapshot]], la
                             held: _Spilled, fresh: _Spilled, pool: Any) -> CQReads:
     """:func:`extract_all_queue_bounds` of the brokers one by one, each with its own records loaded."""
     reads = CQReads()
+    order = [snap for group in by_broker.values() for snap in sorted(group, key=lambda s: s.ts)]
+
+    def prefetch(i: int) -> None:
+        """The kernel reads ahead the files snapshot ``i`` will read (those the ledger does not stand in for, as
+        known now), while this one is worked: a cold page cache cost 2.6 against 1.0 s at scale 8."""
+        if i < len(order) and pool is None:
+            snap, prior = order[i], ledger.of(order[i].cluster, order[i].broker)
+            storage.prefetch(f.uri for f in snap.of_kind("consumequeue")
+                             if read_all or (e := prior.get(f.rel)) is None or not e.stands_for(f))
+
+    i = 0
+    prefetch(0)
     for (cluster, broker), group in by_broker.items():
         known = KnownRecords.load(staged, cluster, broker, held.pop((cluster, broker)), fresh.pop((cluster, broker)))
         for snap in sorted(group, key=lambda s: s.ts):
+            i += 1
+            prefetch(i)
             entries, n = extract_queue_bounds(snap, landing_root, out, now, known.as_of(snap.ts),
                                               ledger.of(cluster, broker), pool, read_all)
             if snap.of_kind("consumequeue"):

@@ -25,7 +25,7 @@ import os
 import pathlib
 import shutil
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 __all__ = [
     "FileInfo",
@@ -39,6 +39,7 @@ __all__ = [
     "relative",
     "list_files",
     "list_keys",
+    "prefetch",
     "read_bytes",
     "write_bytes",
     "exists",
@@ -403,6 +404,28 @@ def read_bytes(uri: str, start: int = 0, end: int | None = None) -> bytes | None
         if os.path.islink(uri) and not os.path.exists(uri):
             raise  # a dangling link is listed but cannot be read: an unreadable file, not a missing one
         return None
+
+
+def prefetch(uris: Iterable[str]) -> None:
+    """Ask the kernel to start reading local files into the page cache (``posix_fadvise(WILLNEED)``), so that the
+    reads that follow find them there; S3 objects, and files that cannot be opened, are left alone (their reads
+    say what is wrong). Costs an open and a close a file; the reading happens beside the caller."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is None:
+        return
+    for uri in uris:
+        if is_s3(uri):
+            continue
+        try:
+            fd = os.open(uri, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            advise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 def write_bytes(uri: str, data: bytes) -> None:

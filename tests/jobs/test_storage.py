@@ -273,3 +273,15 @@ def test_malformed_endpoint_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
         storage.read_bytes("s3://landing/x")
     assert str(err.value) == ("AWS_ENDPOINT_URL='127.0.0.1:9000' is not a URL: set it to http(s)://host:port "
                               "(or unset it for AWS)")
+
+
+def test_prefetch_reads_nothing_back_leaves_no_descriptor_open_and_skips_what_it_cannot_open(
+        tmp_path: pathlib.Path) -> None:
+    import os
+
+    (tmp_path / "a").write_bytes(b"x" * 100_000)
+    (tmp_path / "d").mkdir()
+    before = len(os.listdir("/proc/self/fd"))
+    storage.prefetch([str(tmp_path / "a"), str(tmp_path / "missing"), str(tmp_path / "d"), "s3://bucket/key"] * 50)
+    assert len(os.listdir("/proc/self/fd")) == before
+    assert storage.read_bytes(str(tmp_path / "a")) == b"x" * 100_000
