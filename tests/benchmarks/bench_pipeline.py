@@ -29,7 +29,9 @@ What it does:
    driver's (the job process's) peak RSS and, separately, the engine's (its processes' trees, sampled); the
    speed-ups 2 cores / 1 core, cluster / Sail, and whether all the ingests changed the same rows. The Sail ingests
    run ``--sail-repeats`` times each (default 3), alternated, and their medians are compared (one run of a 10-15 s
-   ingest varies by a second or more on this shared machine); the cluster's once each.
+   ingest varies by a second or more on this shared machine); the cluster's once each. Beside them, as often, the
+   default deployment: embedded Sail in the job's own process, the whole process (driver, engine, decode helpers)
+   pinned to 1 and to 2 CPUs with ``taskset``, as on a 1- or 2-core worker.
 5. Prints the figures table with PASS/MISS per target and writes it to ``<workdir>/figures.md`` (and
    ``figures.json``). ``--stages`` runs a subset; figures of earlier stages are taken from ``figures.json``.
 
@@ -441,17 +443,20 @@ def _tree_rss(pid: int) -> int:
 
 
 def run_child(label: str, stage: str, args: dict[str, Any], workdir: Path, *, env: dict[str, str] | None = None,
-              engine_pids: Callable[[], list[int]] | None = None) -> dict[str, Any]:
+              engine_pids: Callable[[], list[int]] | None = None, cpus: str | None = None) -> dict[str, Any]:
     """Run one stage in a fresh interpreter; returns its result plus wall_s, maxrss (wait4) and tree_peak_rss.
 
     ``env``: extra environment of the child. ``engine_pids``: the processes of an engine outside the child (a Spark
-    Connect server, a cluster's JVMs), whose summed RSS is sampled too (``engine_peak_rss``).
+    Connect server, a cluster's JVMs), whose summed RSS is sampled too (``engine_peak_rss``). ``cpus``: the child
+    and everything it starts pinned to these CPUs (``taskset -c``).
     """
     out = workdir / f".child-{label}.json"
     if out.exists():
         out.unlink()
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", stage, "--child-args", json.dumps(args),
            "--child-out", str(out)]
+    if cpus is not None:
+        cmd = ["taskset", "-c", cpus] + cmd
     say(f"{label}: start ({stage} {json.dumps(args)})")
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=str(ROOT), env={**os.environ, **(env or {})})
@@ -545,6 +550,9 @@ def stage_ingest(args: argparse.Namespace, workdir: Path, fig: dict[str, Any]) -
 # The scaling run (issue 13.5): the same ingest on the standalone cluster with 1 and 2 one-core workers and on a Sail
 # server with 1 and 2 task slots (pinned to as many CPUs); Parquet everywhere (the cluster has no Delta jars).
 SCALING = [("cluster", 1), ("cluster", 2), ("sail", 1), ("sail", 2)]
+# Also the default deployment, embedded Sail in the job's process, with the whole process pinned to 1 and 2 CPUs
+# (the "1 core" of a Sail server above gives its engine 1 CPU while the driver runs on the other).
+EMBEDDED = [("embedded", 1), ("embedded", 2)]
 TARGET_SCALING = 1.7  # 2 cores >= 1.7x 1 core
 TARGET_DRIVER_RSS = GiB  # the client's peak RSS at 10 M messages
 
@@ -617,16 +625,22 @@ def stage_scaling(workdir: Path, fig: dict[str, Any], sail_repeats: int = 3) -> 
         raise SystemExit(f"{landing} does not exist: run the simulate stage first")
     samples: dict[str, list[dict[str, Any]]] = {}
     order = [c for c in SCALING if c[0] == "cluster"] + [c for _ in range(max(1, sail_repeats))
-                                                        for c in SCALING if c[0] == "sail"]
+                                                        for c in SCALING + EMBEDDED if c[0] != "cluster"]
     for engine, n in order:
         name = f"{engine}-{n}"
         lake = workdir / f"lake-{name}"
         shutil.rmtree(lake, ignore_errors=True)
-        setup = _cluster(workdir, n) if engine == "cluster" else _sail_server(workdir, n)
-        with setup as (url, pids):
-            env = {"SPARK_REMOTE": url, "RMQ_RECON_ENGINE": "connect", "RMQ_RECON_FORMAT": "parquet"}
+        if engine == "embedded":  # the job's own process and all it starts on n CPUs, as on an n-core worker
+            env = {"RMQ_RECON_ENGINE": "sail", "RMQ_RECON_FORMAT": "parquet", "SAIL_EXECUTION__DEFAULT_PARALLELISM":
+                   str(n)}
             r = run_child(f"ingest {name}", "ingest", {"landing": str(landing), "lake": str(lake)}, workdir,
-                          env=env, engine_pids=pids)
+                          env=env, cpus=",".join(str(i) for i in range(n)))
+        else:
+            setup = _cluster(workdir, n) if engine == "cluster" else _sail_server(workdir, n)
+            with setup as (url, pids):
+                env = {"SPARK_REMOTE": url, "RMQ_RECON_ENGINE": "connect", "RMQ_RECON_FORMAT": "parquet"}
+                r = run_child(f"ingest {name}", "ingest", {"landing": str(landing), "lake": str(lake)}, workdir,
+                              env=env, engine_pids=pids)
         shutil.rmtree(lake, ignore_errors=True)
         samples.setdefault(name, []).append({
             "wall_s": r["wall_s"], "job_s": r["seconds"], "driver_peak_rss": r["maxrss"],
@@ -644,7 +658,8 @@ def stage_scaling(workdir: Path, fig: dict[str, Any], sail_repeats: int = 3) -> 
     fig["scaling"] = {"runs": runs, "identical_rows": len(rows) == 1, "sail_repeats": max(1, sail_repeats),
                       "cluster_speedup": runs["cluster-1"]["wall_s"] / runs["cluster-2"]["wall_s"],
                       "sail_speedup": runs["sail-1"]["wall_s"] / runs["sail-2"]["wall_s"],
-                      "cluster_over_sail": runs["cluster-2"]["wall_s"] / runs["sail-2"]["wall_s"]}
+                      "cluster_over_sail": runs["cluster-2"]["wall_s"] / runs["sail-2"]["wall_s"],
+                      "embedded_speedup": runs["embedded-1"]["wall_s"] / runs["embedded-2"]["wall_s"]}
 
 
 def stage_reconcile(workdir: Path, fig: dict[str, Any]) -> None:
@@ -776,6 +791,10 @@ def figures_table(fig: dict[str, Any]) -> str:
         for name, r in sc["runs"].items():
             walls = r.get("wall_s_all") or [r["wall_s"]]
             spread = f" (median of {len(walls)}: {', '.join(f'{w:.1f}' for w in walls)})" if len(walls) > 1 else ""
+            if name.startswith("embedded"):  # one process: the driver hosts the engine
+                row(f"scaling: ingest on embedded Sail, whole job on {name.split('-')[1]} CPU(s)",
+                    f"{fmt_s(r['wall_s'])}{spread}; peak RSS {fmt_bytes(r['driver_peak_rss'])} (driver and engine)")
+                continue
             row(f"scaling: ingest on {name.replace('-', ' x ')} core(s)",
                 f"{fmt_s(r['wall_s'])}{spread}; driver peak RSS {fmt_bytes(r['driver_peak_rss'])}, engine peak RSS "
                 f"{fmt_bytes(r['engine_peak_rss'])}", f"driver < {fmt_bytes(TARGET_DRIVER_RSS)}",
@@ -786,6 +805,10 @@ def figures_table(fig: dict[str, Any]) -> str:
             sc["sail_speedup"] >= TARGET_SCALING)
         row("scaling: cluster / Sail (2 cores each)", f"{sc['cluster_over_sail']:.2f}", "<= 3.00",
             sc["cluster_over_sail"] <= 3.0)
+        if sc.get("embedded_speedup") is not None:
+            row("scaling: embedded Sail (the default deployment), whole job on 2 CPUs / 1 CPU",
+                f"{sc['embedded_speedup']:.2f}x",
+                "")
         row("scaling: same rows on every engine", str(sc["identical_rows"]), "identical", sc["identical_rows"])
     m = fig.get("machine", {})
     if m:
