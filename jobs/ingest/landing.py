@@ -20,7 +20,17 @@ MARKER = "_SUCCESS"
 _SNAPSHOT_DIR = re.compile(
     r"^cluster=(?P<cluster>[^/]+)/(?:broker=(?P<broker>[^/]+)|(?P<clients>clients))/snapshot_ts=(?P<ts>[^/]*)/(?P<rest>.+)$"
 )
-_SEGMENT = re.compile(r"^\d{20}$")
+_SEGMENT = re.compile(r"^[0-9]{20}$")  # ASCII digits: \d takes any script's, which int() reads and Java does not
+_LONG_MAX = (1 << 63) - 1  # a file's name is its start offset, a Java long (UtilAll.offset2FileName)
+
+
+def _segment_name(name: str) -> bool:
+    return bool(_SEGMENT.match(name)) and int(name) <= _LONG_MAX
+
+
+def _queue_id(name: str) -> bool:
+    """A consume queue folder: a queue id, a Java int (any other folder is not a queue's)."""
+    return name.isascii() and name.isdigit() and int(name) < (1 << 31)
 CONFIG_FILES = {
     "consumerOffset.json": "consumer_offsets",
     "lmqConsumerOffset.json": "consumer_offsets",
@@ -143,9 +153,9 @@ def classify(rel: str, *, clients: bool) -> dict[str, object]:
             if name.endswith(".bak") and name[: -len(".bak")] in CONFIG_FILES:
                 return {"kind": "backup"}
         return {"kind": "other"}
-    if len(parts) == 3 and parts[:2] == ["store", "commitlog"] and _SEGMENT.match(name):
+    if len(parts) == 3 and parts[:2] == ["store", "commitlog"] and _segment_name(name):
         return {"kind": "commitlog", "start": int(name)}
-    if len(parts) == 5 and parts[:2] == ["store", "consumequeue"] and _SEGMENT.match(name) and parts[3].isdigit():
+    if len(parts) == 5 and parts[:2] == ["store", "consumequeue"] and _segment_name(name) and _queue_id(parts[3]):
         return {"kind": "consumequeue", "topic": parts[2], "queue_id": int(parts[3]), "start": int(name)}
     if len(parts) >= 2 and parts[0] == "export" and name.endswith((".parquet", ".jsonl", ".json")):
         return {"kind": "export"}
@@ -169,6 +179,9 @@ def misplaced(rel: str, *, clients: bool) -> str | None:
         return "commitlog file name is not 20 digits (the segment's start offset): not read"
     if len(parts) == 5 and parts[:2] == ["store", "consumequeue"] and not _SEGMENT.match(parts[4]):
         return "consume queue file name is not 20 digits (the file's start byte): not read"
+    if len(parts) in (3, 5) and parts[:2] in (["store", "commitlog"], ["store", "consumequeue"]) \
+            and not _segment_name(parts[-1]):
+        return "file name is beyond a Java long (2^63-1), so no start offset: not read"
     return None
 
 

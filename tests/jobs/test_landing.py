@@ -25,6 +25,14 @@ UTC = dt.timezone.utc
                      {"kind": "consumequeue", "topic": "TopicTest", "queue_id": 3, "start": 6000000},
                      id="consumequeue_file"),
         pytest.param("store/commitlog/abc", False, {"kind": "other"}, id="not_a_segment_name"),
+        pytest.param("store/commitlog/09223372036854775807", False, {"kind": "commitlog", "start": (1 << 63) - 1},
+                     id="the_largest_java_long"),
+        pytest.param("store/commitlog/09223372036854775808", False, {"kind": "other"}, id="beyond_a_java_long"),
+        pytest.param("store/commitlog/" + "\u0660" * 20, False, {"kind": "other"}, id="arabic_indic_digits"),
+        pytest.param("store/consumequeue/T/\u00b2/00000000000000000000", False, {"kind": "other"},
+                     id="queue_folder_superscript_two"),
+        pytest.param("store/consumequeue/T/2147483648/00000000000000000000", False, {"kind": "other"},
+                     id="queue_folder_beyond_a_java_int"),
         pytest.param("10.0.0.5@DEFAULT/g1/offsets.json", True,
                      {"kind": "client_offsets", "client_id": "10.0.0.5@DEFAULT", "group": "g1"}, id="client_offsets"),
         pytest.param("10.0.0.5@DEFAULT/g1/offsets.json.bak", True,
@@ -34,6 +42,19 @@ UTC = dt.timezone.utc
 )
 def test_classify(rel: str, clients: bool, expected: dict) -> None:
     assert landing.classify(rel, clients=clients) == expected
+
+
+@pytest.mark.parametrize("rel, reason", [
+    ("store/commitlog/99999999999999999999", "file name is beyond a Java long (2^63-1), so no start offset: not read"),
+    ("store/consumequeue/T/0/99999999999999999999",
+     "file name is beyond a Java long (2^63-1), so no start offset: not read"),
+    ("store/commitlog/" + "\u0660" * 20, "commitlog file name is not 20 digits (the segment's start offset): not read"),
+    ("store/commitlog/09223372036854775807", None),
+])
+def test_segment_names_beyond_a_java_long_are_quarantined_not_read(rel: str, reason: str | None) -> None:
+    """Before: a commitlog named 99999999999999999999 was read with that start offset, and the ingest failed
+    (OverflowError saving the segment's state; the decode task overflowed), found by fuzzing the landing zone."""
+    assert landing.misplaced(rel, clients=False) == reason
 
 
 def _touch(root: pathlib.Path, rel: str, data: bytes = b"{}") -> None:
