@@ -703,13 +703,29 @@ def _decode_kernel(buf: np.ndarray, pos: np.ndarray) -> tuple:  # type: ignore[t
 # ------------------------------------------------------------------------------------------- records
 
 
-def _strings(data: np.ndarray, offsets: np.ndarray, valid: np.ndarray | None = None) -> pa.StringArray:
-    """A string array on the kernels' buffers (no copy); ``valid`` marks the non-null slots."""
+def _strings(data: np.ndarray, offsets: np.ndarray, valid: np.ndarray | None = None,
+             check: bool = True) -> pa.StringArray:
+    """A string array on the kernels' buffers (no copy); ``valid`` marks the non-null slots; ``check``: see
+    :func:`_utf8` (not needed for the texts the kernels write themselves: hosts, message ids)."""
     n = len(offsets) - 1
     if valid is None or valid.all():
-        return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data))
-    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data), bitmap, n - int(valid.sum()))
+        arr = pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data))
+    else:
+        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+        arr = pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data), bitmap, n - int(valid.sum()))
+    return _utf8(arr) if check else arr
+
+
+def _utf8(arr: pa.StringArray) -> pa.StringArray:
+    """``arr`` if every value is UTF-8; else its values read as the broker reads them (``new String(bytes, UTF_8)``:
+    each malformed sequence becomes U+FFFD). Topics and properties are not covered by the record's CRC, so damaged
+    bytes reach here; unchecked, one such value failed the whole load (the Parquet writer refuses it)."""
+    try:
+        arr.validate(full=True)
+        return arr
+    except pa.ArrowInvalid:
+        return pa.array([None if v is None else v.decode("utf-8", "replace")
+                         for v in arr.view(pa.binary()).to_pylist()], pa.string())
 
 
 def _constant_strings(value: str, n: int) -> pa.Array:
@@ -763,12 +779,16 @@ def _decode_records(buf: np.ndarray, pos_all: np.ndarray, segment: str, body_top
     if n == 0:
         return SCHEMA.empty_table()
     topic_col = _strings(topic, topic_off)
-    props = pa.MapArray.from_arrays(pa.array(map_off), _strings(key, key_off), _strings(val, val_off))
-    uniq, keys, tags = (_strings(*_pick(val, val_off, pair), valid=pair >= 0) for pair in named)
+    raw_values = _strings(val, val_off, check=False)
+    values = _utf8(raw_values)
+    props = pa.MapArray.from_arrays(pa.array(map_off), _strings(key, key_off), values)
+    # whole property values: valid when every value is
+    uniq, keys, tags = (_strings(*_pick(val, val_off, pair), valid=pair >= 0, check=values is not raw_values)
+                        for pair in named)
     born_v6, store_v6 = (sys_flag & BORNHOST_V6) != 0, (sys_flag & STOREHOST_V6) != 0
-    born_host = _strings(*_host_texts(born_key, born_v6))
-    store_host = _strings(*_host_texts(store_key, store_v6))
-    msg_id = _strings(*_msg_ids(buf, store_key, store_at, store_v6, phys))
+    born_host = _strings(*_host_texts(born_key, born_v6), check=False)
+    store_host = _strings(*_host_texts(store_key, store_v6), check=False)
+    msg_id = _strings(*_msg_ids(buf, store_key, store_at, store_v6, phys), check=False)
     if born_v6.any() or store_v6.any():
         born_host = _with_ipv6(buf, born_host, pos + 48, born_v6)
         store_host = _with_ipv6(buf, store_host, store_at, store_v6)

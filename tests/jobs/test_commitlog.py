@@ -184,6 +184,30 @@ def test_property_pairs_without_a_name_or_a_value_are_dropped_as_the_broker_does
     assert (r["uniq_key"], r["keys"], r["tags"], r["properties"]) == (None, "k", "t", [("KEYS", "k"), ("TAGS", "t")])
 
 
+def test_topic_and_properties_that_are_not_utf8_are_read_as_the_broker_reads_them() -> None:
+    """Topics and properties are outside the body CRC: damaged bytes there are decoded as ``new String(bytes,
+    UTF_8)`` does (each malformed sequence becomes U+FFFD), the record and the one after it kept. Before, the
+    invalid string reached the Parquet writer and failed the whole load (found by fuzzing the landing zone)."""
+    def rec(pos: int, topic: str, keys: str) -> bytes:
+        return commitlog_encode.encode_message(
+            topic=topic, queue_id=0, queue_offset=pos, physical_offset=pos, body=b"x",
+            properties={"KEYS": keys, "TAGS": "t"}, born_ts_ms=1, store_ts_ms=2, born_host=("10.0.0.1", 1),
+            store_host=("10.0.0.2", 10911))
+
+    first = bytearray(rec(0, "TopicAB", "kkkk"))
+    first[first.index(b"TopicAB") + 5] = 0xFF  # not a UTF-8 byte
+    at = first.index(b"kkkk")
+    first[at + 1:at + 3] = b"\xc3("  # a lead byte without its continuation
+    second = rec(len(first), "TopicAB", "ok")
+    out = commitlog.decode_segment(bytes(first) + second, segment_start=0, segment="s")
+    rows = out.table.to_pylist()
+    assert [(r["topic"], r["keys"], r["properties"]) for r in rows] == [
+        ("Topic\ufffdB", "k\ufffd(k", [("KEYS", "k\ufffd(k"), ("TAGS", "t")]),
+        ("TopicAB", "ok", [("KEYS", "ok"), ("TAGS", "t")])]
+    assert out.problems == []
+    out.table.validate(full=True)
+
+
 def test_a_body_whose_crc_does_not_match_is_dropped_with_a_problem() -> None:
     """BODYCRC = CRC32(body) & 0x7FFFFFFF (the broker checks it on recovery, for every record); a corrupted body is
     not decoded, the record's header is kept."""
