@@ -199,3 +199,20 @@ def test_a_helper_started_with_another_environment_is_not_reused(units: list[dic
     assert len(helper) == 2 and [w.pid for w in decode_worker._idle] == [helper[1]]
     with pytest.raises(ChildProcessError):  # the first one was stopped and reaped
         os.waitpid(helper[0], os.WNOHANG)
+
+
+def test_a_helper_decodes_without_loading_pandas_or_scipy(units: list[dict], monkeypatch) -> None:
+    """Their imports were half of a helper's start (pyarrow imports pandas, numba imports scipy, neither is used)."""
+    helper = _count_starts(monkeypatch)
+    assert pa.Table.from_batches(list(decode_worker.run(units))).equals(_in_process(units))
+    maps = pathlib.Path(f"/proc/{helper[0]}/maps").read_text()
+    assert "/numba/" in maps and "/pyarrow/" in maps  # it did decode
+    assert "/pandas/" not in maps and "/scipy/" not in maps
+
+
+def test_the_helper_import_finder_refuses_only_the_names_given() -> None:
+    finder = decode_worker._Without("pandas", "scipy")
+    for name in ("pandas", "pandas.core.api", "scipy.linalg"):
+        with pytest.raises(ModuleNotFoundError, match=f"{name} is not used in a decode helper"):
+            finder.find_spec(name)
+    assert finder.find_spec("pandas_stubs") is None and finder.find_spec("pyarrow") is None
