@@ -16,6 +16,11 @@ RANGE_FILES = {"duplicated_ranges.csv": "evidence", "unconsumed_ranges.csv": "ki
 ROW_FILES = ["offset_corrections.csv", "dlq_candidates.csv", "consumer_status.csv"]
 
 
+def report_files(folder: pathlib.Path) -> list[str]:
+    """Every file under a report folder, as sorted relative paths (to compare two runs' reports file for file)."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
 def read_csv(path: pathlib.Path) -> list[dict[str, str]]:
     with open(path, newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f))

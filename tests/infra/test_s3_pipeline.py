@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from exactness import compare
+from exactness import compare, report_files
 from jobs.lake import storage
 
 pytestmark = pytest.mark.integration
@@ -47,10 +47,6 @@ def _env(store: Any | None) -> dict[str, str]:
     if store is not None:
         env.update(store.env)
     return env
-
-
-def _files(folder: pathlib.Path) -> list[str]:
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +86,8 @@ def test_ingest_and_reconcile_on_s3_equal_the_truth_and_the_local_run(
     rec = _cli("reconcile", "--lake", lake, "--reports", str(tmp_path / "reports"), "--run-id", RUN_ID, env=env)
     report = pathlib.Path(rec["report_dir"])
     assert compare(report, local["landing"] / "_truth") == []
-    names = _files(local["report"])
-    assert _files(report) == names
+    names = report_files(local["report"])
+    assert report_files(report) == names
     same, differ, errors = filecmp.cmpfiles(local["report"], report, [n for n in names if n not in NAME_THE_LAKE],
                                             shallow=False)
     assert (differ, errors) == ([], [])

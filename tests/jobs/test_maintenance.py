@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import schemas
+from exactness import report_files
 from jobs import simulate
 from jobs.ingest import ingest
 from jobs.lake import _delta, ledger
@@ -69,10 +70,6 @@ def _needed(lake: str, protected: dict[str, set[int]]) -> dict[str, set[str]]:
         versions = protected.get(t.qualified, set()) | {DeltaTable(t.path(lake)).version()}
         out[t.qualified] = {u for v in versions for u in DeltaTable(t.path(lake), version=v).file_uris()}
     return out
-
-
-def _reports(folder: pathlib.Path) -> list[str]:
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
 
 
 @pytest.fixture(scope="module")
@@ -153,8 +150,8 @@ def test_reconcile_after_maintenance_writes_identical_reports_and_rows(flow: dic
     again = reconcile.run(lake, str(base / "reports-after"))
     assert again["run_id"] == flow["run_id"]
     before, after = base / "reports-before" / flow["run_id"], base / "reports-after" / flow["run_id"]
-    names = _reports(before)
-    assert names == _reports(after) and len(names) == 9
+    names = report_files(before)
+    assert names == report_files(after) and len(names) == 9
     differ = [n for n in names if n != "summary.json" and n != "index.html"
               and not filecmp.cmp(before / n, after / n, shallow=False)]
     assert differ == []
