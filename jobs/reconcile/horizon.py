@@ -230,7 +230,8 @@ def lookups(parts: dict[str, Any], series: Any, small: Any = lambda df, _name: d
     """
     from pyspark.sql import functions as F
 
-    from jobs.formats.topics import DLQ_PREFIX
+    from jobs.formats.topics import DLQ_PREFIX, is_system_topic_col
+    from jobs.rules.snapshots import newest
 
     old_m = parts["old_m"]
     narrow = old_m.select(*RECORD_KEY, "topic", "queue_id", F.col("queue_offset").cast("long"), "uniq_key")
@@ -246,11 +247,24 @@ def lookups(parts: dict[str, Any], series: Any, small: Any = lambda df, _name: d
                      .select("cluster", "uniq_key").distinct(), "dlq_keys")
     dlq_copies = records_at(old_m, dlq_keys.join(narrow, on=["cluster", "uniq_key"], how="inner"), small,
                             "dlq_copies")
+    # the original copies of the retry copies at committed offsets: BLOCKING_COMMIT on a %RETRY% queue is reported
+    # at the original (rule 20), which can be older than the copy
+    retry_at = small(newest(series).where(is_system_topic_col(F.col("topic")))
+                     .select(*QUEUE, F.col("committed_offset").cast("long").alias("queue_offset")).distinct(),
+                     "retry_positions")
+    stored = parts["recent_m"].select(*QUEUE, F.col("queue_offset").cast("long"), "uniq_key").unionByName(
+        narrow.select(*QUEUE, "queue_offset", "uniq_key"))
+    retry_keys = small(retry_at.join(stored, on=[*QUEUE, "queue_offset"], how="inner")
+                       .where(F.col("uniq_key").isNotNull()).select("cluster", "uniq_key").distinct(), "retry_keys")
+    retry_originals = records_at(old_m, retry_keys.join(narrow.where(~is_system_topic_col(F.col("topic"))),
+                                                        on=["cluster", "uniq_key"], how="inner"), small,
+                                 "retry_originals")
     delivered = small(parts["recent_d"].where(F.col("uniq_key").isNotNull()).select("cluster", "uniq_key").distinct(),
                       "delivered_keys")
     old_copies = copy_owners(records_at(old_m, delivered.join(narrow, on=["cluster", "uniq_key"], how="inner"),
                                         small, "old_copies_of_recent_keys"))
-    return {"at_positions": at_positions, "dlq_copies": dlq_copies, "old_copies_of_recent_keys": old_copies}
+    return {"at_positions": at_positions, "dlq_copies": dlq_copies, "retry_originals": retry_originals,
+            "old_copies_of_recent_keys": old_copies}
 
 
 def copy_owners(messages: Any) -> Any:
@@ -419,13 +433,16 @@ def carried_maxima(spark: Any, previous: dict) -> tuple[Any, dt.datetime | None]
     return spark.createDataFrame(rows, OLD_MAX_SCHEMA), cut
 
 
-def first_delivered(old_d: Any) -> Any:
-    """(cluster, consumer_group, topic, broker, queue_id, _first): the lowest offset old deliveries reached
-    (rule 15)."""
+def first_delivered(old_d: Any, series: Any) -> Any:
+    """(SERIES_KEY..., _first): the lowest offset old deliveries reached (rule 15), a broadcast client's own."""
     from pyspark.sql import functions as F
 
-    return (old_d.where(F.col("queue_offset").isNotNull())
-            .groupBy("cluster", "consumer_group", "topic", "broker", "queue_id")
+    from jobs.rules.snapshots import broadcast_groups
+
+    bcast = broadcast_groups(series).withColumn("_bcast", F.lit(True))
+    d = old_d.where(F.col("queue_offset").isNotNull()).join(bcast, on=GROUP, how="left")
+    client = F.when(F.col("_bcast").isNotNull(), F.coalesce(F.col("client_id"), F.lit(""))).otherwise(F.lit(""))
+    return (d.withColumn("client_id", client).groupBy(*SERIES_KEY)
             .agg(F.min(F.col("queue_offset").cast("long")).alias("_first")))
 
 
@@ -504,7 +521,7 @@ def range_checks(prev: dict[str, pd.DataFrame], lo: pd.DataFrame, latest: pd.Dat
     out += [(c, g, "a TRACE range of the previous run crosses the horizon offset")
             for c, g in zip(cross["cluster"], cross["consumer_group"])]
     if len(first_old) and len(latest):
-        s = latest.merge(first_old, on=["cluster", "consumer_group", "topic", "broker", "queue_id"], how="inner")
+        s = latest.merge(first_old, on=SERIES_KEY, how="inner")
         s = with_lo(s, lo)
         hi = s["committed_offset"].where(s["lo"].isna(), s[["committed_offset", "lo"]].min(axis=1))
         s = s.assign(_hi=hi - 1, _lo=s[["min_offset", "_first"]].max(axis=1))
@@ -694,7 +711,7 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
     prev = previous_rows(lake, previous)
     lo = parts["lo"].toPandas()
     latest = snapshots.latest(series).select(*SERIES_KEY, "committed_offset", "min_offset").toPandas()
-    first_old = first_delivered(parts["old_d"])
+    first_old = first_delivered(parts["old_d"], series)
     more = range_checks(prev, lo, latest, first_old.toPandas())
     why_full: dict[tuple[str, str], set[str]] = {}
     for c, g, why in [*zip(reasons["cluster"], reasons["consumer_group"], reasons["reason"]), *more]:
@@ -711,8 +728,10 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
     recent = _spark.materialize(spark, snapshots.relevant_messages(
         parts["recent_m"], dels, frames["consumer_offsets"], small=_spark.materializer(spark, f"{tmp}/recent"))
         .select(*messages_schema.TABLE.columns), f"{tmp}/messages")
-    at_positions, dlq_copies = looked["at_positions"], looked["dlq_copies"]  # computed once (lookups' small)
-    msgs = {"recent": recent, "positions": recent.unionByName(at_positions), "dlq": recent.unionByName(dlq_copies)}
+    # computed once (lookups' small)
+    at_positions, dlq_copies, retry_originals = looked["at_positions"], looked["dlq_copies"], looked["retry_originals"]
+    msgs = {"recent": recent, "positions": recent.unionByName(at_positions).unionByName(retry_originals),
+            "dlq": recent.unionByName(dlq_copies)}
     out = reports_from(spark, series, dels, msgs, frames["subscription_groups"], as_of=as_of, window=window,
                        dlq_warn_retries=dlq_warn_retries, blocking_min_age_s=blocking_min_age_s,
                        earlier_first=_only(first_old, full_groups, keep=False))
@@ -721,7 +740,7 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
     agreement = [_only(out["_agreement"], full_groups, keep=False).toPandas()]
     read = {"consumer_offsets": "all", "queue_bounds": "all", "subscription_groups": "all",
             "messages_recent": parts["recent_m"].count(), "messages_old_for_order": int(old_max["read"].sum()),
-            "messages_old_looked_up": at_positions.count() + dlq_copies.count(),
+            "messages_old_looked_up": at_positions.count() + dlq_copies.count() + retry_originals.count(),
             "deliveries_recent_and_open": dels.count()}
     say("reconcile:   recent part reconciled")
 

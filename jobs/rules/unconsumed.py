@@ -2,7 +2,8 @@
 
 * ``BACKLOG`` (rule 14): ``[max(C_S, Min_S), Max_S - 1]`` at the latest snapshot, when not empty.
 * ``EXPIRED`` (rule 13): the union of ``[C_s, Min_s - 1]`` over the snapshots with ``C_s < Min_s``.
-* ``SKIPPED`` (rule 15, needs deliveries): offsets in ``[max(Min_S, first delivered offset), C_S - 1]`` whose
+* ``SKIPPED`` (rule 15, needs deliveries): offsets in ``[max(Min_S, first delivered offset), C_S - 1]`` (a broadcast
+  client's own first delivered offset) whose
   message is known and was never consumed successfully, with no retry, DLQ or scheduled retry copy, and that are
   not BROADCAST_DROPPED for the same client (an offset has one kind).
 * ``BROADCAST_DROPPED`` (rule 16): a broadcast group's failed deliveries, per client.
@@ -68,17 +69,19 @@ def skipped(series: DataFrame, deliveries: DataFrame, messages: DataFrame,
     """``SKIPPED``: the committed offset moved past them without a consumption (rule 15).
 
     ``deliveries`` must be windowed and client-normalised (:func:`jobs.rules.snapshots.deliveries_in_window`).
-    ``earlier_first``: (cluster, consumer_group, topic, broker, queue_id, _first) from deliveries not in
-    ``deliveries`` (a horizon run's old part, rule 24): the first delivered offset is the lower of the two.
+    The first delivered offset is the group's, a broadcast client's own: a client that joined later (at the
+    queue's end, as CONSUME_FROM_LAST_OFFSET does) skipped nothing before its first delivery.
+    ``earlier_first``: (SERIES_KEY..., _first) from deliveries not in ``deliveries`` (a horizon run's old part,
+    rule 24): the first delivered offset is the lower of the two.
     """
     mapped = with_original(deliveries, messages)
-    first = mapped.groupBy("cluster", "consumer_group", *QUEUE[1:]).agg(F.min("queue_offset").alias("_first"))
+    first = mapped.groupBy(*SERIES_KEY).agg(F.min("queue_offset").alias("_first"))
     if earlier_first is not None:
-        first = first.unionByName(earlier_first.select("cluster", "consumer_group", *QUEUE[1:], "_first")).groupBy(
-            "cluster", "consumer_group", *QUEUE[1:]).agg(F.min("_first").alias("_first"))
+        first = first.unionByName(earlier_first.select(*SERIES_KEY, "_first")).groupBy(*SERIES_KEY).agg(
+            F.min("_first").alias("_first"))
     s = (
         latest(series).where(~is_system_topic_col(F.col("topic")))
-        .join(first, on=["cluster", "consumer_group", *QUEUE[1:]], how="inner")
+        .join(first, on=SERIES_KEY, how="inner")
         .select(*SERIES_KEY, F.greatest("min_offset", "_first").alias("_lo"), (F.col("committed_offset") - 1).alias("_hi"))
     )
     at = message_at(messages).alias("m")

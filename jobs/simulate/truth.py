@@ -274,10 +274,11 @@ class Truth:
         if not ds or is_system_topic(s.topic):
             return set()
         broadcast = bool(s.client_id)
-        mapped = []
+        mapped = []  # the first delivered offset: the group's, a broadcast client's own
         for d in ds:
             m = self.original(d.uniq)
-            if m is not None and (m.topic, m.broker, m.queue_id) == (s.topic, s.broker, s.qid):
+            if (m is not None and (m.topic, m.broker, m.queue_id) == (s.topic, s.broker, s.qid)
+                    and (not broadcast or d.client_id == s.client_id)):
                 mapped.append(m.queue_offset)
         if not mapped:
             return set()
@@ -395,18 +396,27 @@ class Truth:
                 if orig is None:
                     continue
                 out.append(self._dlq_row(g, "", orig, uniq, orig.keys, r, max_default, "RETRYING", last.start, eta))
-            for s in self.commit_series:  # the newest snapshot, bounds known or not (rule 20 needs no Min/Max)
-                if s.group != g or s.client_id or is_system_topic(s.topic):
+            # rule 20: the newest snapshot, bounds known or not; every committed offset pins alike: the group's
+            # queues, its %RETRY% queues (reported at the original copy) and each broadcast client's own
+            blocking_rows: dict[tuple, tuple[Delivery, dict[str, Any]]] = {}
+            for s in self.commit_series:
+                if s.group != g or bool(s.client_id) != bool(info["broadcast"]):
                     continue
                 ts, c = s.commits[-1]
                 m = self.at.get((s.broker, s.topic, s.qid, c))
                 if m is None:
                     continue
-                blocking = [d for d in by_key.get(m.uniq, []) if d.end is None and d.start <= ts - BLOCKING_MIN_AGE_MS]
+                blocking = [d for d in by_key.get(m.uniq, []) if d.end is None and d.start <= ts - BLOCKING_MIN_AGE_MS
+                            and (not info["broadcast"] or d.client_id == s.client_id)]
                 if blocking:
                     d = max(blocking, key=lambda d: d.start)
-                    out.append(self._dlq_row(g, "", m, m.uniq, m.keys, d.retry_times, max_default,
-                                             "BLOCKING_COMMIT", d.start, None))
+                    place = (self.original(m.uniq) or m) if is_system_topic(s.topic) else m
+                    row = self._dlq_row(g, s.client_id, place, m.uniq, m.keys, d.retry_times,
+                                        0 if info["broadcast"] else max_default, "BLOCKING_COMMIT", d.start, None)
+                    where = (s.client_id, place.topic, place.broker, place.queue_id, place.queue_offset, m.uniq)
+                    if where not in blocking_rows or d.start > blocking_rows[where][0].start:
+                        blocking_rows[where] = (d, row)  # an original and its retry copy can both hang
+            out.extend(row for _, row in blocking_rows.values())
         return out
 
     def _dlq_row(self, g: str, cid: str, m: "Stored", uniq: str, keys: Optional[str], times: int,

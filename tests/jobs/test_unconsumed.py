@@ -81,6 +81,14 @@ CASES = [
          dl("y3", 3, True, group="GB", client=C6, host="10.0.0.6"), dl("y4", 4, None, group="GB", client=C6, host="10.0.0.6")],
         [out(3, 3, "BROADCAST_DROPPED", group="GB", client=C5), out(4, 4, "SKIPPED", group="GB", client=C6)],
         id="a_broadcast_failure_is_dropped_not_skipped_for_that_client_only"),
+    pytest.param(
+        [off(60, 8, group="GB", client=C5), off(60, 8, group="GB", client=C6)], [qb(60, 0, 8)],
+        [msg(o) for o in range(8)],
+        # C5 consumed 2..7 but 4; C6 joined at 6 (CONSUME_FROM_LAST_OFFSET): 2..5 were never C6's to consume
+        [dl(f"x{o}", o, True, group="GB", client=C5, host="10.0.0.5") for o in (2, 3, 5, 6, 7)]
+        + [dl(f"y{o}", o, True, group="GB", client=C6, host="10.0.0.6") for o in (6, 7)],
+        [out(4, 4, "SKIPPED", group="GB", client=C5)],
+        id="a_broadcast_client_skips_nothing_before_its_own_first_delivery"),
 ]
 
 
