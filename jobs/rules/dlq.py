@@ -3,8 +3,9 @@
 * ``IN_DLQ``: every message stored in ``%DLQ%G``, at its original position when the UNIQ_KEY resolves.
 * ``RETRYING``: clustering groups; never consumed, not in the DLQ, retried >= ``dlq_warn_retries`` times,
   with the time it reaches the DLQ if every remaining retry fails (delay levels, formats §5).
-* ``BLOCKING_COMMIT``: clustering groups; the message at ``C_S`` has a delivery in flight (no SubAfter) for at
-  least ``blocking_min_age_s``: it pins the group's progress (``ProcessQueue.removeMessage``).
+* ``BLOCKING_COMMIT``: the message at ``C_S`` has a delivery in flight (no SubAfter) for at least
+  ``blocking_min_age_s``: it pins the group's progress (``ProcessQueue.removeMessage``); also on ``%RETRY%G`` queues
+  and per broadcast client.
 * ``BROADCAST_DROPPED``: a broadcast group's failed delivery, per client (no retry in broadcast mode).
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pyspark.sql import functions as F
 
 from jobs.rules.snapshots import (
     QUEUE,
+    SERIES_KEY,
     _ts,
     broadcast_groups,
     deliveries_in_window,
@@ -125,28 +127,46 @@ def retrying(deliveries: DataFrame, messages: DataFrame, retry_max: DataFrame, *
 
 def blocking_commit(series: DataFrame, deliveries: DataFrame, messages: DataFrame, retry_max: DataFrame, *,
                     blocking_min_age_s: int) -> DataFrame:
-    """``BLOCKING_COMMIT``: the original at ``C_S`` has had a delivery in flight since ``t_S - blocking_min_age``.
+    """``BLOCKING_COMMIT``: the message at ``C_S`` has had a delivery in flight since ``t_S - blocking_min_age``.
 
-    S is the key's newest snapshot, with or without queue bounds (rule 20 needs no Min/Max).
+    Every committed offset pins alike (``ProcessQueue.removeMessage``): a clustering group's queues, its
+    ``%RETRY%G`` queues (a retry copy that hangs; reported at its original copy, spec §5) and each broadcast
+    client's own queues (its ``offsets.json``; 0 retries of at most 0, as BROADCAST_DROPPED). S is the key's newest
+    snapshot, with or without queue bounds (rule 20 needs no Min/Max). ``deliveries`` must be client-normalised
+    (:func:`jobs.rules.snapshots.deliveries_in_window`).
     """
+    bcast = broadcast_groups(series).withColumn("_bcast", F.lit(True))
     s = (
-        newest(series).where((F.col("client_id") == "") & ~is_system_topic_col(F.col("topic")))
-        .join(broadcast_groups(series), on=["cluster", "consumer_group"], how="left_anti")
-        .select("cluster", "consumer_group", *QUEUE[1:], F.col("committed_offset").alias("queue_offset"), "snapshot_ts")
+        newest(series).join(bcast, on=["cluster", "consumer_group"], how="left")
+        # a broadcast group's offsets are its clients' (a broker-side entry of it has no client to pin)
+        .where((F.col("client_id") != "") == F.col("_bcast").isNotNull())
+        .select(*SERIES_KEY, F.col("committed_offset").alias("queue_offset"), "snapshot_ts",
+                F.col("_bcast").isNotNull().alias("_bcast"))
         .join(message_at(messages), on=[*QUEUE, "queue_offset"], how="inner")
     )
     hung = deliveries.where(F.col("end_ts").isNull()).select(
-        "cluster", "consumer_group", "uniq_key", F.col("retry_times").alias("_r"), F.col("start_ts").alias("_start"),
-        F.col("request_id").alias("_req"))
-    j = s.join(hung, on=["cluster", "consumer_group", "uniq_key"], how="inner").where(
+        "cluster", "consumer_group", "client_id", "uniq_key", F.col("retry_times").alias("_r"),
+        F.col("start_ts").alias("_start"), F.col("request_id").alias("_req"))
+    j = s.join(hung, on=["cluster", "consumer_group", "client_id", "uniq_key"], how="inner").where(
         F.col("_start") <= F.col("snapshot_ts") - F.expr(f"INTERVAL {int(blocking_min_age_s)} SECONDS"))
-    w = Window.partitionBy("cluster", "consumer_group", *QUEUE[1:]).orderBy(F.col("_start").desc(), F.col("_req").desc())
+    # where the row is reported: a retry copy's original when it resolves, else the message at C_S itself
+    orig = first_original(messages).select("cluster", "uniq_key", *[F.col(c).alias(f"_o_{c}") for c in
+                                                                     ("topic", "broker", "queue_id", "queue_offset")])
+    copy = is_system_topic_col(F.col("topic")) & F.col("_o_topic").isNotNull()
+    place = ["topic", "broker", "queue_id", "queue_offset"]
+    j = j.join(orig, on=["cluster", "uniq_key"], how="left").select(
+        *[c for c in j.columns if c not in place],
+        *[F.when(copy, F.col(f"_o_{c}")).otherwise(F.col(c)).alias(c) for c in place])
+    # one row per message: the latest started delivery in flight (an original and its retry copy can both hang)
+    w = Window.partitionBy("cluster", "consumer_group", "client_id", *place, "uniq_key").orderBy(
+        F.col("_start").desc(), F.col("_req").desc())
     j = (j.withColumn("_rn", F.row_number().over(w)).where("_rn = 1")
          .join(retry_max, on=["cluster", "consumer_group"], how="left"))
     return _typed(j.select(
-        "cluster", "consumer_group", F.lit("").alias("client_id"), *QUEUE[1:], "queue_offset", "uniq_key", "keys",
+        "cluster", "consumer_group", "client_id", *QUEUE[1:], "queue_offset", "uniq_key", "keys",
         F.col("_r").alias("reconsume_times"),
-        F.coalesce(F.col("retry_max"), F.lit(DEFAULT_RETRY_MAX_TIMES)).alias("max_reconsume_times"),
+        F.when(F.col("_bcast"), F.lit(0)).otherwise(F.coalesce(F.col("retry_max"), F.lit(DEFAULT_RETRY_MAX_TIMES)))
+        .alias("max_reconsume_times"),
         F.lit("BLOCKING_COMMIT").alias("reason"), F.col("_start").alias("last_attempt_ts"),
         F.lit(None).cast("timestamp").alias("dlq_eta_ts"),
     ))

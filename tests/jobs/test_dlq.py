@@ -150,3 +150,29 @@ def test_the_delay_sum_column_equals_the_plain_python_rule(spark, retries, max_r
     df = spark.createDataFrame([(retries, max_retries)], "r int, m int")
     got = df.select(dlq.remaining_delay_ms_col(F.col("r"), F.col("m")).alias("ms"))
     assertDataFrameEqual(got, spark.createDataFrame([(dlq.remaining_delay_ms(retries, max_retries),)], "ms long"))
+
+
+def test_a_retry_copy_hung_at_the_retry_queues_committed_offset_is_blocking_at_its_original(spark) -> None:  # noqa: ANN001
+    """%RETRY%G queue 0 is committed at 12, the retry copy of K7 (the original is T offset 7); its 14th retry has been
+    in flight for 20 min: it pins the retry queue as an original pins its topic's (formats §3: a send-back that
+    failed is consumed again locally). Reported at the original (spec §5), beside its RETRYING row."""
+    start = T_S - 20 * 60
+    offsets = [("c", "b", S(T_S), "G", "%RETRY%G", 0, "", 12, False, "f", False)]
+    got = _candidates(spark, offsets, [("c", "b", S(T_S), "%RETRY%G", 0, 0, 13)],
+                      [msg(7, "K7"), msg(12, "K7", topic="%RETRY%G", reconsume=14)],
+                      [dl("d0", "K7", 0, 10, 11, False), dl("d14", "K7", 14, start, None, None)], [])
+    assertDataFrameEqual(got, spark.createDataFrame([
+        out(7, "K7", 14, 16, "BLOCKING_COMMIT", start, None),
+        out(7, "K7", 14, 16, "RETRYING", start, start + dlq.remaining_delay_ms(14, 16) / 1000)], REPORT))
+
+
+def test_a_broadcast_clients_hung_delivery_blocks_that_clients_commit_only(spark) -> None:  # noqa: ANN001
+    """GB's clients C5 and C6 are both at 3: C5's delivery of it has been in flight for 20 min, C6's for 10 (not yet
+    blocking). Each client's offsets.json is pinned by its own ProcessQueue; broadcast never retries (0 of 0). GB's
+    broker-side entry (no client) is not a client's progress."""
+    offsets = [off(3, group="GB", client=C5), off(3, group="GB", client=C6), off(3, group="GB")]
+    got = _candidates(spark, offsets, [("c", "b", S(T_S), "T", 0, 0, 100)], [msg(3, "K3")],
+                      [dl("x", "K3", 0, T_S - 20 * 60, None, None, group="GB", client=C5, host="10.0.0.5"),
+                       dl("y", "K3", 0, T_S - 10 * 60, None, None, group="GB", client=C6, host="10.0.0.6")], [])
+    assertDataFrameEqual(got, spark.createDataFrame(
+        [out(3, "K3", 0, 0, "BLOCKING_COMMIT", T_S - 20 * 60, None, group="GB", client=C5)], REPORT))
