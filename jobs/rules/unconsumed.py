@@ -25,6 +25,7 @@ from jobs.rules.snapshots import (
     known,
     latest,
     message_at,
+    original_copies,
 )
 from jobs.formats.topics import is_system_topic_col
 from schemas import unconsumed_ranges as schema
@@ -106,9 +107,13 @@ def skipped(series: DataFrame, deliveries: DataFrame, messages: DataFrame,
 
 
 def dropped_offsets(deliveries: DataFrame, messages: DataFrame) -> DataFrame:
-    """(SERIES_KEY..., queue_offset) of a broadcast group's failed deliveries, at the original copy, per client."""
-    failed = with_original(deliveries.where(F.col("is_broadcast") & (F.col("success") == F.lit(False))), messages)
-    return failed.select(*SERIES_KEY, "queue_offset").distinct()
+    """(SERIES_KEY..., queue_offset) of a broadcast group's failed deliveries, per client, at every original copy of
+    the key: a delivery names its message by UNIQ_KEY only, so a producer resend's copies are alike, as for TRACE
+    duplicates (rule 16; the copy not chosen was otherwise reported SKIPPED)."""
+    failed = deliveries.where(F.col("is_broadcast") & (F.col("success") == F.lit(False))).select(
+        "cluster", "consumer_group", "client_id", "uniq_key").distinct()
+    copies = original_copies(messages).select("cluster", "uniq_key", *QUEUE[1:], "queue_offset")
+    return failed.join(copies, on=["cluster", "uniq_key"], how="inner").select(*SERIES_KEY, "queue_offset").distinct()
 
 
 def broadcast_dropped(deliveries: DataFrame, messages: DataFrame) -> DataFrame:

@@ -242,9 +242,9 @@ class Truth:
             if not self.w.group_info.get(g, {}).get("broadcast"):
                 continue
             for d in ds:
-                m = self.original(d.uniq)
-                if d.success is False and m is not None:
-                    dropped[(g, d.client_id, m.topic, m.broker, m.queue_id)].add(m.queue_offset)
+                if d.success is False:  # at every original copy of the key (rule 16), as TRACE duplicates
+                    for m in self.originals.get(d.uniq, []):
+                        dropped[(g, d.client_id, m.topic, m.broker, m.queue_id)].add(m.queue_offset)
         for s in self.series:
             _, c, lo, hi = s.points[-1]
             if max(c, lo) <= hi - 1:

@@ -89,6 +89,16 @@ CASES = [
         + [dl(f"y{o}", o, True, group="GB", client=C6, host="10.0.0.6") for o in (6, 7)],
         [out(4, 4, "SKIPPED", group="GB", client=C5)],
         id="a_broadcast_client_skips_nothing_before_its_own_first_delivery"),
+    pytest.param(
+        [off(60, 3, group="GB", client=C5), off(60, 3)], [qb(60, 0, 3)],
+        # a producer resend: K1 stored at 1 and at 2; both of C5's deliveries of K1 failed (and G's, clustering)
+        [msg(0), msg(1, "K1"), msg(2, "K1")],
+        [dl("x0", 0, True, group="GB", client=C5, host="10.0.0.5"),
+         dl("x1", 1, False, group="GB", client=C5, host="10.0.0.5"),
+         dl("x2", 1, False, start=11, group="GB", client=C5, host="10.0.0.5"),
+         dl("g0", 0, True), dl("g1", 1, False)],
+        [out(1, 2, "BROADCAST_DROPPED", group="GB", client=C5), out(1, 2, "SKIPPED")],
+        id="a_dropped_resend_is_dropped_at_both_copies_as_a_skipped_one_is_skipped_at_both"),
 ]
 
 
