@@ -130,3 +130,56 @@ def test_mixed_with_bulk_traffic_equals_truth(tmp_path: pathlib.Path) -> None:
     unconsumed = pd.read_csv(report / "unconsumed_ranges.csv")
     kinds = unconsumed[unconsumed["consumer_group"] == "GID_bulk_0001"].groupby("kind")["queue_id"].nunique()
     assert kinds.to_dict() == {"BACKLOG": 4, "EXPIRED": 4}
+
+
+@pytest.mark.integration
+def test_a_retry_copy_that_hangs_pins_the_retry_queue_and_is_blocking_at_its_original(tmp_path: pathlib.Path) -> None:
+    """msg-5 fails its first delivery and two retries; from its third retry copy on, every copy hangs in
+    %RETRY%GID_recon (the consumer's thread never returns). cleanExpiredMsg (every 15 min) sends the third copy back
+    at 00:30:05, when it has hung for more than 15 min; the fourth copy hangs from 00:30:15 and pins the retry queue's
+    committed offset at 01:00. Not a §7 scenario: the report must have BLOCKING_COMMIT at the original (queue 0,
+    offset 5) with the fourth copy's delivery, beside RETRYING, and equal the simulator's truth."""
+    import csv
+
+    from jobs.ingest import ingest
+    from jobs.reconcile import reconcile
+    from jobs.simulate.clock import MINUTE, SECOND, T0_MS, iso_ms
+    from jobs.simulate.engine import World
+    from jobs.simulate.scenarios import GROUP, TOPIC, _ok
+    from jobs.simulate.truth import Truth
+
+    landing, lake = tmp_path / "landing", tmp_path / "lake"
+    w = World(str(landing), 7)
+    b = w.add_broker("broker-a")
+    w.topic(TOPIC, 1)
+    p = w.producer(trace=True)
+    w.fill(p, b, TOPIC, 0, 10, at=T0_MS + 30 * SECOND, spacing_ms=100)
+
+    def hang_from_third_retry(c, m):  # noqa: ANN001, ANN202
+        if m.keys != "msg-5":
+            return _ok(c), "ok"
+        return (0, "hang") if m.reconsume >= 3 else (50, "fail")
+
+    w.consumer(GROUP, TOPIC, behaviour=hang_from_third_retry, start_at=T0_MS + 5 * SECOND, from_first=True)
+    w.snapshots([T0_MS + m * 10 * MINUTE for m in range(1, 7)])
+    w.run()
+    Truth(w).write(str(landing / "_truth"))
+    ingest.run(str(landing), str(lake))
+    report = pathlib.Path(reconcile.run(str(lake), str(tmp_path / "reports"), run_id="e2e")["report_dir"])
+    assert compare(report, landing / "_truth") == []
+    hung = sorted((d for d in w.deliveries if d.end is None), key=lambda d: d.start)
+    retry = f"%RETRY%{GROUP}"
+    assert [(d.mq.topic, d.msg.reconsume, d.msg.queue_offset) for d in hung] == [(retry, 3, 2), (retry, 4, 3)]
+
+    def rows(name: str, cols: list[str]) -> list[tuple]:
+        with open(report / name, newline="", encoding="utf-8") as f:
+            return [tuple(r[c] for c in cols) for r in csv.DictReader(f)]
+
+    assert ("3", "WARN") in [r[1:] for r in rows("consumer_status.csv", ["topic", "committed_offset", "status"])
+                             if r[0] == retry]
+    start = iso_ms(hung[1].start)
+    assert start == "2026-01-05T00:30:15.002Z"
+    assert rows("dlq_candidates.csv", ["topic", "queue_id", "queue_offset", "keys", "reconsume_times",
+                                       "max_reconsume_times", "reason", "last_attempt_ts"]) == [
+        (TOPIC, "0", "5", "msg-5", "4", "16", "BLOCKING_COMMIT", start),
+        (TOPIC, "0", "5", "msg-5", "4", "16", "RETRYING", start)]
