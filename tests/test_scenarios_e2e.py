@@ -183,3 +183,47 @@ def test_a_retry_copy_that_hangs_pins_the_retry_queue_and_is_blocking_at_its_ori
                                        "max_reconsume_times", "reason", "last_attempt_ts"]) == [
         (TOPIC, "0", "5", "msg-5", "4", "16", "BLOCKING_COMMIT", start),
         (TOPIC, "0", "5", "msg-5", "4", "16", "RETRYING", start)]
+
+
+@pytest.mark.integration
+def test_a_broadcast_clients_hung_delivery_is_blocking_for_that_client_only(tmp_path: pathlib.Path) -> None:
+    """A broadcast group on 2 clients; the second hangs on queue 1 offset 20 (its thread never returns) and its
+    offsets.json stays there. At 00:20 it has hung for more than 15 min (cleanExpiredMsg would take it out only at its
+    next run, 00:30:05): BLOCKING_COMMIT for that client, 0 retries of at most 0; the first client is not blocked.
+    Not a §7 scenario; the report equals the simulator's truth."""
+    import csv
+
+    from jobs.ingest import ingest
+    from jobs.reconcile import reconcile
+    from jobs.simulate.clock import MINUTE, SECOND, T0_MS, iso_ms
+    from jobs.simulate.engine import World
+    from jobs.simulate.scenarios import TOPIC, _ok
+
+    from jobs.simulate.truth import Truth
+
+    landing, lake = tmp_path / "landing", tmp_path / "lake"
+    w = World(str(landing), 7)
+    w.add_broker("broker-a")
+    w.topic(TOPIC, 2)
+    p = w.producer(trace=True)
+    w.traffic(p, TOPIC, every_ms=1 * SECOND, start=T0_MS + 10 * SECOND, end=T0_MS + 8 * MINUTE)
+    clients: list = []
+
+    def hang_one(c, m):  # noqa: ANN001, ANN202
+        return (0, "hang") if c is clients[1] and (m.queue_id, m.queue_offset) == (1, 20) else (_ok(c), "ok")
+
+    for _ in range(2):
+        clients.append(w.consumer("GID_bcast", TOPIC, broadcast=True, behaviour=hang_one,
+                                  start_at=T0_MS + 5 * SECOND, from_first=True))
+    w.snapshots([T0_MS + m * 5 * MINUTE for m in range(1, 5)])
+    w.run()
+    Truth(w).write(str(landing / "_truth"))
+    ingest.run(str(landing), str(lake))
+    report = pathlib.Path(reconcile.run(str(lake), str(tmp_path / "reports"), run_id="e2e")["report_dir"])
+    assert compare(report, landing / "_truth") == []
+    hung = [d for d in w.deliveries if d.end is None]
+    assert [(d.client_id, d.msg.queue_id, d.msg.queue_offset) for d in hung] == [(clients[1].client_id, 1, 20)]
+    with open(report / "dlq_candidates.csv", newline="", encoding="utf-8") as f:
+        got = [(r["client_id"], r["topic"], r["queue_id"], r["queue_offset"], r["reconsume_times"],
+                r["max_reconsume_times"], r["reason"], r["last_attempt_ts"]) for r in csv.DictReader(f)]
+    assert got == [(clients[1].client_id, TOPIC, "1", "20", "0", "0", "BLOCKING_COMMIT", iso_ms(hung[0].start))]

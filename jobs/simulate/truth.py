@@ -382,8 +382,8 @@ class Truth:
                     # broadcast mode never retries: 0 reconsumes of at most 0
                     out.append(self._dlq_row(g, cid, orig, uniq, orig.keys, 0, 0, "BROADCAST_DROPPED", last.start,
                                              None))
-                continue
-            for uniq, dd in sorted(by_key.items()):
+            # RETRYING: clustering groups only (broadcast mode never retries)
+            for uniq, dd in ([] if info["broadcast"] else sorted(by_key.items())):
                 if any(d.success for d in dd) or uniq in in_dlq:
                     continue
                 r = max(d.retry_times for d in dd)
