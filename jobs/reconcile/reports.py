@@ -70,17 +70,23 @@ def corrections_script(corrections: pd.DataFrame, run_id: str) -> str:
         "#!/usr/bin/env bash",
         f"# Offset corrections of reconcile run {run_id}: committed offsets outside [MinOffset, MaxOffset].",
         "# Uses mqadmin resetOffsetByTime -b <broker addr> -q <queueId> -o <offset> (RocketMQ 5.1+).",
-        "# Fill in NAMESRV and the address of every broker below, review, then run. Limits (formats §8):",
+        "# Fill in the name server of every cluster and the address of every broker below (per cluster: two",
+        "# clusters can both have a broker-a), review, then run. Limits (formats §8):",
         "#  - mqadmin skips a per-queue reset whose offset is <= 0;",
         "#  - an offline group falls back to resetOffsetByTimeOld (clients must restart);",
         "#  - broadcast offsets live on the clients (offsets.json): fix them there, see the comments.",
         "set -euo pipefail",
-        'NAMESRV="${NAMESRV:?set NAMESRV=host:9876}"',
-        "declare -A BROKER_ADDR=(",
+        "declare -A NAMESRV=(",
     ]
-    brokers = sorted(set(corrections["broker"])) if len(corrections) else []
-    for b in brokers:
-        lines.append(f'  [{_sh(b)}]="${{BROKER_ADDR_{_env_name(b)}:?set BROKER_ADDR_{_env_name(b)}=host:port}}"')
+    clusters = sorted(set(corrections["cluster"])) if len(corrections) else []
+    for c in clusters:
+        var = f"NAMESRV_{_env_name(c)}"
+        lines.append(f'  [{_sh(c)}]="${{{var}:?set {var}=host:9876}}"')
+    lines += [")", "declare -A BROKER_ADDR=("]
+    brokers = sorted(set(zip(corrections["cluster"], corrections["broker"]))) if len(corrections) else []
+    for c, b in brokers:
+        var = f"BROKER_ADDR_{_env_name(c)}_{_env_name(b)}"
+        lines.append(f'  [{_sh(f"{c}/{b}")}]="${{{var}:?set {var}=host:port}}"')
     lines.append(")")
     if len(corrections):
         corrections = corrections.sort_values(["cluster", "broker", "consumer_group", "client_id", "topic", "queue_id"])
@@ -88,14 +94,15 @@ def corrections_script(corrections: pd.DataFrame, run_id: str) -> str:
         what = (f"{r['reason']}: committed {r['committed_offset']} outside [{r['min_offset']}, {r['max_offset']}], "
                 f"lost {r['lost_messages']}")
         if r.get("client_id"):
-            lines.append(f"# broadcast client {r['client_id']}: {r['consumer_group']} {r['topic']} {r['broker']} "
+            lines.append(f"# broadcast client {r['client_id']}: {r['cluster']} {r['consumer_group']} {r['topic']} {r['broker']} "
                          f"queue {r['queue_id']}: set {r['corrected_offset']} in its offsets.json ({what})")
             continue
         lines.append(f"# {r['cluster']} {r['consumer_group']} {r['topic']} {r['broker']} queue {r['queue_id']}: {what}")
         prefix = "# skipped by mqadmin (offset <= 0): " if int(r["corrected_offset"]) <= 0 else ""
         lines.append(
-            f"{prefix}mqadmin resetOffsetByTime -n \"$NAMESRV\" -g {_sh(r['consumer_group'])} -t {_sh(r['topic'])} "
-            f"-b \"${{BROKER_ADDR[{_sh(r['broker'])}]}}\" -q {int(r['queue_id'])} -o {int(r['corrected_offset'])} -s now"
+            f"{prefix}mqadmin resetOffsetByTime -n \"${{NAMESRV[{_sh(r['cluster'])}]}}\" -g {_sh(r['consumer_group'])} "
+            f"-t {_sh(r['topic'])} -b \"${{BROKER_ADDR[{_sh(r['cluster'] + '/' + r['broker'])}]}}\" "
+            f"-q {int(r['queue_id'])} -o {int(r['corrected_offset'])} -s now"
         )
     return "\n".join(lines) + "\n"
 
