@@ -236,24 +236,28 @@ def summarize(run_id: str, as_of: dt.datetime, lake: str, pdfs: dict[str, pd.Dat
                 info["messages"] = int(df["messages"].sum())
         tables[name] = info
     groups: dict[str, dict[str, Any]] = {}
+    # A group is named by its name; when the run covers several clusters, by "cluster/group" (two clusters can
+    # both have a GID_orders, and their counts and statuses are not one group's).
+    clusters = set().union(*[set(df["cluster"]) for df in [*pdfs.values(), agreement] if "cluster" in df.columns])
+    several = len(clusters) > 1
 
-    def g(name: str) -> dict[str, Any]:
-        return groups.setdefault(name, {})
+    def g(cluster: str, name: str) -> dict[str, Any]:
+        return groups.setdefault(f"{cluster}/{name}" if several else name, {})
 
     for r in pdfs["consumer_status"].to_dict("records"):
-        cur = g(r["consumer_group"]).get("status", "OK")
+        cur = g(r["cluster"], r["consumer_group"]).get("status", "OK")
         if _STATUS_RANK.get(r["status"], 0) >= _STATUS_RANK.get(cur, 0):
-            g(r["consumer_group"])["status"] = r["status"]
+            g(r["cluster"], r["consumer_group"])["status"] = r["status"]
     for name, key in (("duplicated_ranges", "duplicated_messages"), ("unconsumed_ranges", "unconsumed_messages")):
         df = pdfs[name]
-        for grp, n in (df.groupby("consumer_group")["messages"].sum().items() if len(df) else []):
-            g(grp)[key] = int(n)
+        for (c, grp), n in (df.groupby(["cluster", "consumer_group"])["messages"].sum().items() if len(df) else []):
+            g(c, grp)[key] = int(n)
     for name, key in (("offset_corrections", "corrections"), ("dlq_candidates", "dlq_candidates")):
         df = pdfs[name]
-        for grp, n in (df.groupby("consumer_group").size().items() if len(df) else []):
-            g(grp)[key] = int(n)
+        for (c, grp), n in (df.groupby(["cluster", "consumer_group"]).size().items() if len(df) else []):
+            g(c, grp)[key] = int(n)
     for r in agreement.to_dict("records"):
-        g(r["consumer_group"])["replay_agreement"] = {
+        g(r["cluster"], r["consumer_group"])["replay_agreement"] = {
             "compared": int(r["compared"]), "agreeing": int(r["agreeing"]),
             "ratio": None if r["compared"] == 0 else round(float(r["agreeing"]) / float(r["compared"]), 4),
         }
