@@ -350,7 +350,8 @@ def group_checks(frames: dict[str, Any], parts: dict[str, Any], looked: dict[str
     subs = frames["subscription_groups"]
     now = dlq.retry_max_times(subs, as_of=as_of).withColumnRenamed("retry_max", "_now")
     then = dlq.retry_max_times(subs, as_of=previous_as_of).withColumnRenamed("retry_max", "_then")
-    changed = now.join(then, on=GROUP, how="full").where(~F.col("_now").eqNullSafe(F.col("_then"))).select(*GROUP)
+    changed = (now.join(then, on=[*GROUP, "broker"], how="full").where(~F.col("_now").eqNullSafe(F.col("_then")))
+               .select(*GROUP).distinct())
     reasons = [
         (settled, "a delivery from before the horizon ended after the previous run"),
         (changed, "retryMaxTimes changed since the previous run"),

@@ -58,14 +58,36 @@ def _typed(df: DataFrame) -> DataFrame:
     return df.select(*[F.col(c).cast(types[c]).alias(c) for c in COLUMNS])
 
 
+ANY_BROKER = ""  # the ``broker`` of retry_max_times' row for a broker without the group's entry
+
+
 def retry_max_times(subscription_groups: DataFrame, *, as_of: dt.datetime) -> DataFrame:
-    """(cluster, consumer_group, retry_max) from the latest subscriptionGroup.json at or before ``as_of``."""
-    w = Window.partitionBy("cluster", "consumer_group").orderBy(F.col("snapshot_ts").desc(), F.col("broker").desc())
-    return (
-        subscription_groups.where((F.col("snapshot_ts") <= _ts(as_of)) & F.col("retry_max_times").isNotNull())
-        .withColumn("_rn", F.row_number().over(w)).where("_rn = 1")
-        .select("cluster", "consumer_group", F.col("retry_max_times").alias("retry_max"))
-    )
+    """(cluster, consumer_group, broker, retry_max) from each broker's latest subscriptionGroup.json at or before
+    ``as_of``, and with ``broker`` = :data:`ANY_BROKER` the latest of any broker (for a broker without the group).
+
+    Per broker: the broker that receives a send-back decides with its own group config (formats §5), and
+    ``mqadmin updateSubGroup -b`` changes one broker's.
+    """
+    sg = subscription_groups.where((F.col("snapshot_ts") <= _ts(as_of)) & F.col("retry_max_times").isNotNull())
+    own = Window.partitionBy("cluster", "consumer_group", "broker").orderBy(F.col("snapshot_ts").desc())
+    any_ = Window.partitionBy("cluster", "consumer_group").orderBy(F.col("snapshot_ts").desc(), F.col("broker").desc())
+    per_broker = sg.withColumn("_rn", F.row_number().over(own)).where("_rn = 1").select(
+        "cluster", "consumer_group", "broker", F.col("retry_max_times").alias("retry_max"))
+    fallback = sg.withColumn("_rn", F.row_number().over(any_)).where("_rn = 1").select(
+        "cluster", "consumer_group", F.lit(ANY_BROKER).alias("broker"), F.col("retry_max_times").alias("retry_max"))
+    return per_broker.unionByName(fallback)
+
+
+def with_retry_max(df: DataFrame, retry_max: DataFrame, broker: str = "broker") -> DataFrame:
+    """``df`` with ``retry_max``: the group's retryMaxTimes on the broker in column ``broker``, else on any broker
+    (null when no subscriptionGroup.json has the group)."""
+    own = retry_max.where(F.col("broker") != ANY_BROKER).select(
+        "cluster", "consumer_group", F.col("broker").alias(broker), F.col("retry_max").alias("_own_max"))
+    fallback = retry_max.where(F.col("broker") == ANY_BROKER).select(
+        "cluster", "consumer_group", F.col("retry_max").alias("_any_max"))
+    return (df.join(own, on=["cluster", "consumer_group", broker], how="left")
+            .join(fallback, on=["cluster", "consumer_group"], how="left")
+            .withColumn("retry_max", F.coalesce(F.col("_own_max"), F.col("_any_max"))).drop("_own_max", "_any_max"))
 
 
 def in_dlq(deliveries: DataFrame, messages: DataFrame, retry_max: DataFrame) -> DataFrame:
@@ -81,11 +103,9 @@ def in_dlq(deliveries: DataFrame, messages: DataFrame, retry_max: DataFrame) -> 
     orig = first_original(messages).select("cluster", "uniq_key", *[F.col(c).alias(f"o_{c}") for c in QUEUE[1:]],
                                            F.col("queue_offset").alias("o_queue_offset"))
     last = deliveries.groupBy("cluster", "consumer_group", "uniq_key").agg(F.max("start_ts").alias("_last"))
-    j = (
+    j = with_retry_max(  # the broker that moved it to the DLQ decided with its own retryMaxTimes
         dlq.join(orig, on=["cluster", "uniq_key"], how="left")
-        .join(retry_max, on=["cluster", "consumer_group"], how="left")
-        .join(last, on=["cluster", "consumer_group", "uniq_key"], how="left")
-    )
+        .join(last, on=["cluster", "consumer_group", "uniq_key"], how="left"), retry_max)
     return _typed(j.select(
         "cluster", "consumer_group", F.lit("").alias("client_id"),
         *[F.coalesce(F.col(f"o_{c}"), F.col(c)).alias(c) for c in ("topic", "broker", "queue_id", "queue_offset")],
@@ -113,9 +133,10 @@ def retrying(deliveries: DataFrame, messages: DataFrame, retry_max: DataFrame, *
         .join(dlq_keys, on=["cluster", "consumer_group", "uniq_key"], how="left_anti")
         .join(last, on=["cluster", "consumer_group", "uniq_key", "_r"], how="inner")
         .join(orig, on=["cluster", "uniq_key"], how="inner")
-        .join(retry_max, on=["cluster", "consumer_group"], how="left")
-        .withColumn("_max", F.coalesce(F.col("retry_max"), F.lit(DEFAULT_RETRY_MAX_TIMES)))
     )
+    # the broker of the original copy receives its send-backs (the row's broker)
+    j = with_retry_max(j, retry_max).withColumn("_max", F.coalesce(F.col("retry_max"),
+                                                                   F.lit(DEFAULT_RETRY_MAX_TIMES)))
     base_ms = F.unix_millis(F.coalesce(F.col("end_ts"), F.col("start_ts")))
     return _typed(j.select(
         "cluster", "consumer_group", F.lit("").alias("client_id"), *QUEUE[1:], "queue_offset", "uniq_key", "keys",
@@ -154,14 +175,14 @@ def blocking_commit(series: DataFrame, deliveries: DataFrame, messages: DataFram
                                                                      ("topic", "broker", "queue_id", "queue_offset")])
     copy = is_system_topic_col(F.col("topic")) & F.col("_o_topic").isNotNull()
     place = ["topic", "broker", "queue_id", "queue_offset"]
+    j = with_retry_max(j, retry_max)  # the committed queue's broker
     j = j.join(orig, on=["cluster", "uniq_key"], how="left").select(
         *[c for c in j.columns if c not in place],
         *[F.when(copy, F.col(f"_o_{c}")).otherwise(F.col(c)).alias(c) for c in place])
     # one row per message: the latest started delivery in flight (an original and its retry copy can both hang)
     w = Window.partitionBy("cluster", "consumer_group", "client_id", *place, "uniq_key").orderBy(
         F.col("_start").desc(), F.col("_req").desc())
-    j = (j.withColumn("_rn", F.row_number().over(w)).where("_rn = 1")
-         .join(retry_max, on=["cluster", "consumer_group"], how="left"))
+    j = j.withColumn("_rn", F.row_number().over(w)).where("_rn = 1")
     return _typed(j.select(
         "cluster", "consumer_group", "client_id", *QUEUE[1:], "queue_offset", "uniq_key", "keys",
         F.col("_r").alias("reconsume_times"),

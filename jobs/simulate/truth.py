@@ -197,9 +197,16 @@ class Truth:
         # Every key with a committed offset, bounds or not: the sequences REWIND compares (rule 3).
         self.commit_series = [Series(self.cluster, g, cid, t, b, q, [], sorted(c)) for (g, cid, t, b, q), c in
                               sorted(commits.items())]
-        self.retry_max = {}
-        for s in bsnaps:
+        # retryMaxTimes per (broker, group) from each broker's latest snapshot, and per group from the latest of any
+        # broker (ties: the larger broker name), for a broker without the group (rule 19)
+        self.retry_max_at: dict[tuple[str, str], int] = {}
+        self.retry_max: dict[str, int] = {}
+        for s in sorted(bsnaps, key=lambda s: (s.ts, s.broker)):
             self.retry_max.update(s.retry_max)
+            self.retry_max_at.update({(s.broker, g): v for g, v in s.retry_max.items()})
+
+    def max_times(self, group: str, broker: str) -> int:
+        return self.retry_max_at.get((broker, group), self.retry_max.get(group, 16))
 
     # ---------------------------------------------------------------- reports
 
@@ -359,13 +366,13 @@ class Truth:
             by_key: dict[str, list[Delivery]] = defaultdict(list)
             for d in ds:
                 by_key[d.uniq].append(d)
-            max_default = self.retry_max.get(g, 16)
             dlq_msgs = [m for m in self.known if m.topic == dlq_topic(g)]
             in_dlq = set()
             for m in sorted(dlq_msgs, key=lambda m: (m.broker, m.phys)):
                 in_dlq.add(m.uniq)
                 orig = self.original(m.uniq) or m
-                mx = int(m.props["MAX_RECONSUME_TIMES"]) if "MAX_RECONSUME_TIMES" in m.props else max_default
+                mx = (int(m.props["MAX_RECONSUME_TIMES"]) if "MAX_RECONSUME_TIMES" in m.props
+                      else self.max_times(g, m.broker))  # the broker that moved it to the DLQ
                 starts = [d.start for d in by_key.get(m.uniq, [])]
                 out.append(self._dlq_row(g, "", orig, m.uniq, m.keys, m.reconsume - 1, mx, "IN_DLQ",
                                          max(starts) if starts else None, m.store_ts))
@@ -391,11 +398,12 @@ class Truth:
                     continue
                 last = max((d for d in dd if d.retry_times == r), key=lambda d: d.start)
                 base = last.end if last.end is not None else last.start
-                eta = base + sum(DELAY_LEVELS_MS[min(3 + k, 18) - 1] for k in range(r, max_default))
                 orig = self.original(uniq)
                 if orig is None:
                     continue
-                out.append(self._dlq_row(g, "", orig, uniq, orig.keys, r, max_default, "RETRYING", last.start, eta))
+                mx = self.max_times(g, orig.broker)  # the original's broker receives its send-backs
+                eta = base + sum(DELAY_LEVELS_MS[min(3 + k, 18) - 1] for k in range(r, mx))
+                out.append(self._dlq_row(g, "", orig, uniq, orig.keys, r, mx, "RETRYING", last.start, eta))
             # rule 20: the newest snapshot, bounds known or not; every committed offset pins alike: the group's
             # queues, its %RETRY% queues (reported at the original copy) and each broadcast client's own
             blocking_rows: dict[tuple, tuple[Delivery, dict[str, Any]]] = {}
@@ -412,7 +420,8 @@ class Truth:
                     d = max(blocking, key=lambda d: d.start)
                     place = (self.original(m.uniq) or m) if is_system_topic(s.topic) else m
                     row = self._dlq_row(g, s.client_id, place, m.uniq, m.keys, d.retry_times,
-                                        0 if info["broadcast"] else max_default, "BLOCKING_COMMIT", d.start, None)
+                                        0 if info["broadcast"] else self.max_times(g, s.broker), "BLOCKING_COMMIT", d.start,
+                                        None)
                     where = (s.client_id, place.topic, place.broker, place.queue_id, place.queue_offset, m.uniq)
                     if where not in blocking_rows or d.start > blocking_rows[where][0].start:
                         blocking_rows[where] = (d, row)  # an original and its retry copy can both hang

@@ -176,3 +176,19 @@ def test_a_broadcast_clients_hung_delivery_blocks_that_clients_commit_only(spark
                        dl("y", "K3", 0, T_S - 10 * 60, None, None, group="GB", client=C6, host="10.0.0.6")], [])
     assertDataFrameEqual(got, spark.createDataFrame(
         [out(3, "K3", 0, 0, "BLOCKING_COMMIT", T_S - 20 * 60, None, group="GB", client=C5)], REPORT))
+
+
+def test_retry_max_times_is_the_brokers_own_where_it_has_the_group(spark) -> None:  # noqa: ANN001
+    """subscriptionGroup.json of broker b says 16, of broker x (newer) 4: the message is on b, whose broker decides
+    its send-backs (formats §5). A group only broker x knows takes x's value."""
+    def sg_on(broker: str, at: float, retry_max: int, group: str = "G") -> tuple:
+        return ("c", broker, S(at), group, retry_max, 1, True, False, False, 15, None, "f", False)
+
+    got = _candidates(spark, [off(8), off(8, group="H")], [("c", "b", S(T_S), "T", 0, 0, 100)],
+                      [msg(7, "K")] + [msg(6, "J")],
+                      [dl(f"d{r}", "K", r, 100 * r, 100 * r + 1, False) for r in range(4)]
+                      + [dl(f"h{r}", "J", r, 100 * r, 100 * r + 1, False, group="H") for r in range(4)],
+                      [sg_on("b", 0, 16), sg_on("x", 60, 4), sg_on("x", 60, 5, group="H")])
+    assertDataFrameEqual(got, spark.createDataFrame([
+        out(7, "K", 3, 16, "RETRYING", 300, 301 + ETA_FROM_3),
+        out(6, "J", 3, 5, "RETRYING", 300, 301 + dlq.remaining_delay_ms(3, 5) / 1000, group="H")], REPORT))
