@@ -28,6 +28,23 @@ def original_copies(messages: DataFrame) -> DataFrame:
     )
 
 
+def client_host(client_id: str | None) -> str | None:
+    """The IP a client id starts with, written as a trace's born host is (rule 9): RocketMQ names an IPv6 client
+    ``[2001:db8:0:0:0:0:0:5]@instance`` (``NetworkUtil.normalizeHostAddress``: brackets, Java's uncompressed
+    text), the born host is decoded to ``2001:db8::5``."""
+    if client_id is None:
+        return None
+    ip = client_id.split("@", 1)[0]
+    if ip.startswith("[") and ip.endswith("]"):
+        import ipaddress
+
+        try:
+            return ipaddress.IPv6Address(ip[1:-1].split("%", 1)[0]).compressed
+        except ValueError:
+            return ip
+    return ip
+
+
 def sub_afters(trace: DataFrame) -> DataFrame:
     """The first SubAfter per (cluster, request_id, msg_id)."""
     w = Window.partitionBy("cluster", "request_id", "msg_id").orderBy("broker", "physical_offset", "record_index")
@@ -78,12 +95,14 @@ def deliveries(trace: DataFrame, messages: DataFrame, client_ids: DataFrame) -> 
                    F.timestamp_millis(F.unix_millis("start_ts") + F.coalesce(F.col("after_cost"), F.lit(0)))),
     )
     orig = original_copies(messages).withColumnRenamed("uniq_key", "msg_id")
-    clients = client_ids.select("cluster", "consumer_group", "client_id").distinct()
+    clients = (client_ids.select("cluster", "consumer_group", "client_id").distinct()
+               # (a lambda: the function's type hints would make Spark Connect guess a pandas UDF)
+               .withColumn("_host", F.udf(lambda c: client_host(c), "string")(F.col("client_id"))))
     with_msg = joined.join(orig, on=["cluster", "msg_id"], how="left")
     cand = with_msg.alias("d").join(
         clients.alias("c"),
         on=(F.col("d.cluster") == F.col("c.cluster")) & (F.col("d.consumer_group") == F.col("c.consumer_group"))
-        & F.col("c.client_id").startswith(F.concat(F.col("d.client_host"), F.lit("@"))),
+        & (F.col("c._host") == F.col("d.client_host")),
         how="left",
     ).select("d.*", F.col("c.client_id").alias("_client"))
     wc = Window.partitionBy("cluster", "consumer_group", "request_id", "msg_id").orderBy(F.col("_client").asc_nulls_last())

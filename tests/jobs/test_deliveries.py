@@ -93,3 +93,25 @@ def test_an_as_of_run_sees_the_trace_records_its_snapshots_held(spark) -> None: 
     assertDataFrameEqual(got, spark.createDataFrame([
         _delivery("seen", 3600, 3600), _delivery("after-later", 3600, None, end=None), _delivery("export", None, None),
         _delivery("in-flight", 3600, None, end=None)], D.SCHEMA))
+
+
+def test_a_client_id_names_its_host_as_the_trace_does() -> None:
+    assert [deliveries.client_host(c) for c in (
+        "10.0.0.7@DEFAULT", "10.0.0.7@i1@unit", "[2001:db8:0:0:0:0:0:5]@DEFAULT", "[fe80:0:0:0:0:0:0:1%eth0]@DEFAULT",
+        "2001:db8::5@DEFAULT", "[not-an-ip]@x", None)] == [
+        "10.0.0.7", "10.0.0.7", "2001:db8::5", "fe80::1", "2001:db8::5", "[not-an-ip]", None]
+
+
+def test_an_ipv6_broadcast_client_gets_its_deliveries(spark) -> None:  # noqa: ANN001
+    """RocketMQ writes an IPv6 client's folder as [2001:db8:0:0:0:0:0:5]@DEFAULT; the trace message's born host
+    decodes to 2001:db8::5. 2001:db8::50 is another host."""
+    trace = spark.createDataFrame(_trace([
+        dict(physical_offset=904, record_index=0, client_host="2001:db8::5", type="SubBefore", timestamp=_ts(30),
+             group="B", request_id="r4", msg_id="K9", retry_times=0),
+        dict(physical_offset=905, record_index=0, client_host="2001:db8::50", type="SubBefore", timestamp=_ts(31),
+             group="B", request_id="r5", msg_id="K9", retry_times=0)]), T.SCHEMA)
+    clients = spark.createDataFrame([("c", "B", "[2001:db8:0:0:0:0:0:5]@DEFAULT"), ("c", "B", "10.0.0.7@DEFAULT")],
+                                    "cluster string, consumer_group string, client_id string")
+    got = deliveries.deliveries(trace, spark.createDataFrame([], M.SCHEMA), clients)
+    assert sorted((r["request_id"], r["client_id"]) for r in got.select("request_id", "client_id").collect()) == [
+        ("r4", "[2001:db8:0:0:0:0:0:5]@DEFAULT"), ("r5", "")]
