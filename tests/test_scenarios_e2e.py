@@ -132,6 +132,21 @@ def test_mixed_with_bulk_traffic_equals_truth(tmp_path: pathlib.Path) -> None:
     assert kinds.to_dict() == {"BACKLOG": 4, "EXPIRED": 4}
 
 
+def _world_report(tmp_path: pathlib.Path, w: "object") -> pathlib.Path:
+    """Run a hand-built simulator World, write its truth, ingest and reconcile it; the report equals the truth."""
+    from jobs.ingest import ingest
+    from jobs.reconcile import reconcile
+    from jobs.simulate.truth import Truth
+
+    landing, lake = tmp_path / "landing", tmp_path / "lake"
+    w.run()  # type: ignore[attr-defined]
+    Truth(w).write(str(landing / "_truth"))
+    ingest.run(str(landing), str(lake))
+    report = pathlib.Path(reconcile.run(str(lake), str(tmp_path / "reports"), run_id="e2e")["report_dir"])
+    assert compare(report, landing / "_truth") == []
+    return report
+
+
 @pytest.mark.integration
 def test_a_retry_copy_that_hangs_pins_the_retry_queue_and_is_blocking_at_its_original(tmp_path: pathlib.Path) -> None:
     """msg-5 fails its first delivery and two retries; from its third retry copy on, every copy hangs in
@@ -141,15 +156,11 @@ def test_a_retry_copy_that_hangs_pins_the_retry_queue_and_is_blocking_at_its_ori
     offset 5) with the fourth copy's delivery, beside RETRYING, and equal the simulator's truth."""
     import csv
 
-    from jobs.ingest import ingest
-    from jobs.reconcile import reconcile
     from jobs.simulate.clock import MINUTE, SECOND, T0_MS, iso_ms
     from jobs.simulate.engine import World
     from jobs.simulate.scenarios import GROUP, TOPIC, _ok
-    from jobs.simulate.truth import Truth
 
-    landing, lake = tmp_path / "landing", tmp_path / "lake"
-    w = World(str(landing), 7)
+    w = World(str(tmp_path / "landing"), 7)
     b = w.add_broker("broker-a")
     w.topic(TOPIC, 1)
     p = w.producer(trace=True)
@@ -162,11 +173,7 @@ def test_a_retry_copy_that_hangs_pins_the_retry_queue_and_is_blocking_at_its_ori
 
     w.consumer(GROUP, TOPIC, behaviour=hang_from_third_retry, start_at=T0_MS + 5 * SECOND, from_first=True)
     w.snapshots([T0_MS + m * 10 * MINUTE for m in range(1, 7)])
-    w.run()
-    Truth(w).write(str(landing / "_truth"))
-    ingest.run(str(landing), str(lake))
-    report = pathlib.Path(reconcile.run(str(lake), str(tmp_path / "reports"), run_id="e2e")["report_dir"])
-    assert compare(report, landing / "_truth") == []
+    report = _world_report(tmp_path, w)
     hung = sorted((d for d in w.deliveries if d.end is None), key=lambda d: d.start)
     retry = f"%RETRY%{GROUP}"
     assert [(d.mq.topic, d.msg.reconsume, d.msg.queue_offset) for d in hung] == [(retry, 3, 2), (retry, 4, 3)]
@@ -193,16 +200,11 @@ def test_a_broadcast_clients_hung_delivery_is_blocking_for_that_client_only(tmp_
     Not a §7 scenario; the report equals the simulator's truth."""
     import csv
 
-    from jobs.ingest import ingest
-    from jobs.reconcile import reconcile
     from jobs.simulate.clock import MINUTE, SECOND, T0_MS, iso_ms
     from jobs.simulate.engine import World
     from jobs.simulate.scenarios import TOPIC, _ok
 
-    from jobs.simulate.truth import Truth
-
-    landing, lake = tmp_path / "landing", tmp_path / "lake"
-    w = World(str(landing), 7)
+    w = World(str(tmp_path / "landing"), 7)
     w.add_broker("broker-a")
     w.topic(TOPIC, 2)
     p = w.producer(trace=True)
@@ -216,11 +218,7 @@ def test_a_broadcast_clients_hung_delivery_is_blocking_for_that_client_only(tmp_
         clients.append(w.consumer("GID_bcast", TOPIC, broadcast=True, behaviour=hang_one,
                                   start_at=T0_MS + 5 * SECOND, from_first=True))
     w.snapshots([T0_MS + m * 5 * MINUTE for m in range(1, 5)])
-    w.run()
-    Truth(w).write(str(landing / "_truth"))
-    ingest.run(str(landing), str(lake))
-    report = pathlib.Path(reconcile.run(str(lake), str(tmp_path / "reports"), run_id="e2e")["report_dir"])
-    assert compare(report, landing / "_truth") == []
+    report = _world_report(tmp_path, w)
     hung = [d for d in w.deliveries if d.end is None]
     assert [(d.client_id, d.msg.queue_id, d.msg.queue_offset) for d in hung] == [(clients[1].client_id, 1, 20)]
     with open(report / "dlq_candidates.csv", newline="", encoding="utf-8") as f:

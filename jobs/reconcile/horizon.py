@@ -438,12 +438,9 @@ def first_delivered(old_d: Any, series: Any) -> Any:
     """(SERIES_KEY..., _first): the lowest offset old deliveries reached (rule 15), a broadcast client's own."""
     from pyspark.sql import functions as F
 
-    from jobs.rules.snapshots import broadcast_groups
+    from jobs.rules.snapshots import with_clients
 
-    bcast = broadcast_groups(series).withColumn("_bcast", F.lit(True))
-    d = old_d.where(F.col("queue_offset").isNotNull()).join(bcast, on=GROUP, how="left")
-    client = F.when(F.col("_bcast").isNotNull(), F.coalesce(F.col("client_id"), F.lit(""))).otherwise(F.lit(""))
-    return (d.withColumn("client_id", client).groupBy(*SERIES_KEY)
+    return (with_clients(old_d.where(F.col("queue_offset").isNotNull()), series).groupBy(*SERIES_KEY)
             .agg(F.min(F.col("queue_offset").cast("long")).alias("_first")))
 
 

@@ -78,14 +78,14 @@ def retry_max_times(subscription_groups: DataFrame, *, as_of: dt.datetime) -> Da
     return per_broker.unionByName(fallback)
 
 
-def with_retry_max(df: DataFrame, retry_max: DataFrame, broker: str = "broker") -> DataFrame:
-    """``df`` with ``retry_max``: the group's retryMaxTimes on the broker in column ``broker``, else on any broker
-    (null when no subscriptionGroup.json has the group)."""
+def with_retry_max(df: DataFrame, retry_max: DataFrame) -> DataFrame:
+    """``df`` with ``retry_max``: the group's retryMaxTimes on the broker of ``df``'s ``broker`` column, else on any
+    broker (null when no subscriptionGroup.json has the group)."""
     own = retry_max.where(F.col("broker") != ANY_BROKER).select(
-        "cluster", "consumer_group", F.col("broker").alias(broker), F.col("retry_max").alias("_own_max"))
+        "cluster", "consumer_group", "broker", F.col("retry_max").alias("_own_max"))
     fallback = retry_max.where(F.col("broker") == ANY_BROKER).select(
         "cluster", "consumer_group", F.col("retry_max").alias("_any_max"))
-    return (df.join(own, on=["cluster", "consumer_group", broker], how="left")
+    return (df.join(own, on=["cluster", "consumer_group", "broker"], how="left")
             .join(fallback, on=["cluster", "consumer_group"], how="left")
             .withColumn("retry_max", F.coalesce(F.col("_own_max"), F.col("_any_max"))).drop("_own_max", "_any_max"))
 

@@ -138,14 +138,20 @@ def deliveries_in_window(deliveries: DataFrame, series: DataFrame, *, as_of: dt.
     A clustering group's deliveries get ``client_id = ''`` whatever the trace says; a broadcast group's keep
     the client resolved from the born host.
     """
-    bcast = broadcast_groups(series).withColumn("is_broadcast", F.lit(True))
     d = (
         deliveries.join(window_end(series), on="cluster", how="inner")
         .where((F.col("start_ts") <= F.col("t_end")) & (F.col("start_ts") <= _ts(as_of)))
         .drop("t_end")
-        .join(bcast, on=["cluster", "consumer_group"], how="left")
-        .withColumn("is_broadcast", F.coalesce(F.col("is_broadcast"), F.lit(False)))
     )
+    return with_clients(d, series)
+
+
+def with_clients(deliveries: DataFrame, series: DataFrame) -> DataFrame:
+    """``deliveries`` with ``is_broadcast`` and ``client_id`` as the outputs key them (rules 4, 9): a clustering
+    group's ``''`` whatever the trace says, a broadcast group's the client resolved from the born host."""
+    bcast = broadcast_groups(series).withColumn("is_broadcast", F.lit(True))
+    d = (deliveries.join(bcast, on=["cluster", "consumer_group"], how="left")
+         .withColumn("is_broadcast", F.coalesce(F.col("is_broadcast"), F.lit(False))))
     return d.withColumn("client_id", F.when(F.col("is_broadcast"), F.coalesce(F.col("client_id"), F.lit("")))
                         .otherwise(F.lit("")))
 
