@@ -173,20 +173,6 @@ def read_queue_files(directory: str) -> list[tuple[int, bytes]]:
     return out
 
 
-def truncate_dirty(data: bytes, file_start_byte: int, commitlog_end: int,
-                   decoded: CQDecode | None = None) -> tuple[bytes, int | None]:
-    """The file with its entries from the first one that points at or past ``commitlog_end`` zeroed, and that
-    entry's byte position (None when every entry is inside). A broker drops such entries on recovery
-    (``truncateDirtyLogicFiles``): they name messages its commitlog does not hold. ``decoded``: ``data`` decoded
-    already (not decoded again)."""
-    d = decoded if decoded is not None else decode_cq(data, file_start_byte=file_start_byte)
-    past = np.flatnonzero(d.commit_offset >= commitlog_end)
-    if not len(past):
-        return data, None
-    at = int(past[0]) * CQ_STORE_UNIT_SIZE
-    return data[:at] + bytes(len(data) - at), at
-
-
 def dangling_entries(cq: CQDecode, record_offsets: np.ndarray, record_sizes: np.ndarray,
                      commitlog_range: tuple[int, int], start: int = 0) -> list[tuple[int, str]]:
     """Entries that point into a decoded record but not at its start, or at a record of another size.

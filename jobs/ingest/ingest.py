@@ -245,8 +245,6 @@ def extract_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, now:
 
     commitlogs = snap.of_kind("commitlog")
     oldest = min((f.start for f in commitlogs if f.start is not None), default=None)
-    # the end of the commitlog files (preallocated size included): no entry can point past it
-    cl_end = max(((f.start or 0) + f.size for f in commitlogs), default=None)
     by_queue: dict[tuple[str, int], list[LandingFile]] = {}
     for f in queue_files:
         by_queue.setdefault((f.topic or "", f.queue_id or 0), []).append(f)
@@ -256,7 +254,7 @@ def extract_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, now:
         (topic, qid), fs = item
         mine = Extracted()
         entries, reads = _queue_bounds(snap, topic, qid, sorted(fs, key=lambda f: f.start or 0), mine, now, known,
-                                       prior, oldest, cl_end, read_all)
+                                       prior, oldest, read_all)
         return mine, entries, reads
 
     entries: dict[str, Any] = {}
@@ -271,17 +269,17 @@ def extract_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, now:
     return entries, reads
 
 
-def _stands_in(e: "cq_ledger.Entry", oldest: int | None, cl_end: int | None, known: "_SnapshotRecords") -> bool:
-    """Whether an unchanged file's ledger entry gives what reading it would: not when its commit offsets reach the
-    commitlog's end (entries the broker would truncate) or straddle ``oldest`` (Min is inside it: the caller passes
-    None when it searches the file for Min instead, :func:`jobs.formats.consumequeue.search`),
+def _stands_in(e: "cq_ledger.Entry", oldest: int | None, known: "_SnapshotRecords") -> bool:
+    """Whether an unchanged file's ledger entry gives what reading it would: not when its commit offsets straddle
+    ``oldest`` (Min is inside it: the caller passes None when it searches the file for Min instead,
+    :func:`jobs.formats.consumequeue.search`),
     nor when they meet the range of records the snapshot checks entries against, unless all of them are inside it
     and the records they span are those the entry's dangling entries were found against."""
     s = e.summary
     if not s.entries:
         return True
     first, last = s.first_commit_offset or 0, s.last_commit_offset or 0
-    if (cl_end is not None and last >= cl_end) or (oldest is not None and first < oldest <= last):
+    if oldest is not None and first < oldest <= last:
         return False
     if not known.meets(first, last):
         return True
@@ -312,7 +310,7 @@ def _tail_agrees(f: LandingFile, e: "cq_ledger.Entry") -> bool:
 
 def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], out: Extracted, now: dt.datetime,
                   known: "_SnapshotRecords", prior: dict[str, "cq_ledger.Entry"], oldest: int | None,
-                  cl_end: int | None, read_all: bool = False) -> tuple[dict[str, "cq_ledger.Entry"], CQReads]:
+                  read_all: bool = False) -> tuple[dict[str, "cq_ledger.Entry"], CQReads]:
     """One queue of :func:`extract_queue_bounds`: its files rows, bounds row and problems; its files' entries."""
     from jobs.formats import consumequeue
 
@@ -326,7 +324,7 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
         s = e.summary
         inside = oldest is not None and s.entries > 0 and (s.first_commit_offset or 0) < oldest \
             <= (s.last_commit_offset or 0)
-        if not _stands_in(e, None if inside else oldest, cl_end, known) or not _tail_agrees(f, e):
+        if not _stands_in(e, None if inside else oldest, known) or not _tail_agrees(f, e):
             continue
         if inside:  # every queue's oldest file until the broker deletes it: searched, not read (~13 reads of 8 bytes)
             try:
@@ -347,43 +345,29 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
     # per file: its decoded entries as the bounds see them and those that dangle (None: not read), or, not read, the
     # dangling entries its ledger entry holds (if the file is not zero-filled here and meets the checked range)
     checks: list[tuple[LandingFile, consumequeue.CQDecode | None, Iterable[tuple[int, str]]]] = []
-    ended = False
     for f in fs:
         start = f.start or 0
         if f.rel in stand_in:
             e = entries[f.rel] = stand_in[f.rel]
             s = e.summary
-            # an ended queue sees the file zero-filled; else its entries as they are (none reaches cl_end)
-            parts.append(consumequeue.QueueFile(start // 20, 0, f.size // 20 == 0) if ended else
-                         consumequeue.QueueFile(start // 20, s.entries, s.full, None, s.first_commit_offset,
+            parts.append(consumequeue.QueueFile(start // 20, s.entries, s.full, None, s.first_commit_offset,
                                                 s.last_commit_offset, found.get(f.rel)))
             meets = s.entries and known.meets(s.first_commit_offset or 0, s.last_commit_offset or 0)
-            checks.append((f, None, e.dangling if meets and not ended else ()))
+            checks.append((f, None, e.dangling if meets else ()))
             out.add(files.NAME, {**base, "source_path": f.path, "file_kind": "consumequeue", "size": f.size,
                                  "sha256": e.sha256, "content": None, "used_backup": None,
                                  "read_from": 0, "read_to": f.size, "ingested_at": now})
             continue
+        # Every valid entry counts, also one pointing past the end of this snapshot's commitlog files: a sync copies
+        # store/commitlog before store/consumequeue, and the live broker's maxOffset counts the entries written since
+        # (ConsumeQueue.getMaxOffsetInQueue; only a restart's recovery, truncateDirtyLogicFiles, drops such entries,
+        # and after it the files hold none).
         data = raw[f.rel]
-        used = data  # what the bounds see; bronze/files records the file as it is
-        whole = not ended
-        cq = None if ended else consumequeue.decode_cq(data, file_start_byte=start)
-        if ended:
-            used = bytes(len(data))
-        elif cl_end is not None:
-            used, at = consumequeue.truncate_dirty(data, start, cl_end, cq)
-            if at is not None:
-                ended, whole = True, False
-                pointed = int.from_bytes(data[at:at + 8], "big", signed=True)
-                out.problem(snap.cluster, snap.broker, snap.ts, Problem(
-                    f.path, at, f"entry {(start + at) // 20} points at commitlog offset {pointed}, past "
-                    f"the end of the commitlog ({cl_end}): the queue ends before it (as the broker's "
-                    "truncateDirtyLogicFiles does)"))
         before = prior.get(f.rel)
-        plain = whole and used is data and cq is not None and not cq.problems  # the bytes are the entries as read
+        cq = consumequeue.decode_cq(data, file_start_byte=start)
+        plain = not cq.problems  # the bytes are the entries as read
         sha, prefix, grown = _sha_grown(data, cq.count if plain else None, before if plain else None)
-        if cq is None or used is not data:
-            cq = consumequeue.decode_cq(used, file_start_byte=start)
-        summary = consumequeue.summarize(data, cq if used is data else None)
+        summary = consumequeue.summarize(data, cq)
         if len(data) != f.size:  # it changed since the listing: its fingerprint does not name these bytes
             summary = dataclasses.replace(summary, problems=True)
         if grown and not summary.problems and _findings_hold(before, known):
@@ -392,9 +376,9 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
             dangling = list(before.dangling) + known.dangling(snap.cluster, snap.broker, cq, n0)
         else:
             dangling = known.dangling(snap.cluster, snap.broker, cq)
-        entries[f.rel] = _entry(f, sha, summary, dangling if whole else None, known,
+        entries[f.rel] = _entry(f, sha, summary, dangling, known,
                                 before if before is not None and before.same_file(f) else None, prefix)
-        parts.append(consumequeue.QueueFile.of(cq, len(used)))
+        parts.append(consumequeue.QueueFile.of(cq, len(data)))
         checks.append((f, cq, dangling))
         out.add(files.NAME, {**base, "source_path": f.path, "file_kind": "consumequeue", "size": len(data),
                              "sha256": sha, "content": None, "used_backup": None,

@@ -36,7 +36,8 @@ def _records(n: int, root: pathlib.Path) -> list[tuple[int, int]]:
 
 def _queue_bytes(at: list[tuple[int, int]], qid: int) -> bytes:
     """Queue ``qid``'s entries; queue 0's entry 3 points into a record and entry 25 gives a wrong size (quarantined);
-    queue 1's entry 12 points past any commitlog (the queue ends before it)."""
+    queue 1's entry 12 points past any commitlog (valid: Max counts it; never checked against records, so the file
+    holding it is read in every snapshot)."""
     mine = [(o, s) for i, (o, s) in enumerate(at) if i % 2 == qid]
     out = []
     for k, (o, s) in enumerate(mine):
@@ -114,8 +115,8 @@ def _reads(said: list[str]) -> list[tuple[int, int]]:
 def test_unchanged_files_are_not_read_and_the_lake_is_what_reading_every_file_gives(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Four snapshots in two runs of two: with the ledger only the files that changed, or whose commit offsets
-    straddle the oldest segment, the commitlog's end or the records decoded, are read; files, bounds, quarantine
-    and the ledger itself equal those of a lake where every file was read."""
+    straddle the oldest segment or the records decoded, are read; files, bounds, quarantine and the ledger itself
+    equal those of a lake where every file was read."""
     landing = tmp_path / "landing"
     said: dict[str, list[str]] = {"with": [], "without": []}
     prev = snapshot(landing, 0, 100, 0, None, odd=True)
@@ -129,16 +130,15 @@ def test_unchanged_files_are_not_read_and_the_lake_is_what_reading_every_file_gi
     with_ledger, without = rows(str(tmp_path / "with")), rows(str(tmp_path / "without"))
     assert with_ledger == without
     # files: the 4 snapshots' 12, 18, 24 and 30 CQ files and 17 commitlog segment rows; 3 queues a snapshot; the
-    # quarantine: per snapshot the entry past the commitlog and the 23-byte file, and in the first run's two the
-    # entry into a record and the wrong size (the second run checks the records it decoded, after them); the ledger:
-    # the newest snapshot's 30 files
+    # quarantine: per snapshot the 23-byte file, and in the first run's two the entry into a record and the wrong
+    # size (the second run checks the records it decoded, after them); the ledger: the newest snapshot's 30 files
     assert {k: len(v) for k, v in with_ledger.items()} == {
-        "bronze/files": 101, "silver/queue_bounds": 12, "bronze/quarantine": 12, "bronze/cq_files": 30}
-    # (files read, not read) per run. Run 1: snapshot 1 does not read again the 6 files snapshot 0 read and checked
-    # whole (queue 0's 5, queue 1's first; the rest of queue 1 ends at its entry 12). Run 2: snapshot 2 reads what
-    # changed and what was checked against other records, and searches (not reads) the unchanged file the oldest
-    # segment starts inside; snapshot 3 then takes more from snapshot 2's entries.
-    assert _reads(said["with"]) == [(24, 6), (33, 21)]
+        "bronze/files": 101, "silver/queue_bounds": 12, "bronze/quarantine": 8, "bronze/cq_files": 30}
+    # (files read, not read) per run. Run 1: snapshot 1 does not read again the 9 files snapshot 0 read and checked
+    # whole (queue 0's 5, queue 1's but the one holding its entry 12, which points past every record). Run 2:
+    # snapshot 2 reads what changed and what was checked against other records, and searches (not reads) the
+    # unchanged file the oldest segment starts inside; snapshot 3 then takes more from snapshot 2's entries.
+    assert _reads(said["with"]) == [(21, 9), (22, 32)]
     assert _reads(said["without"]) == [(30, 0), (54, 0)]
     # --retake reads every CQ file of the four snapshots again (84) and leaves the ledger as it was; the quarantine
     # gains queue 0's two bad entries in snapshots 2 and 3 (one run now decodes the records they point at before
@@ -177,9 +177,9 @@ def test_a_file_changed_in_place_with_its_size_is_read_again(tmp_path: pathlib.P
     led = _delta.read_pandas(str(lake), cq_files.TABLE)
     assert led[led.rel == rel][["mtime", "sha256"]].values.tolist() == [
         [float(MTIME0 + 9), hashlib.sha256(bytes(changed)).hexdigest()]]
-    # Run 2 reads queue 1's changed file, the one past the commitlog's end, and the 3 after it (zero-filled in
-    # run 1, so never checked against records); queue 0's 5 files are not read.
-    assert _reads(said) == [(10, 0), (5, 5)]
+    # Run 2 reads queue 1's changed file and the one holding its entry 12 (past every record: never checked against
+    # them); queue 0's 5 files and queue 1's 3 others are not read.
+    assert _reads(said) == [(10, 0), (2, 8)]
 
 
 def test_a_grown_last_file_is_read_though_its_size_and_mtime_are_kept(tmp_path: pathlib.Path,
@@ -202,4 +202,4 @@ def test_a_grown_last_file_is_read_though_its_size_and_mtime_are_kept(tmp_path: 
         hashlib.sha256(bytes(grown)).hexdigest()]
     qb = _delta.read_pandas(str(lake), queue_bounds.TABLE)
     assert sorted(qb[qb.queue_id == 0][["min_offset", "max_offset"]].values.tolist()) == [[0, 48], [0, 49]]
-    assert _reads(said) == [(10, 0), (5, 5)]
+    assert _reads(said) == [(10, 0), (2, 8)]  # the grown file and queue 1's holding its entry 12
