@@ -10,7 +10,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from jobs.rules.snapshots import SERIES_KEY, latest
+from jobs.rules.snapshots import SERIES_KEY, newest
 from schemas import offset_corrections as schema
 
 COLUMNS = schema.REPORT_COLUMNS
@@ -27,7 +27,11 @@ def is_above_max(committed: Column, max_offset: Column) -> Column:
 
 
 def offset_corrections(series: DataFrame) -> DataFrame:
-    """The gold/offset_corrections rows (without run_id), at each key's own latest snapshot.
+    """The gold/offset_corrections rows (without run_id), at each key's own newest snapshot, when it has bounds.
+
+    Not at an older snapshot with bounds, as the outputs that only describe the queue are (rule 2): a correction is
+    applied to the broker now, and one computed from an older committed offset would move a consumer that has
+    moved on since (back from 40 to 22: 18 messages delivered again).
 
     Args:
         series: :func:`jobs.rules.snapshots.offset_series`.
@@ -39,8 +43,8 @@ def offset_corrections(series: DataFrame) -> DataFrame:
     below, above = is_below_min(c, lo), is_above_max(c, hi)
     types = {f.name: f.dataType for f in schema.SCHEMA.fields}
     out = (
-        latest(series)
-        .where(below | above)
+        newest(series)
+        .where(F.col("bounds_known") & (below | above))
         .select(*SERIES_KEY, "snapshot_ts", "committed_offset", "min_offset", "max_offset",
                 F.when(below, lo).otherwise(hi).alias("corrected_offset"),
                 F.when(below, lo - c).otherwise(F.lit(0)).alias("lost_messages"),

@@ -231,8 +231,11 @@ class Truth:
 
     def offset_corrections(self) -> list[dict[str, Any]]:
         out = []
+        newest = {(s.group, s.client_id, s.topic, s.broker, s.qid): s.commits[-1][0] for s in self.commit_series}
         for s in self.series:
             ts, c, lo, hi = s.points[-1]
+            if ts != newest[(s.group, s.client_id, s.topic, s.broker, s.qid)]:
+                continue  # the key's newest snapshot has no bounds: no correction from an older offset (rule 17)
             if c < lo:
                 out.append(self._row(s, snapshot_ts=iso_ms(ts), committed_offset=c, min_offset=lo, max_offset=hi,
                                      corrected_offset=lo, lost_messages=lo - c, reason="BELOW_MIN"))

@@ -53,8 +53,14 @@ def out(minute: int, c: int, lo: int, hi: int, corrected: int, lost: int, reason
                      [out(1, 1, 3, 9, 3, 2, "BELOW_MIN", topic="%RETRY%G"),
                       out(1, 1, 4, 9, 4, 3, "BELOW_MIN", client="10.0.0.5@DEFAULT")],
                      id="retry_queues_and_broadcast_clients_are_corrected_too"),
-        pytest.param([off(1, 1), off(2, 1)], [qb(1, 4, 9)], [out(1, 1, 4, 9, 4, 3, "BELOW_MIN")],
-                     id="a_latest_snapshot_with_unknown_bounds_falls_back_to_the_last_known_one"),
+        pytest.param([off(1, 1), off(2, 1)], [qb(1, 4, 9), qb(2, 4, 9)], [out(2, 1, 4, 9, 4, 3, "BELOW_MIN")],
+                     id="at_the_newest_snapshot_with_bounds"),
+        # the audit's case: below Min at 10:05, moved on to 40 at 10:10, whose snapshot has no consumequeue/ (rule
+        # 5: bounds unknown); a reset to the 10:05 Min would deliver 18 messages again
+        pytest.param([off(0, 30), off(5, 5), off(10, 40)], [qb(0, 0, 40), qb(5, 22, 40)], [],
+                     id="no_correction_from_an_older_offset_when_the_newest_snapshot_has_no_bounds"),
+        pytest.param([off(1, 1), off(2, 1)], [qb(1, 4, 9)], [],
+                     id="nor_when_the_offset_did_not_move_the_bounds_may_have"),
     ],
 )
 def test_offset_corrections(spark, offsets, bounds, expected) -> None:  # noqa: ANN001
