@@ -22,6 +22,9 @@ SCHEMA = StructType(
         StructField("bytes", LongType(), True),
         StructField("listing_digest", StringType(), True),
         StructField("completed_by", StringType(), True),  # "marker" or "settle"
+        # the files spec §3 expects that the folder lacks (jobs.ingest.landing.missing_files), paths in the folder
+        # joined by ", "; "" when none: "missing files are reported, never fatal"
+        StructField("missing", StringType(), True),
         StructField("ingested_at", TimestampType(), True),
     ]
 )

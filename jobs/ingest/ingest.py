@@ -144,6 +144,13 @@ class Extracted:
 # --------------------------------------------------------------------------------------------- extract
 
 
+def _say_missing(missing: dict[str, list[tuple[str, str]]], say: Callable[[str], None]) -> None:
+    """One line per snapshot that lacks files spec §3 expects (reported, never fatal; bronze/snapshots.missing)."""
+    for folder, m in missing.items():
+        if m:
+            say(f"ingest: {folder} lacks " + "; ".join(f"{rel} ({what})" for rel, what in m))
+
+
 def _reader(landing_root: str) -> Callable[[str], bytes | None]:
     """``read(path)`` for configs.load: a landing-relative path -> bytes, or None when missing."""
 
@@ -1404,6 +1411,11 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
         say(f"ingest: {len(snaps)} new or changed snapshot(s) of {len(found) + len(sealed)} under {landing_uri}"
             + (f"; {len(waiting)} not complete yet (no {landing.MARKER}"
                + ("" if require_marker else f", changed less than {settle_s:g} s ago") + ")" if waiting else ""))
+        empty = [s.folder for s in snaps if all(f.kind in ("other", "marker") for f in s.files)]
+        if snaps and len(empty) == len(snaps):  # success is never reported on nothing (spec §6)
+            raise UsageError(f"--landing {landing_uri}: the {len(snaps)} new snapshot folder(s) hold no RocketMQ "
+                             f"file (e.g. {empty[0]}: no store/config/*.json, store/commitlog, store/consumequeue "
+                             "or clients' offsets.json); nothing ingested: check the sync job's source and target")
         previous = ledger.last_ingest(lake)
         if (not snaps and previous is not None and not _new_layout_problems(lake, ex)
                 and ledger.versions(lake, LEDGER_TABLES) == previous["table_versions"]):
@@ -1423,6 +1435,8 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
         for i, snap in enumerate(snaps, 1):
             say(f"ingest: [{i}/{len(snaps)}] {snap.folder} ({len(snap.files)} files)")
             extract_configs(snap, landing_uri, ex, now)
+        missing = {snap.folder: landing.missing_files(snap) for snap in snaps}
+        _say_missing(missing, say)
         t_decode = time.time()
         staged = decode_commitlogs(spark, lake, snaps, state, ex, now, seen_paths)
         say(f"ingest: decoded {staged.messages} records and {staged.trace} trace records in "
@@ -1469,7 +1483,8 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
         counts[snapshots_table.TABLE.qualified] = ledger.record_snapshots(spark, lake, [
             {"cluster": sn.cluster, "broker": sn.broker, "snapshot_ts": sn.ts, "folder": sn.folder,
              "files": len(sn.files), "bytes": sum(f.size for f in sn.files), "listing_digest": sn.listing_digest(),
-             "completed_by": completed_by[sn.folder], "ingested_at": now} for sn in snaps])
+             "completed_by": completed_by[sn.folder], "missing": ", ".join(rel for rel, _ in missing[sn.folder]),
+             "ingested_at": now} for sn in snaps])
         after = ledger.versions(lake, LEDGER_TABLES)
         held.check()
         before = previous["table_versions"] if previous else {}
@@ -1493,6 +1508,7 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
         "files": sum(len(s.files) for s in snaps),
         "changed_rows": counts,
         "quarantined": len(ex.problems),
+        "missing_files": {folder: [rel for rel, _ in m] for folder, m in missing.items() if m},
         "seconds": round(time.time() - t0, 2),
     }
     say(f"ingest: done in {summary['seconds']} s; {len(ex.problems)} problem(s) quarantined")

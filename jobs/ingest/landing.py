@@ -44,6 +44,38 @@ FileKind = Literal[
 ]
 
 
+# The files spec §3 expects in a broker store snapshot, each with what stays unknown without it ("every file is
+# optional; missing files are reported, never fatal").
+EXPECTED_STORE_FILES = (
+    ("store/config/consumerOffset.json", "the broker's committed offsets at this time are unknown"),
+    ("store/config/subscriptionGroup.json", "its groups' retryMaxTimes comes from another snapshot, else 16"),
+    ("store/config/topics.json", "its topic configs at this time are unknown"),
+    ("store/config/delayOffset.json", "its delay-level offsets at this time are unknown"),
+)
+
+
+def missing_files(snap: "Snapshot") -> list[tuple[str, str]]:
+    """What spec §3 expects in the snapshot and it lacks (reported, never fatal), as (path in the folder, what stays
+    unknown): a config file with neither itself nor its ``.bak``, no commitlog segment, no consume queue; the clients
+    folder without any ``offsets.json``. A folder that holds only exported messages (``export/``) is not a store
+    copy: not judged."""
+    have = {f.rel for f in snap.files}
+    if snap.is_clients:
+        if not any(f.kind == "client_offsets" or f.rel.endswith("/offsets.json.bak") for f in snap.files):
+            return [("<clientId>/<group>/offsets.json", "broadcast consumers' offsets at this time are unknown")]
+        return []
+    if not any(f.rel.startswith("store/") for f in snap.files) and any(f.kind == "export" for f in snap.files):
+        return []
+    out = [(rel, meaning) for rel, meaning in EXPECTED_STORE_FILES if rel not in have and f"{rel}.bak" not in have]
+    if not snap.of_kind("commitlog"):
+        out.append(("store/commitlog/", "no message is read from it, and Min is each queue's first valid entry "
+                                        "(spec §4)"))
+    if not snap.of_kind("consumequeue"):
+        out.append(("store/consumequeue/", "its queue bounds are unknown (Min/Max outputs use the broker's latest "
+                                           "snapshot with bounds)"))
+    return out
+
+
 @dataclass(frozen=True)
 class LandingFile:
     """One file of a snapshot, classified."""

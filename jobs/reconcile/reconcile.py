@@ -265,10 +265,33 @@ def summarize(run_id: str, as_of: dt.datetime, lake: str, pdfs: dict[str, pd.Dat
             "groups": groups, "files": file_names}
 
 
+def missing_inputs(lake: str, version: int | None, until: dt.datetime) -> list[dict[str, Any]]:
+    """The newest snapshot folder of each broker (and clients folder) at or before ``until`` that lacks files spec
+    §3 expects, with what it lacks (bronze/snapshots.missing): "missing files are reported, never fatal". Read as
+    the horizon's snapshots digest reads the ledger (a row per snapshot folder)."""
+    from schemas import snapshots as snapshots_schema
+
+    if version is None or not _delta.exists(lake, snapshots_schema.TABLE):
+        return []
+    try:
+        df = _delta.read_pandas_columns(lake, snapshots_schema.TABLE,
+                                        ["cluster", "broker", "snapshot_ts", "folder", "missing"], at=version)
+    except ValueError:  # pyarrow's ArrowInvalid: a ledger written before the column existed, nothing recorded
+        return []
+    df = df.assign(snapshot_ts=pd.to_datetime(df["snapshot_ts"], utc=True))
+    df = df[df["snapshot_ts"] <= pd.Timestamp(until)].sort_values(["cluster", "broker", "snapshot_ts"])
+    newest = df.groupby(["cluster", "broker"], sort=True).tail(1)
+    return [{"cluster": r["cluster"], "broker": r["broker"], "snapshot_ts": reports.format_ts(r["snapshot_ts"]),
+             "folder": r["folder"], "missing": r["missing"].split(", ")}
+            for r in newest.to_dict("records") if isinstance(r["missing"], str) and r["missing"]]
+
+
 def write_report_folder(folder: str, run_id: str, as_of: dt.datetime, lake: str, pdfs: dict[str, pd.DataFrame],
                         agreement: pd.DataFrame, latest_offsets: pd.DataFrame,
-                        files_version: int | None = None, horizon_info: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Write every §5 file of one run into ``folder`` (local or s3://), published all at once."""
+                        files_version: int | None = None, horizon_info: dict[str, Any] | None = None,
+                        missing: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Write every §5 file of one run into ``folder`` (local or s3://), published all at once. ``missing``:
+    :func:`missing_inputs`, in summary.json and on the dashboard."""
     out: dict[str, str] = {}
     for name, mod in REPORT_MODULES.items():
         out[f"{name}.csv"] = reports.to_csv(pdfs[name], mod.REPORT_COLUMNS, mod.SORT_KEY)
@@ -282,6 +305,7 @@ def write_report_folder(folder: str, run_id: str, as_of: dt.datetime, lake: str,
     summary = summarize(run_id, as_of, lake, pdfs, agreement, list(out) + ["summary.json", "index.html"])
     if horizon_info is not None:
         summary["horizon"] = horizon_info
+    summary["missing_inputs"] = missing or []
     out["summary.json"] = reports.summary_json(summary)
     columns = {n: m.REPORT_COLUMNS for n, m in REPORT_MODULES.items()}
     sorted_frames = {n: (pdfs[n].sort_values(m.SORT_KEY, kind="mergesort") if len(pdfs[n]) else pdfs[n])
@@ -382,7 +406,8 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
             storage.delete_tree(tmp)
         folder = storage.join(reports_root, rid)
         summary = write_report_folder(folder, rid, as_of_ts, lake, r["pdfs"], r["agreement"], r["latest_offsets"],
-                                      state["table_versions"].get(files.TABLE.qualified), horizon_info=info)
+                                      state["table_versions"].get(files.TABLE.qualified), horizon_info=info,
+                                      missing=missing_inputs(lake, snaps, as_of_ts))
         failpoints.hit("reconcile.after_publish")
         held.check()
         # The ledger row also keeps the old records' maxima per queue, which the next run carries
@@ -414,7 +439,9 @@ def _as_of(frames: dict[str, Any], as_of: str | dt.datetime | None, lake: str,
             raise ValueError(
                 f"no consumer offsets of groups {sorted(groups)} in {lake}/silver/consumer_offsets: check the group "
                 "names, or give --as-of to report their DLQ records and deliveries" if groups else
-                f"no consumer offsets in {lake}/silver/consumer_offsets: run `rmq-recon ingest` first")
+                f"no consumer offsets in {lake}/silver/consumer_offsets: no ingest has landed a consumerOffset.json or "
+                "offsets.json (bronze/snapshots.missing names what each snapshot lacked); run `rmq-recon ingest` on a "
+                "landing zone that has them")
         as_of_ts = parse_as_of(latest)
     assert as_of_ts is not None
     return as_of_ts

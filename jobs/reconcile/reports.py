@@ -219,6 +219,14 @@ def index_html(summary: dict[str, Any], frames: dict[str, pd.DataFrame], columns
                      f"<td>{info.get('duplicated_messages', 0)}</td><td>{info.get('unconsumed_messages', 0)}</td>"
                      f"<td>{info.get('corrections', 0)}</td><td>{info.get('dlq_candidates', 0)}</td><td>{agree_s}</td></tr>")
     parts.append("</table>")
+    if summary.get("missing_inputs"):
+        parts.append("<h2>Missing input files</h2><p class='muted'>the newest snapshot of each broker that lacks files "
+                     "the landing zone should hold (spec §3: reported, never fatal)</p><table><tr><th>cluster</th>"
+                     "<th>broker</th><th>snapshot</th><th>lacks</th></tr>")
+        for m in summary["missing_inputs"]:
+            parts.append(f"<tr><td>{esc(m['cluster'])}</td><td>{esc(m['broker'] or 'clients')}</td>"
+                         f"<td>{esc(m['snapshot_ts'])}</td><td>{esc(', '.join(m['missing']))}</td></tr>")
+        parts.append("</table>")
     for name, df in frames.items():
         cols = columns[name]
         parts.append(f"<h2>{esc(name)} <span class='muted'>({len(df)} rows)</span></h2>")

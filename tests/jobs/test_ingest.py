@@ -10,7 +10,8 @@ import pytest
 
 from jobs.ingest import ingest, sample_landing
 from jobs.lake import _delta
-from schemas import (consumer_offsets, delay_offsets, files, messages, quarantine, queue_bounds, segments,
+from jobs.problems import UsageError
+from schemas import (consumer_offsets, delay_offsets, files, messages, quarantine, queue_bounds, segments, snapshots,
                      subscription_groups, topic_configs)
 
 UTC = dt.timezone.utc
@@ -155,11 +156,39 @@ def test_malformed_snapshot_folder_is_quarantined_and_other_snapshots_land(tmp_p
     assert len(_delta.read_pandas(lake, consumer_offsets.TABLE)) == 2
 
 
-def test_missing_files_are_not_fatal(tmp_path: pathlib.Path) -> None:
+def test_missing_files_are_not_fatal_and_are_reported(tmp_path: pathlib.Path) -> None:
     landing = _one_broker_landing(tmp_path, {"topics.json": TOPICS})
     lake = str(tmp_path / "lake")
-    summary = ingest.run(landing, lake, now=NOW)
+    said: list[str] = []
+    summary = ingest.run(landing, lake, now=NOW, progress=said.append)
     assert (summary["snapshots"], summary["quarantined"], _delta.exists(lake, consumer_offsets.TABLE)) == (1, 0, False)
+    folder = "cluster=c/broker=b/snapshot_ts=20260105T000000Z"
+    lacks = ["store/config/consumerOffset.json", "store/config/subscriptionGroup.json",
+             "store/config/delayOffset.json", "store/commitlog/", "store/consumequeue/"]
+    assert summary["missing_files"] == {folder: lacks}
+    assert [s for s in said if "lacks" in s] == [
+        f"ingest: {folder} lacks store/config/consumerOffset.json (the broker's committed offsets at this time are "
+        "unknown); store/config/subscriptionGroup.json (its groups' retryMaxTimes comes from another snapshot, else "
+        "16); store/config/delayOffset.json (its delay-level offsets at this time are unknown); store/commitlog/ (no "
+        "message is read from it, and Min is each queue's first valid entry (spec §4)); store/consumequeue/ (its "
+        "queue bounds are unknown (Min/Max outputs use the broker's latest snapshot with bounds))"]
+    ledger = _delta.read_pandas(lake, snapshots.TABLE)
+    assert ledger[["folder", "missing"]].values.tolist() == [[folder, ", ".join(lacks)]]
+
+
+def test_a_run_whose_snapshots_hold_no_rocketmq_file_fails_and_lands_nothing(tmp_path: pathlib.Path) -> None:
+    """The audit's lock-only folder: ingest said "0 problem(s) quarantined" and succeeded on nothing (spec §6)."""
+    folder = tmp_path / "landing" / "cluster=c" / "broker=b" / "snapshot_ts=20260105T000000Z" / "store"
+    folder.mkdir(parents=True)
+    (folder / "lock").write_bytes(b"")
+    lake = tmp_path / "lake"
+    with pytest.raises(UsageError) as err:
+        ingest.run(str(tmp_path / "landing"), str(lake), now=NOW)
+    assert str(err.value) == (
+        f"--landing {tmp_path / 'landing'}: the 1 new snapshot folder(s) hold no RocketMQ file (e.g. "
+        "cluster=c/broker=b/snapshot_ts=20260105T000000Z: no store/config/*.json, store/commitlog, store/consumequeue "
+        "or clients' offsets.json); nothing ingested: check the sync job's source and target")
+    assert not _delta.exists(str(lake), snapshots.TABLE)
 
 
 def _segment(root: pathlib.Path, body: bytes, size: int, folder: str = "snapshot_ts=20260105T000000Z") -> None:
@@ -449,3 +478,21 @@ def test_a_background_step_gives_its_value_or_raises_its_error_in_the_waiting_th
         bad.wait_for(never)  # it ended without setting the event: its error, not a wait for ever
     with pytest.raises(ValueError, match="no such consume queue"):
         bad.result()
+
+
+def test_reconcile_reports_the_newest_snapshot_s_missing_files(tmp_path: pathlib.Path) -> None:
+    """summary.json and the dashboard name what the newest snapshot of each broker lacks (spec §3: reported)."""
+    from jobs.reconcile import reconcile
+
+    landing = _one_broker_landing(tmp_path, {"consumerOffset.json": GOOD, "topics.json": TOPICS})
+    lake = str(tmp_path / "lake")
+    ingest.run(landing, lake, now=NOW)
+    summary = reconcile.run(lake, str(tmp_path / "reports"), run_id="r1")
+    assert summary["missing_inputs"] == [{
+        "cluster": "c", "broker": "b", "snapshot_ts": "2026-01-05T00:00:00.000Z",
+        "folder": "cluster=c/broker=b/snapshot_ts=20260105T000000Z",
+        "missing": ["store/config/subscriptionGroup.json", "store/config/delayOffset.json", "store/commitlog/",
+                    "store/consumequeue/"]}]
+    page = (tmp_path / "reports" / "r1" / "index.html").read_text()
+    assert ("<tr><td>c</td><td>b</td><td>2026-01-05T00:00:00.000Z</td><td>store/config/subscriptionGroup.json, "
+            "store/config/delayOffset.json, store/commitlog/, store/consumequeue/</td></tr>") in page

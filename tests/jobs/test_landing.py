@@ -87,3 +87,40 @@ def test_discover_groups_files_into_snapshots_and_quarantines_bad_folders(tmp_pa
          "cluster=<c>/broker=<b>|clients/snapshot_ts=<YYYYMMDDTHHMMSSZ>/...; file ignored"),
     ]
     assert clusters["cluster=c1/broker=b1/snapshot_ts=2026-01-05/store/config/topics.json"] == "c1"
+
+
+def test_missing_files_are_reported_per_snapshot(tmp_path: pathlib.Path) -> None:
+    """Spec §3: every file is optional; missing files are reported, never fatal (the audit's lock-only folder)."""
+    b1 = "cluster=c1/broker=b1/snapshot_ts=20260105T000000Z"
+    _touch(tmp_path, f"{b1}/store/config/consumerOffset.json")
+    _touch(tmp_path, f"{b1}/store/config/topics.json.bak")  # the .bak stands in for its file
+    _touch(tmp_path, f"{b1}/store/consumequeue/T/0/00000000000000000000", b"\0" * 20)
+    b2 = "cluster=c1/broker=b2/snapshot_ts=20260105T000000Z"
+    _touch(tmp_path, f"{b2}/store/lock")
+    whole = "cluster=c1/broker=b3/snapshot_ts=20260105T000000Z"
+    for name in ("consumerOffset.json", "subscriptionGroup.json", "topics.json", "delayOffset.json"):
+        _touch(tmp_path, f"{whole}/store/config/{name}")
+    _touch(tmp_path, f"{whole}/store/commitlog/00000000000000000000", b"\0" * 8)
+    _touch(tmp_path, f"{whole}/store/consumequeue/T/0/00000000000000000000", b"\0" * 20)
+    _touch(tmp_path, "cluster=c1/broker=b4/snapshot_ts=20260105T000000Z/export/messages-0001.parquet")
+    _touch(tmp_path, "cluster=c1/clients/snapshot_ts=20260105T000000Z/10.0.0.5@DEFAULT/g/offsets.json.tmp")
+    _touch(tmp_path, "cluster=c1/clients/snapshot_ts=20260105T001000Z/10.0.0.5@DEFAULT/g/offsets.json.bak")
+
+    snaps, _, _ = landing.discover(str(tmp_path))
+    got = {s.folder: landing.missing_files(s) for s in snaps}
+
+    sg = ("store/config/subscriptionGroup.json", "its groups' retryMaxTimes comes from another snapshot, else 16")
+    delay = ("store/config/delayOffset.json", "its delay-level offsets at this time are unknown")
+    cl = ("store/commitlog/", "no message is read from it, and Min is each queue's first valid entry (spec §4)")
+    assert got == {
+        b1: [sg, delay, cl],
+        b2: [("store/config/consumerOffset.json", "the broker's committed offsets at this time are unknown"), sg,
+             ("store/config/topics.json", "its topic configs at this time are unknown"), delay, cl,
+             ("store/consumequeue/", "its queue bounds are unknown (Min/Max outputs use the broker's latest snapshot "
+              "with bounds)")],
+        whole: [],
+        "cluster=c1/broker=b4/snapshot_ts=20260105T000000Z": [],  # exported messages, not a store copy
+        "cluster=c1/clients/snapshot_ts=20260105T000000Z": [
+            ("<clientId>/<group>/offsets.json", "broadcast consumers' offsets at this time are unknown")],
+        "cluster=c1/clients/snapshot_ts=20260105T001000Z": [],
+    }
