@@ -6,7 +6,7 @@ import json
 import logging
 import os
 import sys
-from typing import Any, NoReturn
+from typing import Any, Callable, NoReturn
 
 
 def _print_json(obj: Any) -> None:
@@ -87,6 +87,23 @@ def _window(text: str) -> int:
     return n
 
 
+def _count(what: str, default: int) -> Callable[[str], int]:
+    """A whole number of at least 0 (``what`` names its unit for the message)."""
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of {what}; give 0 or more (default "
+                                             f"{default})") from None
+        if n < 0:
+            raise argparse.ArgumentTypeError(f"{n}: a number of {what} cannot be negative; give 0 or more (default "
+                                             f"{default})")
+        return n
+
+    return parse
+
+
 def _as_of(text: str) -> str:
     from jobs.reconcile.reconcile import AS_OF_FORMATS, parse_as_of
 
@@ -158,8 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--window", type=_window, default=10,
                    help="snapshots per queue for consumer status (default 10, at least 2)")
     s.add_argument("--groups", default=None, help="comma-separated consumer groups (default: all)")
-    s.add_argument("--dlq-warn-retries", type=int, default=3)
-    s.add_argument("--blocking-min-age", type=int, default=900, help="seconds (default 900 = consumeTimeout)")
+    s.add_argument("--dlq-warn-retries", type=_count("retries", 3), default=3)
+    s.add_argument("--blocking-min-age", type=_count("seconds", 900), default=900,
+                   help="seconds (default 900 = consumeTimeout)")
     s.add_argument("--full", action="store_true",
                    help="recompute everything (investigation, backfill) instead of carrying the previous run's "
                         "final rows beyond the horizon")

@@ -98,6 +98,19 @@ def test_reconcile_window_below_2(tmp_path: pathlib.Path, value: str, says: str)
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("option, value, says", [
+    ("--dlq-warn-retries", "-5", "-5: a number of retries cannot be negative; give 0 or more (default 3)"),
+    ("--dlq-warn-retries", "x", "'x' is not a whole number of retries; give 0 or more (default 3)"),
+    ("--blocking-min-age", "-5", "-5: a number of seconds cannot be negative; give 0 or more (default 900)"),
+])
+def test_reconcile_negative_thresholds(tmp_path: pathlib.Path, option: str, value: str, says: str) -> None:
+    """The audit ran both at -5 and the run reported success."""
+    code, _, err = cli("reconcile", "--lake", str(tmp_path), "--reports", str(tmp_path / "r"), option, value)
+    assert code == 2
+    assert one_line(err) == f"rmq-recon reconcile: error: argument {option}: {says} (see rmq-recon reconcile --help)"
+    assert not (tmp_path / "r").exists()
+
+
 def test_reconcile_as_of_that_is_not_a_time(tmp_path: pathlib.Path) -> None:
     code, _, err = cli("reconcile", "--lake", str(tmp_path), "--reports", str(tmp_path / "r"), "--as-of", "yesterday")
     assert code == 2
