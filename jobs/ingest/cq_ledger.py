@@ -96,8 +96,9 @@ class CQLedger:
                 for rel, e in sorted(files.items())]
 
 
-def save(spark: "SparkSession", lake: str, ledger: CQLedger) -> int:
+def save(spark: "SparkSession", lake: str, ledger: CQLedger, folder: str) -> int:
     """Replace the rows of the brokers the run took snapshots of; nothing is written when they are unchanged.
+    ``folder``: where the new rows are written for the engine to read (:func:`jobs.lake._delta.rows_frame`).
 
     Returns:
         The number of rows new or changed.
@@ -120,6 +121,6 @@ def save(spark: "SparkSession", lake: str, ledger: CQLedger) -> int:
         return 0
     q = lambda s: s.replace("'", "''")  # noqa: E731
     predicate = " OR ".join(f"(cluster = '{q(c)}' AND broker = '{q(b)}')" for c, b in sorted(ledger.touched))
-    frame = spark.createDataFrame([tuple(r[c] for c in cols) for r in new], cq_files.TABLE.schema)
+    frame = _delta.rows_frame(spark, new, cq_files.TABLE, folder)
     _delta.replace_where(spark, frame, lake, cq_files.TABLE, predicate)
     return len(fresh - old)

@@ -70,6 +70,7 @@ MESSAGE_BATCH_ROWS = 100_000
 STAGING = "_staging/ingest"
 DELIVERIES_STAGING = "_staging/deliveries"  # the rows silver/deliveries gains or changes, computed once
 DELIVERIES_INPUTS_STAGING = "_staging/deliveries_inputs"  # the requests an update derives again, and their keys
+ROWS_STAGING = "_staging/rows"  # the small tables' rows of a run, as files the engine reads (_delta.rows_frame)
 
 
 def task_bytes() -> int:
@@ -457,11 +458,17 @@ class KnownRecords:
 
     def __init__(self, offsets: np.ndarray, sizes: np.ndarray, seen: np.ndarray,
                  ranges: dict[dt.datetime, list[tuple[int, int]]]) -> None:
-        order = np.argsort(offsets, kind="stable")
-        offsets, sizes, seen = offsets[order], sizes[order], seen[order]
-        keep = np.ones(len(offsets), bool)
-        keep[1:] = offsets[1:] != offsets[:-1]
-        self.offsets, self.sizes, self.seen = offsets[keep], sizes[keep], seen[keep]
+        # Usually in order already (the lake's records in key order, then the run's in decode order): then no copy
+        # is made. A record in both keeps its first place (the lake's).
+        if len(offsets) > 1 and not (offsets[1:] > offsets[:-1]).all():
+            order = np.argsort(offsets, kind="stable")
+            offsets, sizes, seen = offsets[order], sizes[order], seen[order]
+            del order
+            keep = np.ones(len(offsets), bool)
+            keep[1:] = offsets[1:] != offsets[:-1]
+            if not keep.all():
+                offsets, sizes, seen = offsets[keep], sizes[keep], seen[keep]
+        self.offsets, self.sizes, self.seen = offsets, sizes, seen
         self._ranges = sorted(ranges.items())
 
     @classmethod
@@ -471,15 +478,19 @@ class KnownRecords:
         """The broker's records in the lake before this run (``lake_records``: offsets and sizes, from
         :func:`lake_records`) and the ones the run staged (``staged_records``: offsets, sizes and the first
         snapshot time in microseconds, from :func:`staged_records`)."""
-        parts = []
+        parts: list[tuple[np.ndarray, ...]] = []
         ranges = staged.ranges.get((cluster, broker), {})
         if lake_records is not None:
-            parts.append((lake_records[0], lake_records[1].astype(np.int64),
+            parts.append((lake_records[0], lake_records[1],
                           np.full(len(lake_records[0]), np.iinfo(np.int64).min, np.int64)))
         if staged_records is not None:
-            parts.append((staged_records[0], staged_records[1].astype(np.int64), staged_records[2]))
-        parts = parts or [(np.zeros(0, np.int64),) * 3]
-        return cls(*(np.concatenate([p[i] for p in parts]) for i in range(3)), ranges)
+            parts.append(staged_records)
+        del lake_records, staged_records  # the driver's peak is this broker's records: hold one copy of them
+        if not parts:
+            return cls(np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int64), ranges)
+        arrays = parts[0] if len(parts) == 1 else tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
+        parts.clear()
+        return cls(*arrays, ranges)
 
     def as_of(self, ts: dt.datetime) -> "_SnapshotRecords":
         """What the snapshot at ``ts`` sees."""
@@ -748,6 +759,7 @@ def extract_all_queue_bounds(snaps: list[Snapshot], landing_root: str, lake: str
         fresh = _Spilled((np.int64, np.int32, np.int64))  # offsets, sizes, first snapshot times
         spills.callback(fresh.remove)
         staged_records(staged, list(by_broker), fresh)
+        pa.default_memory_pool().release_unused()  # the Parquet reader's buffers: not held through the bounds
         # A local file is read in microseconds: threads would only pass the interpreter lock to and fro (scale 8,
         # 4,925 files: 4 threads 1.57 s and 1.9 CPU-s, one 0.95 s and 0.95 CPU-s). S3 reads wait on the network.
         threads = (ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) if storage.is_s3(landing_root)
@@ -1048,10 +1060,13 @@ def _property_pairs(value: Any) -> list[tuple[str, str]] | None:
 # ------------------------------------------------------------------------------------------------ load
 
 
-def _spark_frame(spark: Any, rows: list[dict[str, Any]], table: Any) -> Any:
-    cols = table.columns
-    data = [tuple(r.get(c) for c in cols) for r in rows]
-    return spark.createDataFrame(data, table.schema)
+def rows_folder(lake: str) -> str:
+    """Where a run's small-table rows wait for their MERGE (:func:`jobs.lake._delta.rows_frame`)."""
+    return f"{lake.rstrip('/')}/{ROWS_STAGING}"
+
+
+def _spark_frame(spark: Any, lake: str, rows: list[dict[str, Any]], table: Any) -> Any:
+    return _delta.rows_frame(spark, rows, table, rows_folder(lake))
 
 
 def _props_as_entries(tbl: pa.Table) -> pa.Table:
@@ -1124,7 +1139,7 @@ def load_small(spark: Any, lake: str, ex: Extracted, now: dt.datetime) -> dict[s
         if not rows:
             continue
         rows = _dedupe(rows, table.key)
-        counts[table.qualified] = _delta.merge(spark, _spark_frame(spark, rows, table), lake, table,
+        counts[table.qualified] = _delta.merge(spark, _spark_frame(spark, lake, rows, table), lake, table,
                                                insert_only=table is files.TABLE, target_filter=_snapshots_filter(rows))
     qrows = _dedupe([
         {"cluster": c, "broker": b, "snapshot_ts": ts, "source_path": p.source_path, "position": p.position,
@@ -1132,8 +1147,8 @@ def load_small(spark: Any, lake: str, ex: Extracted, now: dt.datetime) -> dict[s
         for c, b, ts, p in ex.problems
     ], quarantine.TABLE.key)
     if qrows:
-        counts[quarantine.TABLE.qualified] = _delta.merge(spark, _spark_frame(spark, qrows, quarantine.TABLE), lake,
-                                                          quarantine.TABLE, insert_only=True)
+        counts[quarantine.TABLE.qualified] = _delta.merge(spark, _spark_frame(spark, lake, qrows, quarantine.TABLE),
+                                                          lake, quarantine.TABLE, insert_only=True)
     return counts
 
 
@@ -1179,7 +1194,7 @@ def save_segments_state(spark: Any, lake: str, state: dict[tuple[str, str, str],
              "snapshot_ts": s.snapshot_ts, "updated_at": now} for s in state.values()]
     if not rows:
         return 0
-    return _delta.merge(spark, _spark_frame(spark, rows, segments.TABLE), lake, segments.TABLE)
+    return _delta.merge(spark, _spark_frame(spark, lake, rows, segments.TABLE), lake, segments.TABLE)
 
 
 def build_deliveries(spark: Any, lake: str, since: dict[str, int] | None = None) -> int:
@@ -1428,6 +1443,7 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
         recovered = _delta.recover_parquet_staging(spark, lake, LEDGER_TABLES)
         if recovered:
             say(f"ingest: finished the rewrites of {', '.join(recovered)} that a killed run left")
+        storage.delete_tree(rows_folder(lake))  # what a killed run left
         state = load_segments_state(lake)
         seen_paths = frozenset(
             _delta.read_pandas_columns(lake, files.TABLE, ["source_path"], filters=[("file_kind", "=", "commitlog")])
@@ -1465,10 +1481,11 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
         storage.delete_tree(staged.staging)
         failpoints.hit("ingest.after_trace")
         counts = load_small(spark, lake, ex, now)
-        counts[cq_files.TABLE.qualified] = cq_ledger.save(spark, lake, cqs)
+        counts[cq_files.TABLE.qualified] = cq_ledger.save(spark, lake, cqs, rows_folder(lake))
         say(f"ingest: small tables loaded ({_since(t_decode)} since the decode began)")
         failpoints.hit("ingest.after_configs")
         counts[segments.TABLE.qualified] = save_segments_state(spark, lake, state, now)
+        storage.delete_tree(rows_folder(lake))
         failpoints.hit("ingest.after_segments")
         # Derived tables are rebuilt from what the lake holds whenever their inputs moved since the last completed
         # run, not only when this run loaded something: rows a killed run loaded are taken in here.

@@ -428,7 +428,7 @@ def prefetch(uris: Iterable[str]) -> None:
             os.close(fd)
 
 
-def write_bytes(uri: str, data: bytes) -> None:
+def write_bytes(uri: str, data: bytes | memoryview) -> None:
     """Write ``data`` to ``uri``, replacing it whole (atomic rename locally; one PUT on S3).
 
     Raises:
@@ -437,7 +437,7 @@ def write_bytes(uri: str, data: bytes) -> None:
     if is_s3(uri):
         bucket, key = split(uri)
         try:
-            client().put_object(Bucket=bucket, Key=key, Body=data)
+            client().put_object(Bucket=bucket, Key=key, Body=bytes(data) if isinstance(data, memoryview) else data)
         except Exception as exc:  # noqa: BLE001
             raise _error("write", uri, exc) from exc
         return

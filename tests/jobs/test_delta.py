@@ -61,3 +61,22 @@ def test_a_pruned_merge_appends_new_keys_and_updates_existing_ones_only_inside_i
     got = _delta.read_pandas(lake, SNAP).sort_values(["ts", "k"])
     assert [(r.ts.to_pydatetime(), r.k, r.v) for r in got.itertuples()] == [
         (t1, 1, "a"), (t1, 2, "b"), (t2, 1, "c"), (t2, 3, "e"), (t2, 4, "f")]
+
+
+def test_rows_reach_the_engine_as_a_file_with_the_table_s_types(spark, tmp_path: pathlib.Path) -> None:  # noqa: ANN001
+    """The small tables' rows go to the engine as a Parquet file, not a local relation (issue 13: a local relation
+    is serialised again with every query on its plan): the frame holds exactly the rows and the declared types."""
+    from schemas import files
+
+    rows = [{"cluster": "c", "broker": "b", "snapshot_ts": T, "source_path": "p/consumerOffset.json",
+             "file_kind": "consumer_offsets", "size": 3, "sha256": "ab", "content": b"{}\x00", "used_backup": False,
+             "read_from": 0, "read_to": 3, "ingested_at": T},
+            {"cluster": "c", "broker": "b", "snapshot_ts": T, "source_path": "p/commitlog/0", "file_kind": "commitlog",
+             "size": 1 << 40, "sha256": "cd", "ingested_at": T}]  # a column left out is null
+    folder = tmp_path / "rows"
+    df = _delta.rows_frame(spark, rows, files.TABLE, str(folder))
+    assert df.schema == files.TABLE.schema
+    naive = T.replace(tzinfo=None)  # collect() gives the session's (UTC) wall time
+    assert sorted(tuple(r) for r in df.collect()) == sorted(
+        tuple(naive if r.get(c) is T else r.get(c) for c in files.TABLE.columns) for r in rows)
+    assert [p.suffix for p in folder.iterdir()] == [".parquet"]
