@@ -254,6 +254,10 @@ def validate_layer(lake: str, layer: Layer, *, run_id: str | None = None, docs_d
     docs_dir = storage.join(lake, "_quality", layer) if docs_dir == "" else docs_dir
     tables = _tables(layer)
     skipped = {t.qualified: why for t in tables if (why := _nothing_to_validate(inc, t))}
+    if all(skipped.get(t.qualified) == NOT_CREATED for t in tables):  # success is never reported on nothing (§6)
+        todo = "ingest a landing zone that holds RocketMQ files" if layer == "silver" else "run rmq-recon reconcile"
+        raise UsageError(f"--lake {lake}: no {layer} table exists yet (run {inc.validation_id} wrote none): nothing "
+                         f"to validate; {todo} first")
     rows = _stored(lake, inc) if reuse else None
     if rows is not None:
         say(f"validate: {layer} of {inc.validation_id}: results kept already")
@@ -268,11 +272,14 @@ def validate_layer(lake: str, layer: Layer, *, run_id: str | None = None, docs_d
     return out
 
 
+NOT_CREATED = "table not created yet"
+
+
 def _nothing_to_validate(inc: Increment, table: "Table") -> str | None:
     """Why ``table`` has nothing of ``inc``'s run to validate (None when it has)."""
     name = table.qualified
     if name not in inc.after:
-        return "table not created yet"
+        return NOT_CREATED
     if inc.layer == "silver" and inc.before.get(name) == inc.after[name]:  # a Delta version or Parquet fingerprint
         return "nothing added by this run"
     return None

@@ -206,3 +206,18 @@ def test_gold_validates_one_reconcile_runs_rows_at_the_versions_it_recorded(spar
     spark.createDataFrame([("c", "G", "", "T", "b", 0, 9, 5, 0, "LOST", "r1")], t.schema).write.format("delta") \
         .mode("append").save(t.path(lake))
     assert quality.validate_layer(lake, "gold", run_id="r1", docs_dir=None)["success"] is True
+
+
+def test_a_lake_whose_ingests_landed_no_silver_table_fails_validation(tmp_path: pathlib.Path) -> None:
+    """The fifth audit: an ingest that only quarantined an empty consumerOffset.json completed, and validate said
+    success with every table 'not created yet' (spec §6: success is never reported on nothing)."""
+    config = tmp_path / "landing" / "cluster=c" / "broker=b" / "snapshot_ts=20260105T000000Z" / "store" / "config"
+    config.mkdir(parents=True)
+    (config / "consumerOffset.json").write_bytes(b"")
+    lake = str(tmp_path / "lake")
+    summary = ingest.run(str(tmp_path / "landing"), lake, now=NOW)
+    assert summary["quarantined"] == 1
+    with pytest.raises(UsageError) as err:
+        quality.validate_layer(lake, "silver", docs_dir=None)
+    assert str(err.value) == (f"--lake {lake}: no silver table exists yet (run {summary['run_id']} wrote none): "
+                              "nothing to validate; ingest a landing zone that holds RocketMQ files first")
