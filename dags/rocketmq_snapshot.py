@@ -12,6 +12,7 @@ from pathlib import Path
 import pendulum
 from airflow.sdk import Param, dag, task
 
+from jobs.lake import engine_config
 from schemas import consumer_offsets, deliveries, messages, queue_bounds, subscription_groups, topic_configs
 
 SILVER_ASSETS = [t.TABLE.asset() for t in (consumer_offsets, queue_bounds, messages, deliveries,
@@ -36,7 +37,7 @@ SILVER_ASSETS = [t.TABLE.asset() for t in (consumer_offsets, queue_bounds, messa
                       description="lake root (folder or s3://)"),
         "settle_s": Param(float(os.environ.get("RMQ_RECON_SNAPSHOT_SETTLE_S", "0")), type="number", minimum=0,
                           description="a snapshot folder without _SUCCESS is taken once unchanged this long"),
-        "require_marker": Param(os.environ.get("RMQ_RECON_REQUIRE_MARKER", "0") in ("1", "true"), type="boolean",
+        "require_marker": Param(engine_config.require_marker_default(), type="boolean",
                                 description="take only snapshot folders whose sync job wrote _SUCCESS"),
     },
 )

@@ -1355,8 +1355,10 @@ def settle_default() -> float:
 
 
 def require_marker_default() -> bool:
-    """Take only snapshot folders with the sync job's marker (RMQ_RECON_REQUIRE_MARKER=1)."""
-    return os.environ.get("RMQ_RECON_REQUIRE_MARKER", "0").strip().lower() in ("1", "true", "yes")
+    """Take only snapshot folders with the sync job's marker (:func:`jobs.lake.engine_config.require_marker_default`)."""
+    from jobs.lake import engine_config
+
+    return engine_config.require_marker_default()
 
 
 def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,

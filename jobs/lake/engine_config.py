@@ -24,3 +24,9 @@ def as_of_for(logical_date: Any) -> str | None:
         ts = logical_date if logical_date.tzinfo else logical_date.replace(tzinfo=dt.timezone.utc)
         return ts.astimezone(dt.timezone.utc).isoformat()
     return str(logical_date)
+
+
+def require_marker_default() -> bool:
+    """Take only snapshot folders with the sync job's marker: RMQ_RECON_REQUIRE_MARKER 1, true or yes (any case).
+    One reading for the CLI and the snapshot DAG's Param (the DAG read only "1" and "true")."""
+    return os.environ.get("RMQ_RECON_REQUIRE_MARKER", "0").strip().lower() in ("1", "true", "yes")

@@ -62,3 +62,14 @@ def test_snapshot_dag_publishes_the_silver_assets_the_reconcile_dag_waits_for() 
     assert type(condition).__name__ == "AssetAll"  # both tables must have been updated
     assert {a.name for a in condition.objects} == {"rmq_recon.silver.consumer_offsets", "rmq_recon.silver.queue_bounds"}
     assert (snap.catchup, rec.catchup, snap.max_active_runs, rec.max_active_runs) == (False, False, 1, 1)
+
+
+@pytest.mark.parametrize("value, expected", [("yes", True), ("True", True), ("1", True), ("0", False), ("no", False)])
+def test_the_snapshot_dag_reads_require_marker_as_the_cli_does(monkeypatch: pytest.MonkeyPatch, value: str,
+                                                                expected: bool) -> None:
+    """The fifth audit: with RMQ_RECON_REQUIRE_MARKER=yes the CLI took 0 unmarked snapshots and the DAG took all 4."""
+    from jobs.ingest import ingest
+
+    monkeypatch.setenv("RMQ_RECON_REQUIRE_MARKER", value)
+    dag = _bag(DAG_FILES[[p.stem for p in DAG_FILES].index("rocketmq_snapshot")]).dags["rocketmq_snapshot"]
+    assert (dag.params["require_marker"], ingest.require_marker_default()) == (expected, expected)
