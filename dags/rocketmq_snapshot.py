@@ -2,7 +2,8 @@
 
 Ingests every new (or late-completed) snapshot folder of the landing zone (broker config files with their .bak,
 commitlog and consumequeue segments, broadcast clients' offsets.json) into bronze and silver Delta tables, then
-checks the silver tables with their Great Expectations suites. Incremental and idempotent: a re-run changes nothing.
+checks the silver tables with their Great Expectations suites, and marks the silver Assets updated (which starts the
+reconcile DAG) only when it moved a table. Incremental and idempotent: a re-run changes nothing.
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ SILVER_ASSETS = [t.TABLE.asset() for t in (consumer_offsets, queue_bounds, messa
     },
 )
 def rocketmq_snapshot() -> None:
-    @task(outlets=SILVER_ASSETS)
+    @task
     def ingest(params: dict | None = None) -> dict:
         from jobs.ingest import ingest
 
@@ -55,7 +56,19 @@ def rocketmq_snapshot() -> None:
 
         return quality.validate_layer(params["lake"], "silver", run_id=summary["run_id"], reuse=True)
 
-    validate_silver(ingest())
+    @task.short_circuit
+    def landed_anything(summary: dict) -> bool:
+        from jobs.ingest import ingest
+
+        return ingest.landed_anything(summary)
+
+    @task(outlets=SILVER_ASSETS)
+    def publish() -> None:
+        """Marks the silver Assets updated, which the reconcile DAG waits for: only when the ingest changed them."""
+
+    summary = ingest()
+    validate_silver(summary)
+    landed_anything(summary) >> publish()
 
 
 rocketmq_snapshot()

@@ -1354,6 +1354,13 @@ def settle_default() -> float:
     return float(os.environ.get("RMQ_RECON_SNAPSHOT_SETTLE_S", "0"))
 
 
+def landed_anything(summary: dict[str, Any]) -> bool:
+    """Whether a run's summary says it moved a lake table (a scheduled run that found nothing new did not: the
+    snapshot DAG then publishes no Asset event, so the reconcile DAG is not started for nothing)."""
+    versions = summary.get("table_versions") or {}
+    return bool(versions.get("after")) and versions.get("before") != versions.get("after")
+
+
 def require_marker_default() -> bool:
     """Take only snapshot folders with the sync job's marker (:func:`jobs.lake.engine_config.require_marker_default`)."""
     from jobs.lake import engine_config

@@ -11,6 +11,16 @@ from jobs.lake import _delta
 from schemas import consumer_offsets, messages, queue_bounds, validation_results
 
 
+def _asset_events(name: str) -> int:
+    """Asset events recorded so far for the Asset ``name`` (the test database is shared by the session's runs)."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return (session.query(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+                .filter(AssetModel.name == name).count())
+
+
 @pytest.mark.integration
 def test_snapshot_dag_ingests_and_validates(tmp_path: pathlib.Path, airflow_db: pathlib.Path) -> None:
     from airflow.dag_processing.dagbag import DagBag
@@ -19,14 +29,20 @@ def test_snapshot_dag_ingests_and_validates(tmp_path: pathlib.Path, airflow_db: 
     lake = str(tmp_path / "lake")
     dag = DagBag(dag_folder=str(pathlib.Path(__file__).resolve().parents[2] / "dags" / "rocketmq_snapshot.py")) \
         .dags["rocketmq_snapshot"]
-    counts = []
+    counts, states, events = [], [], [_asset_events("rmq_recon.silver.consumer_offsets")]
     for _ in range(2):
         run = dag.test(run_conf={"landing": landing, "lake": lake})
         assert run.state == "success"
-        assert {ti.task_id: ti.state for ti in run.get_task_instances()} == {
-            "ingest": "success", "validate_silver": "success"}
+        states.append({ti.task_id: ti.state for ti in run.get_task_instances()})
         counts.append([len(_delta.read_pandas(lake, t.TABLE)) for t in (consumer_offsets, queue_bounds, messages)])
+        events.append(_asset_events("rmq_recon.silver.consumer_offsets"))
     assert counts == [[123, 1, 179], [123, 1, 179]]
+    # The silver Assets the reconcile DAG waits for are marked updated by the run that moved them, not by the
+    # second, which found nothing new (the fifth audit: every 15-minute no-op started a reconcile)
+    assert states == [
+        {"ingest": "success", "validate_silver": "success", "landed_anything": "success", "publish": "success"},
+        {"ingest": "success", "validate_silver": "success", "landed_anything": "success", "publish": "skipped"}]
+    assert [b - a for a, b in zip(events, events[1:])] == [1, 0]
     # The second run ingested nothing: validate_silver answered from the first run's kept results (no new commit).
     from jobs.lake import ledger
 
