@@ -27,6 +27,15 @@ stop() {
   done
 }
 
+# A location the DAGs' Params default to: s3:// as it is, a folder made absolute from the project root (the
+# services' working folder is not the shell's).
+where() {
+  case "$1" in
+    s3://*|/*) printf '%s' "$1" ;;
+    *) printf '%s' "$ROOT/$1" ;;
+  esac
+}
+
 start() {
   stop
   mkdir -p "$RUN" "$AIRFLOW_HOME/logs"
@@ -52,6 +61,9 @@ export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL=5
 export AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC=2
 export RUST_LOG="${RUST_LOG:-warn,sail_common::actor=error}"  # Sail's warnings, not its shutdown notice
 export PYTHONPATH="$ROOT\${PYTHONPATH:+:\$PYTHONPATH}"
+export RMQ_RECON_LANDING="$(where "${RMQ_RECON_LANDING:-var/landing}")"
+export RMQ_RECON_LAKE="$(where "${RMQ_RECON_LAKE:-var/lake}")"
+export RMQ_RECON_REPORTS="$(where "${RMQ_RECON_REPORTS:-var/reports}")"
 ENV
   # shellcheck disable=SC1091
   source "$AIRFLOW_HOME/env"
