@@ -3,8 +3,9 @@
 Runs when the snapshot DAG updates the silver tables (and hourly, so that backfills have intervals):
 replays the min-offset commits, finds duplicated and unconsumed offset ranges, offset corrections and DLQ
 candidates, writes the gold tables and the report folder, then checks the gold tables and rebuilds the dashboard
-(``<reports>/dashboard/``, also after a failed check: it shows the failures). A re-run of the same
-logical date replaces its own rows and files, nothing else.
+(``<reports>/dashboard/``, also after a failed check: it shows the failures). A re-run of a run (its task
+cleared) replaces that run's rows and files with the same, nothing else; Airflow gives a new run of the same logical
+date (``airflow dags test`` again) a new run id, hence its own report folder and rows.
 
 After every run, whatever its outcome, ``alert`` tells people what changed since the previous run (webhook and
 email, through the Airflow connections ``rmq_recon_webhook`` / ``rmq_recon_smtp``; once per run) and
