@@ -29,6 +29,11 @@ SCHEMA = StructType(
         # the first snapshots holding the SubBefore and the SubAfter records (an as-of run sees only earlier ones)
         StructField("first_snapshot_ts", TimestampType(), True),
         StructField("after_snapshot_ts", TimestampType(), True),
+        # a delivery without a SubAfter that cleanExpireMsg sent back (formats §3: the client sends a message consumed
+        # for longer than consumeTimeout back to %RETRY%G and removes it from its ProcessQueue): the store time of
+        # that copy, when it left the ProcessQueue (docs/semantics.md rule 12a), and the snapshot that first held it
+        StructField("sent_back_ts", TimestampType(), True),
+        StructField("sent_back_snapshot_ts", TimestampType(), True),
     ]
 )
 KEY: tuple[str, ...] = ('cluster', 'consumer_group', 'request_id')

@@ -34,10 +34,12 @@ def test_scenario_reports_equal_truth(tmp_path: pathlib.Path, scenario: str) -> 
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, 2, 7])
 def test_mixed_reports_equal_truth(tmp_path: pathlib.Path, seed: int) -> None:
+    """Causes included: seed 7 (the demo's) has a message hung for 15 min that cleanExpireMsg sent back, whose
+    offset then no longer pins the commit (rule 12a; before, a later duplicate was HEAD_BLOCKED, not UNPERSISTED)."""
     report_dir, truth, _ = _pipeline(tmp_path, "mixed", seed=seed)
-    assert compare(report_dir, truth) == []
+    assert compare(report_dir, truth, strict_cause=True) == []
 
 
 @pytest.mark.integration

@@ -158,7 +158,8 @@ def open_entries(old_d: Any, recent_d: Any, *, cut: dt.datetime) -> Any:
     entries = o.where((F.col("retry_times") == 0) & F.col("queue_offset").isNotNull() & F.col("start_ts").isNotNull())
     keyed = entries.select("*", *[h.alias("_" + c) for h, c in zip(host, TIMELINE_KEY)])
     hk = ["_" + c for c in TIMELINE_KEY]
-    w = Window.partitionBy(*hk).orderBy("start_ts", "queue_offset", "end_ts", "request_id")
+    left = F.coalesce("end_ts", "sent_back_ts")  # as the replay orders its entries (rule 12a)
+    w = Window.partitionBy(*hk).orderBy("start_ts", "queue_offset", left, "request_id")
     # only the timelines with an open entry are ordered (the small side on the left: Sail builds from it)
     hosts = keyed.where("_open").select(*hk).distinct()
     ranked = hosts.join(keyed, on=hk, how="inner").withColumn("_rn", F.row_number().over(w))
@@ -346,14 +347,15 @@ def group_checks(frames: dict[str, Any], parts: dict[str, Any], looked: dict[str
               .join(bcast, on=GROUP, how="left").toPandas())
     chain = judged["_first_recent"].isna() & judged["_own"].notna() & judged["_bcast"].isna()
     chains = judged[chain][key].drop_duplicates().reset_index(drop=True)
-    settled = old_d.where(F.col("after_snapshot_ts") > snapshots._ts(previous_as_of)).select(*GROUP).distinct()
+    settled = old_d.where((F.col("after_snapshot_ts") > snapshots._ts(previous_as_of))
+                          | (F.col("sent_back_snapshot_ts") > snapshots._ts(previous_as_of))).select(*GROUP).distinct()
     subs = frames["subscription_groups"]
     now = dlq.retry_max_times(subs, as_of=as_of).withColumnRenamed("retry_max", "_now")
     then = dlq.retry_max_times(subs, as_of=previous_as_of).withColumnRenamed("retry_max", "_then")
     changed = (now.join(then, on=[*GROUP, "broker"], how="full").where(~F.col("_now").eqNullSafe(F.col("_then")))
                .select(*GROUP).distinct())
     reasons = [
-        (settled, "a delivery from before the horizon ended after the previous run"),
+        (settled, "a delivery from before the horizon ended (or was sent back) after the previous run"),
         (changed, "retryMaxTimes changed since the previous run"),
     ]
     out = None

@@ -9,12 +9,13 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from jobs.formats.topics import is_system_topic_col
+from jobs.formats.topics import RETRY_PREFIX, is_system_topic_col
 from schemas import deliveries as deliveries_schema
 
 
 # The silver/messages columns :func:`deliveries` reads (a caller may pass just these).
-MESSAGE_COLUMNS = ("cluster", "uniq_key", "topic", "broker", "physical_offset", "queue_id", "queue_offset")
+MESSAGE_COLUMNS = ("cluster", "uniq_key", "topic", "broker", "physical_offset", "queue_id", "queue_offset", "store_ts",
+                   "reconsume_times", "first_snapshot_ts")
 
 
 def original_copies(messages: DataFrame) -> DataFrame:
@@ -56,6 +57,30 @@ def sub_afters(trace: DataFrame) -> DataFrame:
                 F.col("success"), F.col("context_code"), F.col("cost_time_ms").alias("after_cost"),
                 F.col("timestamp").alias("after_ts"), F.col("first_snapshot_ts").alias("after_snapshot_ts"))
     )
+
+
+def with_sent_back(picked: DataFrame, messages: DataFrame) -> DataFrame:
+    """``sent_back_ts`` / ``sent_back_snapshot_ts`` of the deliveries without a SubAfter (rule 12a): the earliest
+    copy of the key in the group's ``%RETRY%`` topic with one more reconsume time, stored after the delivery started.
+
+    ``ProcessQueue.cleanExpiredMsg`` (formats §3) sends a message consumed for longer than consumeTimeout back with
+    delay level 3 and removes it from the ProcessQueue: the commit moves past it then. A failed consumption is sent
+    back too, but only after its SubAfter (the hook runs before processConsumeResult), so a delivery with a SubAfter
+    gets none; a send-back that failed leaves no copy, and the message keeps pinning (rule 20).
+    """
+    backs = (messages.where(F.col("topic").startswith(RETRY_PREFIX))
+             .select(F.col("cluster").alias("_b_cluster"),
+                     F.expr(f"substring(topic, {len(RETRY_PREFIX) + 1})").alias("_b_group"),
+                     F.col("uniq_key").alias("_b_key"), F.col("reconsume_times").alias("_b_times"),
+                     F.col("store_ts").alias("_b_ts"), F.col("first_snapshot_ts").alias("_b_snap")))
+    cond = ((F.col("cluster") == F.col("_b_cluster")) & (F.col("consumer_group") == F.col("_b_group"))
+            & (F.col("msg_id") == F.col("_b_key")) & (F.col("_b_times") == F.col("retry_times") + 1)
+            & (F.col("_b_ts") > F.col("start_ts")) & F.col("success").isNull())
+    w = Window.partitionBy("cluster", "consumer_group", "request_id", "msg_id").orderBy(F.col("_b_ts").asc_nulls_last())
+    return (picked.join(backs, on=cond, how="left")
+            .withColumn("_first_back", F.row_number().over(w)).where("_first_back = 1")
+            .select("*", F.col("_b_ts").alias("sent_back_ts"), F.col("_b_snap").alias("sent_back_snapshot_ts"))
+            .drop("_first_back", "_b_cluster", "_b_group", "_b_key", "_b_times", "_b_ts", "_b_snap"))
 
 
 def deliveries(trace: DataFrame, messages: DataFrame, client_ids: DataFrame) -> DataFrame:
@@ -106,7 +131,7 @@ def deliveries(trace: DataFrame, messages: DataFrame, client_ids: DataFrame) -> 
         how="left",
     ).select("d.*", F.col("c.client_id").alias("_client"))
     wc = Window.partitionBy("cluster", "consumer_group", "request_id", "msg_id").orderBy(F.col("_client").asc_nulls_last())
-    picked = cand.withColumn("_rc", F.row_number().over(wc)).where("_rc = 1")
+    picked = with_sent_back(cand.withColumn("_rc", F.row_number().over(wc)).where("_rc = 1"), messages)
     request_id = F.when(F.col("_n") == 1, F.col("request_id")).otherwise(
         F.concat(F.col("request_id"), F.lit("#"), F.col("msg_id")))
     out = picked.select(
@@ -114,7 +139,7 @@ def deliveries(trace: DataFrame, messages: DataFrame, client_ids: DataFrame) -> 
         "retry_times", "start_ts", end_ts.alias("end_ts"), "success", "context_code", "topic", "broker", "queue_id",
         "queue_offset", "client_host", F.coalesce(F.col("_client"), F.lit("")).alias("client_id"),
         F.col("after_cost").cast("long").alias("cost_time_ms"), "trace_broker", "trace_physical_offset",
-        "first_snapshot_ts", "after_snapshot_ts",
+        "first_snapshot_ts", "after_snapshot_ts", "sent_back_ts", "sent_back_snapshot_ts",
     )
     schema = deliveries_schema.SCHEMA
     return out.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])

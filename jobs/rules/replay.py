@@ -1,8 +1,8 @@
 """Commit replay: what each client would have committed, from its deliveries (spec §4, formats §3).
 
 A concurrent push consumer commits the lowest offset still in its ProcessQueue (``ProcessQueue.removeMessage``).
-With L(o) the time the first delivery of offset o left the ProcessQueue (its SubAfter; never for one in
-flight) and D(o) = max L(o') over o' <= o (a running max), the commit at time t is the smallest pulled o with
+With L(o) the time the first delivery of offset o left the ProcessQueue (its SubAfter, or the copy cleanExpireMsg
+sent back after consumeTimeout; never for one still in flight) and D(o) = max L(o') over o' <= o (a running max), the commit at time t is the smallest pulled o with
 D(o) > t (spec §4 identity), or one past the last pulled offset when everything has left.
 
 * ``commit_timeline``: the per-offset timeline (L, D) per (group, client host, queue, ProcessQueue lifetime).
@@ -63,7 +63,7 @@ def replay_deliveries(deliveries: DataFrame, *, as_of: Optional[dt.datetime] = N
     keys = [F.coalesce(F.col(c), F.lit("")).alias(c) if c in ("client_id", "client_host") else F.col(c)
             for c in TIMELINE_KEY]
     return deliveries.where(keep).select(*keys, F.col("queue_offset").cast("long"), "start_ts",
-                                         F.col("end_ts").alias("left_ts"))
+                                         F.coalesce("end_ts", "sent_back_ts").alias("left_ts"))
 
 
 def queue_ids(frame: DataFrame) -> DataFrame:

@@ -167,6 +167,8 @@ def messages_as_of(messages: DataFrame, *, as_of: dt.datetime) -> DataFrame:
 
 # What a delivery knows from its SubAfter record.
 AFTER_COLUMNS = ("end_ts", "success", "context_code", "cost_time_ms", "after_snapshot_ts")
+# What a delivery knows from the copy cleanExpireMsg sent back (rule 12a).
+SENT_BACK_COLUMNS = ("sent_back_ts", "sent_back_snapshot_ts")
 
 
 def deliveries_as_of(deliveries: DataFrame, *, as_of: dt.datetime) -> DataFrame:
@@ -177,8 +179,10 @@ def deliveries_as_of(deliveries: DataFrame, *, as_of: dt.datetime) -> DataFrame:
     """
     cut = _ts(as_of)
     after_seen = F.col("after_snapshot_ts").isNull() | (F.col("after_snapshot_ts") <= cut)
+    back_seen = F.col("sent_back_snapshot_ts").isNull() | (F.col("sent_back_snapshot_ts") <= cut)
     seen = deliveries.where(F.col("first_snapshot_ts").isNull() | (F.col("first_snapshot_ts") <= cut))
-    return seen.select(*[F.when(after_seen, F.col(c)).alias(c) if c in AFTER_COLUMNS else F.col(c)
+    return seen.select(*[F.when(after_seen, F.col(c)).alias(c) if c in AFTER_COLUMNS else
+                         F.when(back_seen, F.col(c)).alias(c) if c in SENT_BACK_COLUMNS else F.col(c)
                          for c in deliveries_schema.TABLE.columns])
 
 

@@ -60,13 +60,13 @@ def test_deliveries_pair_map_and_name_clients(spark) -> None:  # noqa: ANN001
     got = deliveries.deliveries(trace, messages, clients)
     expected = spark.createDataFrame([
         ("c", "G", "r1", "K1", 0, _ts(1), _ts(3), True, 0, "T", "b", 2, 41, "10.0.0.1", "", 2000, "b", 900,
-         _ts(60), _ts(120)),
+         _ts(60), _ts(120), None, None),
         ("c", "G", "r2", "K2", 1, _ts(10), _ts(10.5), False, 4, "T", "b", 0, 5, "10.0.0.1", "", 500, "b", 901,
-         None, None),
+         None, None, None, None),
         ("c", "G", "r3", "K1", 0, _ts(20), None, None, None, "T", "b", 2, 41, "10.0.0.2", "", None, "b", 903,
-         None, None),
+         None, None, None, None),
         ("c", "B", "r4", "K9", 0, _ts(30), None, None, None, None, None, None, None, "10.0.0.7", "10.0.0.7@DEFAULT",
-         None, "b", 904, None, None),
+         None, "b", 904, None, None, None, None),
     ], D.SCHEMA)
     assertDataFrameEqual(got, expected)
 
@@ -115,3 +115,51 @@ def test_an_ipv6_broadcast_client_gets_its_deliveries(spark) -> None:  # noqa: A
     got = deliveries.deliveries(trace, spark.createDataFrame([], M.SCHEMA), clients)
     assert sorted((r["request_id"], r["client_id"]) for r in got.select("request_id", "client_id").collect()) == [
         ("r4", "[2001:db8:0:0:0:0:0:5]@DEFAULT"), ("r5", "")]
+
+
+def _copy(phys: int, topic: str, key: str, times: int, stored: float, snap: float) -> tuple:
+    row = {c: None for c in M.TABLE.columns}
+    row.update(cluster="c", broker="b", physical_offset=phys, topic=topic, queue_id=0, queue_offset=phys, uniq_key=key,
+               reconsume_times=times, store_ts=_ts(stored), first_snapshot_ts=_ts(snap))
+    return tuple(row[c] for c in M.TABLE.columns)
+
+
+def test_a_hung_delivery_leaves_its_process_queue_when_clean_expire_sends_it_back(spark) -> None:  # noqa: ANN001
+    """Rule 12a (the fifth audit: mixed seed 7, offset 73 hung at 00:14:46 and sent back at 00:30, was taken to pin
+    the commit for ever, so a later duplicate was HEAD_BLOCKED instead of UNPERSISTED). The copy of K1 in
+    %RETRY%G with reconsume 1 stored after r1 started is its send-back; r2 (a SubAfter: sent back after it, if ever),
+    r3 (another group), r4 (a copy stored before it started) and r5 (only a copy with reconsume 2) get none."""
+    before = dict(record_index=0, client_host="10.0.0.1", type="SubBefore", retry_times=0)
+    trace = spark.createDataFrame(_trace([
+        dict(before, physical_offset=900, timestamp=_ts(10), group="G", request_id="r1", msg_id="K1"),
+        dict(before, physical_offset=901, timestamp=_ts(10), group="G", request_id="r2", msg_id="K2"),
+        dict(physical_offset=902, record_index=0, client_host="10.0.0.1", type="SubAfter", timestamp=_ts(12),
+             group="G", request_id="r2", msg_id="K2", success=False, context_code=1, cost_time_ms=2000),
+        dict(before, physical_offset=903, timestamp=_ts(10), group="H", request_id="r3", msg_id="K1"),
+        dict(before, physical_offset=904, timestamp=_ts(2000), group="G", request_id="r4", msg_id="K1"),
+        dict(before, physical_offset=905, timestamp=_ts(10), group="G", request_id="r5", msg_id="K5"),
+    ]), T.SCHEMA)
+    messages = spark.createDataFrame([
+        _copy(100, "T", "K1", 0, 1, 60), _copy(101, "T", "K2", 0, 1, 60), _copy(102, "T", "K5", 0, 1, 60),
+        _copy(200, "%RETRY%G", "K1", 1, 1000, 1200), _copy(201, "%RETRY%G", "K1", 1, 1900, 1900),
+        _copy(202, "%RETRY%G", "K2", 1, 14, 60), _copy(203, "%RETRY%G", "K5", 2, 1000, 1200)], M.SCHEMA)
+    got = deliveries.deliveries(trace, messages, spark.createDataFrame([], "cluster string, consumer_group string, "
+                                                                           "client_id string"))
+    assert sorted(tuple(r) for r in got.select("consumer_group", "request_id", "sent_back_ts", "sent_back_snapshot_ts")
+                  .collect()) == [("G", "r1", _ts(1000).replace(tzinfo=None), _ts(1200).replace(tzinfo=None)),
+                                  ("G", "r2", None, None), ("G", "r4", None, None), ("G", "r5", None, None),
+                                  ("H", "r3", None, None)]
+
+
+def test_an_as_of_run_sees_a_send_back_its_snapshots_held(spark) -> None:  # noqa: ANN001
+    from jobs.rules import snapshots
+
+    def sent(req: str, snap: float) -> dict:
+        r = dict(zip(D.TABLE.columns, _delivery(req, 60, None, end=None)))
+        return {**r, "sent_back_ts": _ts(1000), "sent_back_snapshot_ts": _ts(snap)}
+
+    d = spark.createDataFrame([tuple(sent(q, s)[c] for c in D.TABLE.columns) for q, s in (("a", 1200), ("b", 7200))],
+                              D.SCHEMA)
+    got = snapshots.deliveries_as_of(d, as_of=T0 + dt.timedelta(hours=1))
+    assert sorted(tuple(r) for r in got.select("request_id", "sent_back_ts").collect()) == [
+        ("a", _ts(1000).replace(tzinfo=None)), ("b", None)]

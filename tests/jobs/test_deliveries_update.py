@@ -53,7 +53,7 @@ def _row(req: str, key: str, start: float, end: float | None, where: tuple | Non
     done = end is not None
     return ("c", "G", req, key, 0, _ts(start), _ts(end) if done else None, True if done else None,
             0 if done else None, topic, broker, q, qo, "10.0.0.1", "", 1000 if done else None, "tb", trace_phys,
-            None, None)
+            None, None, None, None)
 
 
 def test_an_update_finds_old_messages_and_messages_that_land_after_their_trace(spark, lake: str) -> None:  # noqa: ANN001

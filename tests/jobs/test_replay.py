@@ -85,16 +85,18 @@ def test_commit_timeline_exact(spark: Any) -> None:
     left before it started (a clock step: it counts as leaving at its start). Host B takes 12-13 at 30 s. A
     retry delivery (retry_times 1) and one started after ``as_of`` are not read.
     """
-    def row(host: str, o: int, start: float, end: Optional[float], retry: int = 0, rid: str = "") -> tuple:
+    def row(host: str, o: int, start: float, end: Optional[float], retry: int = 0, rid: str = "",
+            back: Optional[float] = None) -> tuple:
         return ("c", "G", None, host, "T", "b", 0, o, S(start), None if end is None else S(end), retry,
-                rid or f"{host}-{o}-{start}")
+                rid or f"{host}-{o}-{start}", None if back is None else S(back))
 
     rows = [row("A", 10, 1, 4), row("A", 11, 2, 3), row("A", 11, 2.5, 9), row("A", 12, 3, None),
             row("A", 11, 20, 21), row("A", 12, 20, 25), row("A", 13, 22, 21.5), row("A", 14, 23, 24, retry=1),
-            row("B", 12, 30, 31), row("B", 13, 30, None), row("B", 14, 99, 100)]
+            row("B", 12, 30, 31), row("B", 13, 30, None, back=40), row("B", 14, 99, 100)]
     dels = spark.createDataFrame(rows, "cluster string, consumer_group string, client_id string, client_host string, "
                                        "topic string, broker string, queue_id int, queue_offset long, "
-                                       "start_ts timestamp, end_ts timestamp, retry_times int, request_id string")
+                                       "start_ts timestamp, end_ts timestamp, retry_times int, request_id string, "
+                                       "sent_back_ts timestamp")
     tl = replay.named(replay.commit_timeline(dels, as_of=S(50)), replay.queues(dels, as_of=S(50)))
     cols = ["client_host", "lifetime", "lifetime_start", "queue_offset", "prev_offset", "start_ts", "left_ts",
             "d_ts", "prev_d_ts"]
@@ -112,9 +114,9 @@ def test_commit_timeline_exact(spark: Any) -> None:
         ("A", 3, True, 11, None, 20.0, 21.0, 21.0, None),
         ("A", 3, False, 12, 11, 20.0, 25.0, 25.0, 21.0),
         ("A", 3, False, 13, 12, 22.0, 22.0, 25.0, 25.0),
-        # B: 13 in flight
+        # B: 13 has no SubAfter; cleanExpireMsg sent it back at 40 (rule 12a): it left then
         ("B", 0, True, 12, None, 30.0, 31.0, 31.0, None),
-        ("B", 0, False, 13, 12, 30.0, None, None, 31.0),
+        ("B", 0, False, 13, 12, 30.0, 40.0, 40.0, 31.0),
     ]
 
 
