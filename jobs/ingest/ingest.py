@@ -458,8 +458,8 @@ class KnownRecords:
 
     def __init__(self, offsets: np.ndarray, sizes: np.ndarray, seen: np.ndarray,
                  ranges: dict[dt.datetime, list[tuple[int, int]]]) -> None:
-        # Usually in order already (the lake's records in key order, then the run's in decode order): then no copy
-        # is made. A record in both keeps its first place (the lake's).
+        # Sorted (one copy) unless already in order, which the run's records are not when several decode tasks
+        # staged them (every broker at 10 M); a record in both keeps its first place (the lake's).
         if len(offsets) > 1 and not (offsets[1:] > offsets[:-1]).all():
             order = np.argsort(offsets, kind="stable")
             offsets, sizes, seen = offsets[order], sizes[order], seen[order]
