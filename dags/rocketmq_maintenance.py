@@ -13,6 +13,8 @@ from pathlib import Path
 import pendulum
 from airflow.sdk import Param, dag, task
 
+from jobs.problems import fail_fast
+
 
 @dag(
     dag_id=Path(__file__).stem,
@@ -34,6 +36,7 @@ from airflow.sdk import Param, dag, task
 )
 def rocketmq_maintenance() -> None:
     @task
+    @fail_fast
     def maintain(params: dict | None = None) -> dict:
         from jobs.ops import maintenance
 

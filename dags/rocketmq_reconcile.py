@@ -20,6 +20,7 @@ from pathlib import Path
 import pendulum
 from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, Param, dag, task
 
+from jobs.problems import fail_fast
 from schemas import consumer_offsets, queue_bounds
 
 GOLD_READY = consumer_offsets.TABLE.asset() & queue_bounds.TABLE.asset()
@@ -58,6 +59,7 @@ GOLD_READY = consumer_offsets.TABLE.asset() & queue_bounds.TABLE.asset()
 )
 def rocketmq_reconcile() -> None:
     @task
+    @fail_fast
     def reconcile(params: dict | None = None, run_id: str | None = None, logical_date=None) -> dict:  # noqa: ANN001
         from jobs.lake import engine_config
         from jobs.reconcile import reconcile
@@ -69,12 +71,14 @@ def rocketmq_reconcile() -> None:
                              retention_h=params["retention_h"])
 
     @task
+    @fail_fast
     def validate_gold(summary: dict, params: dict | None = None) -> dict:
         from jobs.ops import quality
 
         return quality.validate_layer(params["lake"], "gold", run_id=summary["run_id"])
 
     @task
+    @fail_fast
     def dashboard(params: dict | None = None) -> dict:
         from jobs.ops import dashboard
 

@@ -14,6 +14,7 @@ import pendulum
 from airflow.sdk import Param, dag, task
 
 from jobs.lake import engine_config
+from jobs.problems import fail_fast
 from schemas import consumer_offsets, deliveries, messages, queue_bounds, subscription_groups, topic_configs
 
 SILVER_ASSETS = [t.TABLE.asset() for t in (consumer_offsets, queue_bounds, messages, deliveries,
@@ -44,6 +45,7 @@ SILVER_ASSETS = [t.TABLE.asset() for t in (consumer_offsets, queue_bounds, messa
 )
 def rocketmq_snapshot() -> None:
     @task
+    @fail_fast
     def ingest(params: dict | None = None) -> dict:
         from jobs.ingest import ingest
 
@@ -51,6 +53,7 @@ def rocketmq_snapshot() -> None:
                           require_marker=params["require_marker"])
 
     @task
+    @fail_fast
     def validate_silver(summary: dict, params: dict | None = None) -> dict:
         from jobs.ops import quality
 

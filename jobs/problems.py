@@ -1,7 +1,12 @@
 """Bad input, named: every problem names its file and position so it can be quarantined and found again."""
 from __future__ import annotations
 
+import functools
+import re
 from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,40 @@ class LandingLayoutError(ReconError, ValueError):
     """A landing-zone path that does not follow the layout of spec §3."""
 
 
-class UsageError(ReconError, ValueError):
+class FinalError(ReconError):
+    """An error that a retry would meet again (the same options, the same lake): an Airflow task fails at once."""
+
+
+class UsageError(FinalError, ValueError):
     """An option value that cannot work (a missing lake, a malformed time, an unknown group): one line that names
     the option, the value and what to do; the command line exits 2."""
+
+
+def fail_fast(task_fn: Callable[..., T]) -> Callable[..., T]:
+    """An Airflow task body whose :class:`FinalError` (a usage error, a failed expectation suite) fails the task at
+    once, without its retries: a missing lake or a wrong Param gives the same error 30 s later. The line names the DAG Param where the error names its option
+    (``--lake x: ...`` -> ``Param lake (--lake on the command line) x: ...``). Other errors are retried as before."""
+
+    @functools.wraps(task_fn)
+    def run(*args: Any, **kwargs: Any) -> T:
+        try:
+            return task_fn(*args, **kwargs)
+        except FinalError as e:
+            from airflow.sdk.exceptions import AirflowFailException
+
+            raise AirflowFailException(as_param_error(str(e), kwargs.get("params"))) from e
+
+    return run
+
+
+def as_param_error(message: str, params: Any) -> str:
+    """``message`` with its leading ``--option`` named as the DAG Param it came from, when the DAG has that Param."""
+    m = re.match(r"--([a-z][a-z0-9-]*)\b", message)
+    if not m or not params:
+        return message
+    name = m.group(1).replace("-", "_")
+    try:
+        known = name in params
+    except TypeError:
+        known = False
+    return f"Param {name} (--{m.group(1)} on the command line){message[m.end():]}" if known else message

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from jobs.lake import _delta, storage
-from jobs.problems import ReconError, UsageError
+from jobs.problems import FinalError, UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -38,7 +38,7 @@ UNIQUE = "expect_compound_columns_to_be_unique"
 BUCKET_ROWS = 2_500_000
 
 
-class QualityError(ReconError):
+class QualityError(FinalError):
     """A table failed its expectation suite (the message names each table and expectation)."""
 
 

@@ -90,3 +90,17 @@ def test_reconcile_dag_alerts_once_per_change_and_pushes_its_metrics(
         text = r.read().decode()
     assert [line for line in text.splitlines() if line.startswith("rocketmq_recon_run_info")] == [
         f'rocketmq_recon_run_info{{cluster="DefaultCluster",instance="",job="rmq_recon",run_id="{run_ids[2]}"}} 1']
+
+
+@pytest.mark.integration
+def test_a_usage_error_fails_the_task_at_once(tmp_path: pathlib.Path, airflow_db: pathlib.Path) -> None:
+    """A missing landing zone fails ingest on its first try (67 s and three tries before: two retries 30 s apart
+    met the same error)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    dag = DagBag(dag_folder=str(pathlib.Path(__file__).resolve().parents[2] / "dags" / "rocketmq_snapshot.py")) \
+        .dags["rocketmq_snapshot"]
+    run = dag.test(run_conf={"landing": str(tmp_path / "no-landing"), "lake": str(tmp_path / "lake")})
+    assert (run.state, {ti.task_id: (ti.state, ti.try_number) for ti in run.get_task_instances()}) == (
+        "failed", {"ingest": ("failed", 1), "validate_silver": ("upstream_failed", 0),
+                   "landed_anything": ("upstream_failed", 0), "publish": ("upstream_failed", 0)})
