@@ -140,7 +140,7 @@ def test_which_previous_run_a_run_carries(runs: dict, as_of: str, hours: float, 
     want = horizon.params_of(**{"window": 10, "dlq_warn_retries": 3, "blocking_min_age_s": 900, "groups": None,
                                 **params})
     run, why = horizon.previous_run(runs["lake"], run_id="next", as_of=at, cut=at - pd.Timedelta(hours=hours),
-                                    params=want, snapshots_version=version)
+                                    params=want, folders=horizon.SnapshotFolders(runs["lake"], version))
     assert ((run or {}).get("run_id"), why) == expected
 
 

@@ -60,20 +60,42 @@ def params_of(*, window: int, dlq_warn_retries: int, blocking_min_age_s: int, gr
             "blocking_min_age_s": int(blocking_min_age_s), "groups": sorted(groups) if groups else None}
 
 
-def snapshots_digest(lake: str, version: int | None, until: dt.datetime) -> str:
-    """A digest of the snapshot folders taken (and their listings) up to ``until``: changes when the lake below does."""
-    if version is None or not _delta.exists(lake, snapshots_schema.TABLE):
-        return "none"
-    df = _delta.read_pandas_columns(lake, snapshots_schema.TABLE, ["cluster", "broker", "snapshot_ts",
-                                                                   "listing_digest"], at=version)
-    ts = pd.to_datetime(df["snapshot_ts"], utc=True)
-    df = df[ts <= pd.Timestamp(until)].assign(snapshot_ts=ts.dt.strftime("%Y%m%dT%H%M%S.%fZ"))
-    rows = sorted(df.astype(str).itertuples(index=False, name=None))
-    return hashlib.blake2b("\n".join("\0".join(r) for r in rows).encode(), digest_size=16).hexdigest()
+class SnapshotFolders:
+    """The ledger of snapshot folders (bronze/snapshots, one row per folder) at the run's version, read once: the
+    horizon's digests and the report's missing inputs come from the same read. Bounded by the folder count, which
+    grows by one row per broker and snapshot (about 35,000 a broker-year), not by the data."""
+
+    COLUMNS = ["cluster", "broker", "snapshot_ts", "listing_digest", "folder", "missing"]
+
+    def __init__(self, lake: str, version: int | None) -> None:
+        self.frame = pd.DataFrame({c: pd.Series(dtype=object) for c in self.COLUMNS})
+        if version is None or not _delta.exists(lake, snapshots_schema.TABLE):
+            self.present = False
+            return
+        self.present = True
+        try:
+            df = _delta.read_pandas_columns(lake, snapshots_schema.TABLE, self.COLUMNS, at=version)
+        except ValueError:  # pyarrow's ArrowInvalid: a ledger written before ``missing`` existed
+            df = _delta.read_pandas_columns(lake, snapshots_schema.TABLE, self.COLUMNS[:-1], at=version)
+            df["missing"] = None
+        self.frame = df.assign(snapshot_ts=pd.to_datetime(df["snapshot_ts"], utc=True))
+
+    def until(self, until: dt.datetime) -> pd.DataFrame:
+        return self.frame[self.frame["snapshot_ts"] <= pd.Timestamp(until)]
+
+    def digest(self, until: dt.datetime) -> str:
+        """A digest of the snapshot folders taken (and their listings) up to ``until``: changes when the lake below
+        does."""
+        if not self.present:
+            return "none"
+        df = self.until(until)[["cluster", "broker", "snapshot_ts", "listing_digest"]]
+        df = df.assign(snapshot_ts=df["snapshot_ts"].dt.strftime("%Y%m%dT%H%M%S.%fZ"))
+        rows = sorted(df.astype(str).itertuples(index=False, name=None))
+        return hashlib.blake2b("\n".join("\0".join(r) for r in rows).encode(), digest_size=16).hexdigest()
 
 
 def previous_run(lake: str, *, run_id: str, as_of: dt.datetime, cut: dt.datetime, params: dict,
-                 snapshots_version: int | None) -> tuple[dict | None, str]:
+                 folders: SnapshotFolders) -> tuple[dict | None, str]:
     """The completed run whose rows this run carries, or None and why not.
 
     P = the latest completed run (by as-of, then completion) with as-of in [cut, as_of], other than this run id,
@@ -97,7 +119,7 @@ def previous_run(lake: str, *, run_id: str, as_of: dt.datetime, cut: dt.datetime
         return None, "no run since the horizon ran with the same parameters and all groups"
     best = same[-1]
     mine = summaries[best.run_id]["horizon"]
-    if mine.get("snapshots_digest") != snapshots_digest(lake, snapshots_version, best.as_of.to_pydatetime()):
+    if mine.get("snapshots_digest") != folders.digest(best.as_of.to_pydatetime()):
         return None, f"snapshots at or before {best.as_of} changed since the previous run {best.run_id}"
     run = gold_runs.run(lake, str(best.run_id))
     run["as_of"] = best.as_of.to_pydatetime()

@@ -21,7 +21,7 @@ import logging
 import re
 import time
 import uuid
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pandas as pd
 
@@ -45,6 +45,9 @@ from schemas import (
 )
 from schemas import audit_hours as audit_hours_schema
 from schemas import status_samples as status_samples_schema
+
+if TYPE_CHECKING:
+    from jobs.reconcile.horizon import SnapshotFolders
 
 log = logging.getLogger(__name__)
 UTC = dt.timezone.utc
@@ -265,21 +268,10 @@ def summarize(run_id: str, as_of: dt.datetime, lake: str, pdfs: dict[str, pd.Dat
             "groups": groups, "files": file_names}
 
 
-def missing_inputs(lake: str, version: int | None, until: dt.datetime) -> list[dict[str, Any]]:
+def missing_inputs(folders: SnapshotFolders, until: dt.datetime) -> list[dict[str, Any]]:
     """The newest snapshot folder of each broker (and clients folder) at or before ``until`` that lacks files spec
-    §3 expects, with what it lacks (bronze/snapshots.missing): "missing files are reported, never fatal". Read as
-    the horizon's snapshots digest reads the ledger (a row per snapshot folder)."""
-    from schemas import snapshots as snapshots_schema
-
-    if version is None or not _delta.exists(lake, snapshots_schema.TABLE):
-        return []
-    try:
-        df = _delta.read_pandas_columns(lake, snapshots_schema.TABLE,
-                                        ["cluster", "broker", "snapshot_ts", "folder", "missing"], at=version)
-    except ValueError:  # pyarrow's ArrowInvalid: a ledger written before the column existed, nothing recorded
-        return []
-    df = df.assign(snapshot_ts=pd.to_datetime(df["snapshot_ts"], utc=True))
-    df = df[df["snapshot_ts"] <= pd.Timestamp(until)].sort_values(["cluster", "broker", "snapshot_ts"])
+    §3 expects, with what it lacks (bronze/snapshots.missing): "missing files are reported, never fatal"."""
+    df = folders.until(until).sort_values(["cluster", "broker", "snapshot_ts"])
     newest = df.groupby(["cluster", "broker"], sort=True).tail(1)
     return [{"cluster": r["cluster"], "broker": r["broker"], "snapshot_ts": reports.format_ts(r["snapshot_ts"]),
              "folder": r["folder"], "missing": r["missing"].split(", ")}
@@ -367,11 +359,11 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
         cut = as_of_ts - dt.timedelta(hours=hours)
         params = horizon.params_of(window=window, dlq_warn_retries=dlq_warn_retries,
                                    blocking_min_age_s=blocking_min_age_s, groups=groups)
-        snaps = state["table_versions"].get(horizon.snapshots_schema.TABLE.qualified)
+        folders = horizon.SnapshotFolders(lake, state["table_versions"].get(horizon.snapshots_schema.TABLE.qualified))
         info: dict[str, Any] = {"mode": "full", "retention_h": hours, "cut": reports.format_ts(cut),
-                                "params": params, "snapshots_digest": horizon.snapshots_digest(lake, snaps, as_of_ts)}
+                                "params": params, "snapshots_digest": folders.digest(as_of_ts)}
         previous, why = (None, "--full") if full else (None, "--groups") if groups else horizon.previous_run(
-            lake, run_id=rid, as_of=as_of_ts, cut=cut, params=params, snapshots_version=snaps)
+            lake, run_id=rid, as_of=as_of_ts, cut=cut, params=params, folders=folders)
         tmp = storage.join(lake, "_tmp", f"reconcile-{uuid.uuid4().hex[:12]}")
         try:
             frames["stored_messages"] = frames["messages"]
@@ -407,7 +399,7 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
         folder = storage.join(reports_root, rid)
         summary = write_report_folder(folder, rid, as_of_ts, lake, r["pdfs"], r["agreement"], r["latest_offsets"],
                                       state["table_versions"].get(files.TABLE.qualified), horizon_info=info,
-                                      missing=missing_inputs(lake, snaps, as_of_ts))
+                                      missing=missing_inputs(folders, as_of_ts))
         failpoints.hit("reconcile.after_publish")
         held.check()
         # The ledger row also keeps the old records' maxima per queue, which the next run carries
