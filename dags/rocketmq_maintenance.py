@@ -13,6 +13,7 @@ from pathlib import Path
 import pendulum
 from airflow.sdk import Param, dag, task
 
+from jobs.lake import engine_config
 from jobs.problems import fail_fast
 
 
@@ -28,7 +29,7 @@ from jobs.problems import fail_fast
     default_args={"retries": 2, "retry_delay": pendulum.duration(minutes=5),
                   "execution_timeout": pendulum.duration(hours=2)},
     params={
-        "lake": Param(os.environ.get("RMQ_RECON_LAKE", "var/lake"), type="string",
+        "lake": Param(engine_config.default_lake(), type="string",
                       description="lake root (folder or s3://)"),
         "retention_h": Param(float(os.environ.get("RMQ_RECON_VACUUM_RETENTION_H", "168")), type="number", minimum=0,
                              description="hours a removed file is kept at least (raised to keep ledger versions)"),

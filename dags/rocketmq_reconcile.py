@@ -20,10 +20,13 @@ from pathlib import Path
 import pendulum
 from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, Param, dag, task
 
+from jobs.lake import engine_config
 from jobs.problems import fail_fast
 from schemas import consumer_offsets, queue_bounds
 
-GOLD_READY = consumer_offsets.TABLE.asset() & queue_bounds.TABLE.asset()
+# Both silver tables of this deployment's lake updated (the snapshot DAG names the Assets by the lake it ingested).
+GOLD_READY = (consumer_offsets.TABLE.asset(engine_config.default_lake())
+              & queue_bounds.TABLE.asset(engine_config.default_lake()))
 
 
 @dag(
@@ -38,7 +41,7 @@ GOLD_READY = consumer_offsets.TABLE.asset() & queue_bounds.TABLE.asset()
     default_args={"retries": 2, "retry_delay": pendulum.duration(seconds=30),
                   "execution_timeout": pendulum.duration(hours=2)},
     params={
-        "lake": Param(os.environ.get("RMQ_RECON_LAKE", "var/lake"), type="string"),
+        "lake": Param(engine_config.default_lake(), type="string"),
         "reports": Param(os.environ.get("RMQ_RECON_REPORTS", "var/reports"), type="string"),
         "as_of": Param(None, type=["null", "string"], description="ISO-8601 UTC; default: the run's logical date"),
         "window": Param(10, type="integer", minimum=2, description="snapshots per queue for the status"),
@@ -61,7 +64,6 @@ def rocketmq_reconcile() -> None:
     @task
     @fail_fast
     def reconcile(params: dict | None = None, run_id: str | None = None, logical_date=None) -> dict:  # noqa: ANN001
-        from jobs.lake import engine_config
         from jobs.reconcile import reconcile
 
         engine_config.apply_spark_connection(params["spark_conn_id"])

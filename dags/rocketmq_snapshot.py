@@ -2,8 +2,9 @@
 
 Ingests every new (or late-completed) snapshot folder of the landing zone (broker config files with their .bak,
 commitlog and consumequeue segments, broadcast clients' offsets.json) into bronze and silver Delta tables, then
-checks the silver tables with their Great Expectations suites, and marks the silver Assets updated (which starts the
-reconcile DAG) only when it moved a table. Incremental and idempotent: a re-run changes nothing.
+checks the silver tables with their Great Expectations suites, and marks the silver Assets of the lake it ingested
+into updated (which starts that lake's reconcile DAG) only when it moved a table. Incremental and idempotent: a
+re-run changes nothing.
 """
 from __future__ import annotations
 
@@ -11,14 +12,14 @@ import os
 from pathlib import Path
 
 import pendulum
-from airflow.sdk import Param, dag, task
+from airflow.sdk import AssetAlias, Param, dag, task
 
 from jobs.lake import engine_config
 from jobs.problems import fail_fast
-from schemas import consumer_offsets, deliveries, messages, queue_bounds, subscription_groups, topic_configs
 
-SILVER_ASSETS = [t.TABLE.asset() for t in (consumer_offsets, queue_bounds, messages, deliveries,
-                                          subscription_groups, topic_configs)]
+# The silver Assets of the lake a run ingested into (its Param), named at run time: an ad-hoc run on another lake
+# does not start the reconcile of the lake the services serve.
+SILVER = AssetAlias("rmq_recon.silver")
 
 
 @dag(
@@ -35,7 +36,7 @@ SILVER_ASSETS = [t.TABLE.asset() for t in (consumer_offsets, queue_bounds, messa
     params={
         "landing": Param(os.environ.get("RMQ_RECON_LANDING", "var/landing"), type="string",
                          description="landing zone root (folder or s3://)"),
-        "lake": Param(os.environ.get("RMQ_RECON_LAKE", "var/lake"), type="string",
+        "lake": Param(engine_config.default_lake(), type="string",
                       description="lake root (folder or s3://)"),
         "settle_s": Param(float(os.environ.get("RMQ_RECON_SNAPSHOT_SETTLE_S", "0")), type="number", minimum=0,
                           description="a snapshot folder without _SUCCESS is taken once unchanged this long"),
@@ -65,9 +66,12 @@ def rocketmq_snapshot() -> None:
 
         return ingest.landed_anything(summary)
 
-    @task(outlets=SILVER_ASSETS)
-    def publish() -> None:
-        """Marks the silver Assets updated, which the reconcile DAG waits for: only when the ingest changed them."""
+    @task(outlets=[SILVER])
+    def publish(params: dict | None = None, *, outlet_events=None) -> None:  # noqa: ANN001
+        """Marks the lake's silver Assets updated, which its reconcile DAG waits for: only when the ingest changed
+        them."""
+        for asset in engine_config.silver_assets(params["lake"]):
+            outlet_events[SILVER].add(asset)
 
     summary = ingest()
     validate_silver(summary)

@@ -44,8 +44,14 @@ class Table:
     def columns(self) -> list[str]:
         return [f.name for f in self.schema.fields]
 
-    def asset(self) -> "Asset":
-        """The Airflow Asset a producing task lists in ``outlets`` (imported lazily: jobs never need Airflow)."""
+    def asset(self, lake: str) -> "Asset":
+        """The Airflow Asset of this table in ``lake``: its URI is the table's location (``file://`` of the absolute
+        folder, or the ``s3://`` URI), so two lakes on one Airflow are two sets of Assets and an ingest of one never
+        starts the other's reconcile. Airflow is imported lazily: jobs never need it."""
+        import os
+        import pathlib
+
         from airflow.sdk import Asset
 
-        return Asset(name=f"rmq_recon.{self.layer}.{self.name}", uri=f"rmq-recon://lake/{self.qualified}")
+        root = lake.rstrip("/") if lake.startswith("s3://") else pathlib.Path(os.path.abspath(lake)).as_uri()
+        return Asset(name=f"rmq_recon.{self.layer}.{self.name}@{root}", uri=self.path(root))

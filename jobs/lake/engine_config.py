@@ -30,3 +30,17 @@ def require_marker_default() -> bool:
     """Take only snapshot folders with the sync job's marker: RMQ_RECON_REQUIRE_MARKER 1, true or yes (any case).
     One reading for the CLI and the snapshot DAG's Param (the DAG read only "1" and "true")."""
     return os.environ.get("RMQ_RECON_REQUIRE_MARKER", "0").strip().lower() in ("1", "true", "yes")
+
+
+def default_lake() -> str:
+    """The lake the DAGs serve when a run names none: ``RMQ_RECON_LAKE`` (``infra/airflow.sh`` exports it absolute),
+    else ``var/lake``. The reconcile DAG waits for this lake's silver Assets."""
+    return os.environ.get("RMQ_RECON_LAKE", "var/lake")
+
+
+def silver_assets(lake: str) -> list[Any]:
+    """The Airflow Assets an ingest into ``lake`` updates (those the reconcile DAG of that lake waits for)."""
+    from schemas import consumer_offsets, deliveries, messages, queue_bounds, subscription_groups, topic_configs
+
+    return [t.TABLE.asset(lake) for t in (consumer_offsets, queue_bounds, messages, deliveries, subscription_groups,
+                                          topic_configs)]

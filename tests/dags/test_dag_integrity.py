@@ -52,17 +52,27 @@ def test_dashboard_alerts_and_metrics_run_after_every_reconcile_and_never_decide
         "dashboard": (True, False, "all_done_setup_success")}
 
 
-def test_snapshot_dag_publishes_the_silver_assets_the_reconcile_dag_waits_for() -> None:
+def test_snapshot_dag_publishes_the_silver_assets_the_reconcile_dag_waits_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Assets are named by the lake (the fifth audit: two lakes on one Airflow started each other's reconciles):
+    the reconcile DAG waits for RMQ_RECON_LAKE's two tables, the snapshot DAG's publish task names the run's lake's
+    six through an alias (tests/dags/test_dag_run.py counts the events)."""
+    from airflow.sdk import AssetAlias
+
+    from jobs.lake import engine_config
+
+    monkeypatch.setenv("RMQ_RECON_LAKE", "s3://fleet-a/lake")
     snap = _bag(DAG_FILES[0].parent / "rocketmq_snapshot.py").dags["rocketmq_snapshot"]
     rec = _bag(DAG_FILES[0].parent / "rocketmq_reconcile.py").dags["rocketmq_reconcile"]
-    produced = {a.name for a in snap.get_task("publish").outlets}
-    assert [t.task_id for t in snap.tasks if t.outlets] == ["publish"]  # not ingest: it succeeds on nothing new
-    assert produced == {"rmq_recon.silver.consumer_offsets", "rmq_recon.silver.queue_bounds", "rmq_recon.silver.messages",
-                        "rmq_recon.silver.deliveries", "rmq_recon.silver.subscription_groups",
-                        "rmq_recon.silver.topic_configs"}
+    assert [(t.task_id, t.outlets) for t in snap.tasks if t.outlets] == [("publish", [AssetAlias("rmq_recon.silver")])]
+    assert [(a.name, a.uri) for a in engine_config.silver_assets("/data/lake-b/")] == [
+        (f"rmq_recon.silver.{t}@file:///data/lake-b", f"file:///data/lake-b/silver/{t}")
+        for t in ("consumer_offsets", "queue_bounds", "messages", "deliveries", "subscription_groups", "topic_configs")]
     condition = rec.timetable.asset_condition
     assert type(condition).__name__ == "AssetAll"  # both tables must have been updated
-    assert {a.name for a in condition.objects} == {"rmq_recon.silver.consumer_offsets", "rmq_recon.silver.queue_bounds"}
+    assert {(a.name, a.uri) for a in condition.objects} == {
+        ("rmq_recon.silver.consumer_offsets@s3://fleet-a/lake", "s3://fleet-a/lake/silver/consumer_offsets"),
+        ("rmq_recon.silver.queue_bounds@s3://fleet-a/lake", "s3://fleet-a/lake/silver/queue_bounds")}
+    assert (snap.params["lake"], rec.params["lake"]) == ("s3://fleet-a/lake", "s3://fleet-a/lake")
     assert (snap.catchup, rec.catchup, snap.max_active_runs, rec.max_active_runs) == (False, False, 1, 1)
 
 

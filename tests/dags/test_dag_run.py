@@ -7,7 +7,7 @@ import pytest
 
 from alert_servers import pushgateway, servers  # noqa: F401 - fixtures
 from jobs.ingest import sample_landing
-from jobs.lake import _delta
+from jobs.lake import _delta, engine_config
 from schemas import consumer_offsets, messages, queue_bounds, validation_results
 
 
@@ -21,28 +21,78 @@ def _asset_events(name: str) -> int:
                 .filter(AssetModel.name == name).count())
 
 
+def _serve(lake: str | None) -> None:
+    """Serialize the DAGs into the test database as the services would for RMQ_RECON_LAKE=``lake`` and unpause the
+    reconcile DAG (``None``: pause it again and drop what was queued for it)."""
+    import os
+    import subprocess
+    import sys
+
+    from airflow.utils.session import create_session
+    from sqlalchemy import text
+
+    airflow = str(pathlib.Path(sys.executable).with_name("airflow"))
+    if lake is None:
+        subprocess.run([airflow, "dags", "pause", "rocketmq_reconcile"], check=True, capture_output=True)
+        with create_session() as session:
+            session.execute(text("delete from asset_dag_run_queue where target_dag_id = 'rocketmq_reconcile'"))
+        return
+    env = dict(os.environ, RMQ_RECON_LAKE=lake)
+    subprocess.run([airflow, "dags", "reserialize"], check=True, capture_output=True, env=env)
+    subprocess.run([airflow, "dags", "unpause", "rocketmq_reconcile"], check=True, capture_output=True, env=env)
+
+
+def _queued_for_reconcile() -> set[str]:
+    """The Assets whose events wait to start a reconcile DAG run (Airflow's asset_dag_run_queue)."""
+    from airflow.utils.session import create_session
+    from sqlalchemy import text
+
+    with create_session() as session:
+        return {r[0] for r in session.execute(text(
+            "select a.name from asset_dag_run_queue q join asset a on a.id = q.asset_id "
+            "where q.target_dag_id = 'rocketmq_reconcile'"))}
+
+
 @pytest.mark.integration
-def test_snapshot_dag_ingests_and_validates(tmp_path: pathlib.Path, airflow_db: pathlib.Path) -> None:
+def test_snapshot_dag_ingests_and_validates(tmp_path: pathlib.Path, airflow_db: pathlib.Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow.dag_processing.dagbag import DagBag
 
     landing = str(sample_landing.build(tmp_path / "landing"))
     lake = str(tmp_path / "lake")
     dag = DagBag(dag_folder=str(pathlib.Path(__file__).resolve().parents[2] / "dags" / "rocketmq_snapshot.py")) \
         .dags["rocketmq_snapshot"]
-    counts, states, events = [], [], [_asset_events("rmq_recon.silver.consumer_offsets")]
+    mine = [a.name for a in engine_config.silver_assets(lake)]  # named by the run's lake (its Param)
+    # The reconcile DAG as the services would run it for this lake: waiting for its Assets, unpaused (dag.test
+    # serializes every DAG of the folder again, with this process's RMQ_RECON_LAKE).
+    monkeypatch.setenv("RMQ_RECON_LAKE", lake)
+    _serve(lake)
+    counts, states, events = [], [], [[_asset_events(n) for n in mine]]
     for _ in range(2):
         run = dag.test(run_conf={"landing": landing, "lake": lake})
         assert run.state == "success"
         states.append({ti.task_id: ti.state for ti in run.get_task_instances()})
         counts.append([len(_delta.read_pandas(lake, t.TABLE)) for t in (consumer_offsets, queue_bounds, messages)])
-        events.append(_asset_events("rmq_recon.silver.consumer_offsets"))
+        events.append([_asset_events(n) for n in mine])
     assert counts == [[123, 1, 179], [123, 1, 179]]
     # The silver Assets the reconcile DAG waits for are marked updated by the run that moved them, not by the
     # second, which found nothing new (the fifth audit: every 15-minute no-op started a reconcile)
     assert states == [
         {"ingest": "success", "validate_silver": "success", "landed_anything": "success", "publish": "success"},
         {"ingest": "success", "validate_silver": "success", "landed_anything": "success", "publish": "skipped"}]
-    assert [b - a for a, b in zip(events, events[1:])] == [1, 0]
+    # One event on each of the six Assets of the run's lake by the first run, none by the second.
+    assert [[b - a for a, b in zip(x, y)] for x, y in zip(events, events[1:])] == [[1] * 6, [0] * 6]
+    # ... which queued the reconcile DAG of that lake once per Asset it waits for
+    assert _queued_for_reconcile() == {"rmq_recon.silver.consumer_offsets@" + pathlib.Path(lake).as_uri(),
+                                       "rmq_recon.silver.queue_bounds@" + pathlib.Path(lake).as_uri()}
+    # An ad-hoc run into another lake marks that lake's Assets, which no reconcile waits for (the fifth audit: it
+    # started the served lake's reconcile).
+    other = str(tmp_path / "other-lake")
+    assert dag.test(run_conf={"landing": landing, "lake": other}).state == "success"
+    assert [_asset_events(a.name) for a in engine_config.silver_assets(other)] == [1] * 6
+    assert _queued_for_reconcile() == {"rmq_recon.silver.consumer_offsets@" + pathlib.Path(lake).as_uri(),
+                                       "rmq_recon.silver.queue_bounds@" + pathlib.Path(lake).as_uri()}
+    _serve(None)
     # The second run ingested nothing: validate_silver answered from the first run's kept results (no new commit).
     from jobs.lake import ledger
 
