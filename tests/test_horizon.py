@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -132,15 +133,15 @@ def test_a_horizon_run_reads_less_than_a_full_run(runs: dict) -> None:
      (None, "snapshots at or before 2026-01-05 06:00:00+00:00 changed since the previous run full-06")),
 ], ids=["the_latest_run_since_the_cut", "none_since_the_cut", "the_latest_at_or_before_the_as_of_time",
         "another_window_is_not_carried", "a_groups_run_is_not_carried", "a_lake_changed_below_it_is_not_carried"])
-def test_which_previous_run_a_run_carries(runs: dict, as_of: str, hours: float, params: dict, version: int | None,
-                                          expected: tuple) -> None:
+def test_which_previous_run_a_run_carries(runs: dict, spark: Any, as_of: str, hours: float, params: dict,
+                                          version: int | None, expected: tuple) -> None:
     from jobs.reconcile import horizon, reconcile
 
     at = reconcile.parse_as_of(as_of)
     want = horizon.params_of(**{"window": 10, "dlq_warn_retries": 3, "blocking_min_age_s": 900, "groups": None,
                                 **params})
     run, why = horizon.previous_run(runs["lake"], run_id="next", as_of=at, cut=at - pd.Timedelta(hours=hours),
-                                    params=want, folders=horizon.SnapshotFolders(runs["lake"], version))
+                                    params=want, folders=horizon.SnapshotFolders(spark, runs["lake"], version))
     assert ((run or {}).get("run_id"), why) == expected
 
 
@@ -173,3 +174,38 @@ def test_old_maxima_carry_the_previous_runs_and_read_only_records_first_held_sin
     assert horizon.offsets_in_order(lo(("C", "T", "b", 0, 7), ("C", "T", "b", 2, 9)), old_max)
     assert not horizon.offsets_in_order(lo(("C", "T", "b", 0, 6)), old_max)  # the record first held since: 6 >= 6
     assert not horizon.offsets_in_order(lo(("C", "T", "b", 2, 8)), old_max)  # the carried maximum: 8 >= 8
+
+
+def test_the_snapshot_digest_follows_the_folders_at_or_before_its_time(spark: Any, tmp_path: pathlib.Path) -> None:
+    """horizon.SnapshotFolders, computed in the engine: a folder taken after the time leaves the digest as it was; a
+    late file in a folder at or before it (a new listing) or a new folder there changes it. The missing inputs are
+    each broker's newest folder's."""
+    import datetime as dt
+
+    from jobs.lake import _delta
+    from jobs.reconcile import horizon
+    from schemas import snapshots as ledger
+
+    lake = str(tmp_path / "lake")
+    at = {h: dt.datetime(2026, 1, 5, h, tzinfo=dt.timezone.utc) for h in (1, 2, 3)}
+
+    def take(*rows: tuple) -> int:
+        df = spark.createDataFrame([("C", b, at[h].replace(tzinfo=None), f"cluster=C/broker={b}/{h}", 3, 100, digest,
+                                     "marker", missing, at[h].replace(tzinfo=None)) for b, h, digest, missing in rows],
+                                   ledger.TABLE.schema)
+        _delta.merge(spark, df, lake, ledger.TABLE)
+        return _delta.version(lake, ledger.TABLE)
+
+    v0 = take(("b1", 1, "d1", ""), ("b1", 2, "d2", "store/commitlog/"), ("b2", 1, "d3", ""))
+    v1 = take(("b1", 3, "d4", ""))                       # taken after 02:00
+    v2 = take(("b2", 1, "d3-late", ""))                  # a late file in a folder of 01:00
+    v3 = take(("b2", 2, "d5", "store/config/topics.json"))  # a new folder at 02:00
+    f = {v: horizon.SnapshotFolders(spark, lake, v) for v in (v0, v1, v2, v3)}
+    two = [f[v].digest(at[2]) for v in (v0, v1, v2, v3)]
+    assert two[0] == two[1] and len({two[1], two[2], two[3]}) == 3
+    assert two[0].startswith("3:") and f[v1].digest(at[3]).startswith("4:") and f[v1].digest(at[3]) != two[1]
+    assert horizon.SnapshotFolders(spark, lake, None).digest(at[2]) == "none"
+    newest = [(r["broker"], r["snapshot_ts"], r["missing"]) for r in f[v3].newest_missing(at[2])]
+    assert newest == [("b1", at[2].replace(tzinfo=None), "store/commitlog/"),
+                      ("b2", at[2].replace(tzinfo=None), "store/config/topics.json")]
+    assert f[v3].newest_missing(at[3]) == [dict(f[v3].newest_missing(at[2])[1])]  # b1's newest lacks nothing

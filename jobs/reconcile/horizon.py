@@ -18,7 +18,6 @@ recomputes from the recent part and merges, so that its rows equal a full run's,
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
 from typing import Any
@@ -61,37 +60,47 @@ def params_of(*, window: int, dlq_warn_retries: int, blocking_min_age_s: int, gr
 
 
 class SnapshotFolders:
-    """The ledger of snapshot folders (bronze/snapshots, one row per folder) at the run's version, read once: the
-    horizon's digests and the report's missing inputs come from the same read. Bounded by the folder count, which
-    grows by one row per broker and snapshot (about 35,000 a broker-year), not by the data."""
+    """The ledger of snapshot folders (bronze/snapshots, one row per folder) at the run's version, read in the engine:
+    the horizon's digests and the report's missing inputs. The ledger grows by a row per broker and snapshot (35,000
+    a broker-year at 15 minutes) for as long as the lake lives; the driver receives a digest and a row per broker."""
 
-    COLUMNS = ["cluster", "broker", "snapshot_ts", "listing_digest", "folder", "missing"]
+    def __init__(self, spark: Any, lake: str, version: int | None) -> None:
+        self.present = version is not None and _delta.exists(lake, snapshots_schema.TABLE)
+        self.frame = _delta.read(spark, lake, snapshots_schema.TABLE, at=version) if self.present else None
 
-    def __init__(self, lake: str, version: int | None) -> None:
-        self.frame = pd.DataFrame({c: pd.Series(dtype=object) for c in self.COLUMNS})
-        if version is None or not _delta.exists(lake, snapshots_schema.TABLE):
-            self.present = False
-            return
-        self.present = True
-        try:
-            df = _delta.read_pandas_columns(lake, snapshots_schema.TABLE, self.COLUMNS, at=version)
-        except ValueError:  # pyarrow's ArrowInvalid: a ledger written before ``missing`` existed
-            df = _delta.read_pandas_columns(lake, snapshots_schema.TABLE, self.COLUMNS[:-1], at=version)
-            df["missing"] = None
-        self.frame = df.assign(snapshot_ts=pd.to_datetime(df["snapshot_ts"], utc=True))
+    def until(self, until: dt.datetime) -> Any:
+        from pyspark.sql import functions as F
 
-    def until(self, until: dt.datetime) -> pd.DataFrame:
-        return self.frame[self.frame["snapshot_ts"] <= pd.Timestamp(until)]
+        from jobs.rules import snapshots
+
+        assert self.frame is not None
+        return self.frame.where(F.col("snapshot_ts") <= snapshots._ts(until))
 
     def digest(self, until: dt.datetime) -> str:
         """A digest of the snapshot folders taken (and their listings) up to ``until``: changes when the lake below
-        does."""
+        does. Order-free (a count and a sum of 64-bit row hashes), so the engine computes it in one pass."""
         if not self.present:
             return "none"
-        df = self.until(until)[["cluster", "broker", "snapshot_ts", "listing_digest"]]
-        df = df.assign(snapshot_ts=df["snapshot_ts"].dt.strftime("%Y%m%dT%H%M%S.%fZ"))
-        rows = sorted(df.astype(str).itertuples(index=False, name=None))
-        return hashlib.blake2b("\n".join("\0".join(r) for r in rows).encode(), digest_size=16).hexdigest()
+        from pyspark.sql import functions as F
+
+        row = self.until(until).agg(
+            F.count(F.lit(1)).alias("n"),
+            F.sum(F.xxhash64("cluster", "broker", "snapshot_ts", "listing_digest").cast("decimal(38,0)")).alias("h"),
+        ).collect()[0]
+        return f"{int(row['n'])}:{row['h'] if row['h'] is not None else 0}"
+
+    def newest_missing(self, until: dt.datetime) -> list[dict[str, Any]]:
+        """Each broker's (and clients folder's) newest folder at or before ``until`` when it lacks files, by key."""
+        if not self.present:
+            return []
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        w = Window.partitionBy("cluster", "broker").orderBy(F.col("snapshot_ts").desc())
+        rows = (self.until(until).withColumn("_rn", F.row_number().over(w))
+                .where((F.col("_rn") == 1) & F.col("missing").isNotNull() & (F.col("missing") != ""))
+                .select("cluster", "broker", "snapshot_ts", "folder", "missing").collect())
+        return sorted((r.asDict() for r in rows), key=lambda r: (r["cluster"], r["broker"]))
 
 
 def previous_run(lake: str, *, run_id: str, as_of: dt.datetime, cut: dt.datetime, params: dict,

@@ -271,11 +271,8 @@ def summarize(run_id: str, as_of: dt.datetime, lake: str, pdfs: dict[str, pd.Dat
 def missing_inputs(folders: SnapshotFolders, until: dt.datetime) -> list[dict[str, Any]]:
     """The newest snapshot folder of each broker (and clients folder) at or before ``until`` that lacks files spec
     §3 expects, with what it lacks (bronze/snapshots.missing): "missing files are reported, never fatal"."""
-    df = folders.until(until).sort_values(["cluster", "broker", "snapshot_ts"])
-    newest = df.groupby(["cluster", "broker"], sort=True).tail(1)
     return [{"cluster": r["cluster"], "broker": r["broker"], "snapshot_ts": reports.format_ts(r["snapshot_ts"]),
-             "folder": r["folder"], "missing": r["missing"].split(", ")}
-            for r in newest.to_dict("records") if isinstance(r["missing"], str) and r["missing"]]
+             "folder": r["folder"], "missing": r["missing"].split(", ")} for r in folders.newest_missing(until)]
 
 
 def write_report_folder(folder: str, run_id: str, as_of: dt.datetime, lake: str, pdfs: dict[str, pd.DataFrame],
@@ -359,7 +356,8 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
         cut = as_of_ts - dt.timedelta(hours=hours)
         params = horizon.params_of(window=window, dlq_warn_retries=dlq_warn_retries,
                                    blocking_min_age_s=blocking_min_age_s, groups=groups)
-        folders = horizon.SnapshotFolders(lake, state["table_versions"].get(horizon.snapshots_schema.TABLE.qualified))
+        folders = horizon.SnapshotFolders(spark, lake,
+                                          state["table_versions"].get(horizon.snapshots_schema.TABLE.qualified))
         info: dict[str, Any] = {"mode": "full", "retention_h": hours, "cut": reports.format_ts(cut),
                                 "params": params, "snapshots_digest": folders.digest(as_of_ts)}
         previous, why = (None, "--full") if full else (None, "--groups") if groups else horizon.previous_run(
