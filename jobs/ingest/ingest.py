@@ -40,7 +40,7 @@ import pyarrow as pa
 from jobs.formats import configs
 from jobs.formats.consumequeue import CQ_STORE_UNIT_SIZE
 from jobs.ingest import cq_ledger, landing
-from jobs.lake import _delta, _spark, storage
+from jobs.lake import _delta, _spark, ledger, storage
 from jobs.ingest.landing import LandingFile, Snapshot
 from jobs.problems import Problem, UsageError
 from schemas import (
@@ -1326,23 +1326,21 @@ def late_window_h() -> float:
     return hours
 
 
-def sealed_rule(taken: dict[tuple[str, str, str], str], window_h: float) -> Callable[[str], bool]:
+def sealed_rule(taken: ledger.TakenSnapshots, window_h: float) -> Callable[[str], bool]:
     """Which snapshot folders a run need not list: taken already, and a snapshot of the same broker (or clients
     folder) at least ``window_h`` hours newer was taken too. The sync job writes a broker's snapshots in order, so
     files no longer arrive in a folder that old; a run then lists what is new, not the whole landing zone (a
     folder's files, 4,500 at 1 M messages an hour, cost 20 us each to list and classify). ``--retake`` lists all.
     """
-    newest: dict[tuple[str, str], str] = {}
-    for c, b, ts in taken:
-        newest[(c, b)] = max(newest.get((c, b), ts), ts)
     window = dt.timedelta(hours=window_h)
 
     def sealed(folder: str) -> bool:
         key = landing.folder_key(folder)
         if key is None or key not in taken:
             return False
+        newest = taken.newest(key[0], key[1])
         try:
-            return landing.parse_snapshot_ts(newest[key[:2]]) - landing.parse_snapshot_ts(key[2]) >= window
+            return newest is not None and newest - landing.parse_snapshot_ts(key[2]) >= window
         except ValueError:
             return False
 
@@ -1394,7 +1392,7 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
     """
     import fnmatch
 
-    from jobs.lake import failpoints, lease, ledger
+    from jobs.lake import failpoints, lease
 
     say = progress or log.info
     t0 = time.time()

@@ -428,7 +428,8 @@ def scan_batches(lake: str, table: "Table", columns: list[str], *, filters: Any,
         options = pads.ParquetReadOptions(dictionary_columns=set(dictionary)) if dictionary else None
         dataset = DeltaTable(path, storage_options=storage_options() if _is_s3(path) else None).to_pyarrow_dataset(
             parquet_read_options=options)
-    yield from dataset.scanner(columns=columns, filter=pq.filters_to_expression(filters), batch_readahead=2,
+    yield from dataset.scanner(columns=columns, filter=pq.filters_to_expression(filters) if filters else None,
+                               batch_readahead=2,
                                fragment_readahead=1).to_batches()
 
 

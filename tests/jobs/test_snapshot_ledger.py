@@ -165,3 +165,33 @@ def test_an_unchanged_landing_zone_starts_no_engine(clean: dict[str, Any], tmp_p
     again = ingest.run(str(landing), str(lake), settle_s=0)
     assert (again["snapshots"], again["snapshots_seen"], again["changed_rows"], again["run_id"]) == (
         0, 4, {}, first["run_id"])
+
+
+def test_the_taken_ledger_answers_per_folder_from_compact_arrays(spark: Any, tmp_path: pathlib.Path) -> None:
+    """ledger.TakenSnapshots: the digest of each folder taken (a re-taken folder's newest), none for a folder not
+    taken or a malformed name, and each broker's newest folder, from rows written by two MERGEs."""
+    import datetime as dt
+
+    from jobs.lake import ledger
+
+    lake = str(tmp_path / "lake")
+    at = {h: dt.datetime(2026, 1, 5, h) for h in (1, 2, 3)}
+
+    def take(*rows: tuple) -> None:
+        df = spark.createDataFrame([("C", b, at[h], f"f{b}{h}", 1, 1, d, "marker", "", at[h]) for b, h, d in rows],
+                                   snapshots.TABLE.schema)
+        _delta.merge(spark, df, lake, snapshots.TABLE)
+
+    assert len(ledger.taken_snapshots(lake)) == 0
+    take(("b1", 2, "a" * 64), ("b1", 1, "b" * 64), ("", 1, "c" * 64))
+    take(("b1", 1, "d" * 64), ("b2", 3, "e" * 64))  # b1's 01:00 again, with a late file
+    t = ledger.taken_snapshots(lake)
+    assert [t.get(("C", b, ts)) for b, ts in [("b1", "20260105T010000Z"), ("b1", "20260105T020000Z"),
+                                              ("", "20260105T010000Z"), ("b2", "20260105T030000Z"),
+                                              ("b2", "20260105T010000Z"), ("b9", "20260105T010000Z"),
+                                              ("b1", "2026-01-05")]] == ["d" * 64, "a" * 64, "c" * 64, "e" * 64,
+                                                                       None, None, None]
+    assert (len(t), ("C", "b1", "20260105T020000Z") in t, ("C", "b1", "20260105T030000Z") in t) == (4, True, False)
+    utc = dt.timezone.utc
+    assert [t.newest("C", b) for b in ("b1", "", "b2", "b9")] == [
+        at[2].replace(tzinfo=utc), at[1].replace(tzinfo=utc), at[3].replace(tzinfo=utc), None]
