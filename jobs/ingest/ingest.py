@@ -1326,6 +1326,20 @@ def late_window_h() -> float:
     return hours
 
 
+def seen_commitlog_paths(lake: str, snaps: list[Snapshot]) -> frozenset[str]:
+    """The commitlog files of ``snaps`` that bronze/files already holds (a re-read that finds nothing new is not a new
+    file version). Read for this run's paths only, from the data files whose snapshot times admit them: bronze/files
+    gains a row per segment copy of every snapshot (a broker keeping 144 segments, 5 M rows a year)."""
+    paths = [f.path for s in snaps if not s.is_clients for f in s.of_kind("commitlog")]
+    if not paths or not _delta.exists(lake, files.TABLE):
+        return frozenset()
+    first = min(s.ts for s in snaps if not s.is_clients)
+    return frozenset(_delta.read_pandas_columns(
+        lake, files.TABLE, ["source_path"],
+        filters=[("file_kind", "=", "commitlog"), ("snapshot_ts", ">=", first), ("source_path", "in", paths)],
+    )["source_path"])
+
+
 def sealed_rule(taken: ledger.TakenSnapshots, window_h: float) -> Callable[[str], bool]:
     """Which snapshot folders a run need not list: taken already, and a snapshot of the same broker (or clients
     folder) at least ``window_h`` hours newer was taken too. The sync job writes a broker's snapshots in order, so
@@ -1452,9 +1466,7 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
             say(f"ingest: finished the rewrites of {', '.join(recovered)} that a killed run left")
         storage.delete_tree(rows_folder(lake))  # what a killed run left
         state = load_segments_state(lake)
-        seen_paths = frozenset(
-            _delta.read_pandas_columns(lake, files.TABLE, ["source_path"], filters=[("file_kind", "=", "commitlog")])
-            ["source_path"]) if _delta.exists(lake, files.TABLE) else frozenset()
+        seen_paths = seen_commitlog_paths(lake, snaps)
         for i, snap in enumerate(snaps, 1):
             say(f"ingest: [{i}/{len(snaps)}] {snap.folder} ({len(snap.files)} files)")
             extract_configs(snap, landing_uri, ex, now)
