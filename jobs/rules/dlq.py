@@ -26,7 +26,7 @@ from jobs.rules.snapshots import (
     message_at,
     newest,
 )
-from jobs.formats.topics import DLQ_PREFIX, is_system_topic_col
+from jobs.formats.topics import DLQ_PREFIX, RETRY_PREFIX, is_system_topic_col
 from schemas import dlq_candidates as schema
 
 COLUMNS = schema.REPORT_COLUMNS
@@ -36,6 +36,7 @@ DELAY_LEVELS_MS = [1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_0
                    480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000]
 MAX_LEVEL = len(DELAY_LEVELS_MS)
 _CUMULATIVE_MS = [0] + list(accumulate(DELAY_LEVELS_MS))  # _CUMULATIVE_MS[j] = levels 1..j
+PLACE = ("topic", "broker", "queue_id", "queue_offset", "keys")  # where a row is reported
 
 
 def remaining_delay_ms(retries: int, max_retries: int) -> int:
@@ -127,13 +128,26 @@ def retrying(deliveries: DataFrame, messages: DataFrame, retry_max: DataFrame, *
         "cluster", "consumer_group", "uniq_key", F.col("retry_times").alias("_r"), "start_ts", "end_ts")
     dlq_keys = messages.where(F.col("topic").startswith(DLQ_PREFIX)).select(
         "cluster", F.expr(f"substring(topic, {len(DLQ_PREFIX) + 1})").alias("consumer_group"), "uniq_key").distinct()
-    orig = first_original(messages)
+    orig = first_original(messages).select("cluster", "uniq_key", *[F.col(c).alias(f"_o_{c}") for c in PLACE])
+    # No original copy in the lake (its commitlog expired before a snapshot held it): the group's newest retry copy,
+    # reported as the %RETRY%G queue it is (spec §5); neither: nowhere to report it (rule 19)
+    wr = Window.partitionBy("cluster", "consumer_group", "uniq_key").orderBy(
+        F.col("reconsume_times").desc_nulls_last(), F.col("physical_offset").desc())
+    retry = (messages.where(F.col("topic").startswith(RETRY_PREFIX) & F.col("uniq_key").isNotNull())
+             .withColumn("consumer_group", F.expr(f"substring(topic, {len(RETRY_PREFIX) + 1})"))
+             .withColumn("_rn", F.row_number().over(wr)).where("_rn = 1")
+             .withColumn("queue_offset", F.col("queue_offset").cast("long"))
+             .select("cluster", "consumer_group", "uniq_key", *[F.col(c).alias(f"_c_{c}") for c in PLACE]))
     j = (
         per_key.where((F.col("_ok") == 0) & (F.col("_r") >= F.lit(dlq_warn_retries)))
         .join(dlq_keys, on=["cluster", "consumer_group", "uniq_key"], how="left_anti")
         .join(last, on=["cluster", "consumer_group", "uniq_key", "_r"], how="inner")
-        .join(orig, on=["cluster", "uniq_key"], how="inner")
+        .join(orig, on=["cluster", "uniq_key"], how="left")
+        .join(retry, on=["cluster", "consumer_group", "uniq_key"], how="left")
+        .where(F.col("_o_topic").isNotNull() | F.col("_c_topic").isNotNull())
     )
+    found = F.col("_o_topic").isNotNull()
+    j = j.select("*", *[F.when(found, F.col(f"_o_{c}")).otherwise(F.col(f"_c_{c}")).alias(c) for c in PLACE])
     # the broker of the original copy receives its send-backs (the row's broker)
     j = with_retry_max(j, retry_max).withColumn("_max", F.coalesce(F.col("retry_max"),
                                                                    F.lit(DEFAULT_RETRY_MAX_TIMES)))

@@ -78,6 +78,17 @@ CASES = [
         [out(7, "K", 3, 16, "RETRYING", 300, 301 + ETA_FROM_3)],
         id="three_failed_retries_is_retrying_with_the_eta_of_the_remaining_delay_levels"),
     pytest.param(
+        [off(8)], [msg(2, "K", topic="%RETRY%G", reconsume=2), msg(5, "K", topic="%RETRY%G", reconsume=3),
+                   msg(9, "K", topic="%RETRY%H", reconsume=5)],
+        [dl(f"d{r}", "K", r, 100 * r, 100 * r + 1, False) for r in range(4)], [],
+        [out(5, "K", 3, 16, "RETRYING", 300, 301 + ETA_FROM_3, topic="%RETRY%G")],
+        id="retrying_without_an_original_copy_is_reported_at_the_groups_newest_retry_copy"),
+    pytest.param(
+        [off(8)], [],
+        [dl(f"d{r}", "K", r, 100 * r, 100 * r + 1, False) for r in range(4)], [],
+        [],
+        id="retrying_without_any_stored_copy_has_nowhere_to_be_reported"),
+    pytest.param(
         [off(8)], [msg(7, "K"), msg(6, "J")],
         [dl(f"d{r}", "K", r, 100 * r, 100 * r + 1, False) for r in range(3)]
         + [dl("j0", "J", 0, 5, 6, False), dl("j5", "J", 5, 500, 501, True)], [],
