@@ -78,11 +78,13 @@ def _read(lake: str, table: Any, columns: list[str], filters: Any, at: int | Non
 def completed_runs(lake: str, *, limit: int = RECENT_RUNS) -> pd.DataFrame:
     """The ``limit`` newest completed reconcile runs (by as-of time), oldest first, from gold/reconcile_runs."""
     cols = ["run_id", "as_of", "completed_at", "report_dir", "table_versions"]
-    runs = _read(lake, reconcile_runs.TABLE, cols, None)
+    # The ledger gains a row per run for the lake's life: its narrow columns are read whole, the wide ones of these.
+    runs = _read(lake, reconcile_runs.TABLE, cols[:3], None)
     if not len(runs):
-        return runs
+        return _read(lake, reconcile_runs.TABLE, cols, None)
     runs = runs.sort_values(["as_of", "completed_at", "run_id"], kind="mergesort").tail(limit)
-    return runs.reset_index(drop=True)
+    wide = _read(lake, reconcile_runs.TABLE, ["run_id", *cols[3:]], [("run_id", "in", list(runs["run_id"]))])
+    return runs.merge(wide.drop_duplicates("run_id"), on="run_id", how="left")[cols].reset_index(drop=True)
 
 
 def extract(lake: str, *, run_id: str | None = None, recent_runs: int = RECENT_RUNS,
@@ -136,10 +138,19 @@ def extract_validation(lake: str, *, limit: int = RECENT_VALIDATIONS) -> pd.Data
     table = validation_results.TABLE
     if not _delta.exists(lake, table):
         return None
-    ids = _delta.read_pandas_columns(lake, table, ["validation_id", "validated_at"])
-    if not len(ids):
+    # A row per expectation and table of every validation (about 48 a run, 1.7 M a year at 15 minutes): the newest
+    # time of each validation is gathered batch by batch (a row per validation held), then only those are read.
+    import pyarrow as pa
+
+    latest: dict[str, Any] = {}
+    for batch in _delta.scan_batches(lake, table, ["validation_id", "validated_at"], filters=None):
+        grouped = pa.Table.from_batches([batch]).group_by("validation_id").aggregate([("validated_at", "max")])
+        for vid, at in zip(grouped.column("validation_id").to_pylist(), grouped.column("validated_at_max").to_pylist()):
+            if at is not None and (vid not in latest or at > latest[vid]):
+                latest[vid] = at
+    if not latest:
         return pd.DataFrame(columns=table.columns)
-    newest = (ids.groupby("validation_id")["validated_at"].max().sort_values(kind="mergesort").tail(limit))
+    newest = pd.Series(latest).sort_values(kind="mergesort").tail(limit)
     return _delta.read_pandas_columns(lake, table, table.columns, filters=[("validation_id", "in", list(newest.index))])
 
 
