@@ -115,3 +115,54 @@ def test_an_as_of_run_sees_the_deliveries_of_a_lake_ingested_up_to_then(tmp_path
         return sorted(out.astype(str).itertuples(index=False, name=None))
 
     assert rows(seen) == rows(partial)
+
+
+def test_a_folder_that_lands_after_a_newer_one_still_first_holds_its_records(tmp_path: pathlib.Path) -> None:
+    """Sixth audit: a broker's 00:03 folder lands after its 00:04 one (a failed upload retried). The 7,068 messages
+    and 17,990 trace records first held at 00:03 (`rebalance`, seed 0) were stamped 00:04 for good, and a backfill
+    as of 00:03 lost them (914 invented SKIPPED rows in the audit's `mixed`). Now the lake's messages, trace records
+    and deliveries equal those of the lake that took the folders in order, and so do the as-of reports."""
+    import filecmp
+    import os
+
+    from faults.test_kill_rerun import lake_rows
+    from jobs import simulate
+    from jobs.ingest import ingest
+    from jobs.reconcile import reconcile
+
+    landing = tmp_path / "landing"
+    simulate.run("rebalance", str(landing), seed=0)
+    folders = sorted(p for p in landing.glob("cluster=*/*/snapshot_ts=*"))
+    assert [p.name[-7:-1] for p in folders] == ["000100", "000200", "000300", "000400"]
+
+    def grow(zone: pathlib.Path, stamps: list[str]) -> None:  # the folders of those times, hard-linked
+        for folder in folders:
+            if folder.name[-7:-1] in stamps:
+                for f in folder.rglob("*"):
+                    if f.is_file():
+                        (zone / f.relative_to(landing)).parent.mkdir(parents=True, exist_ok=True)
+                        os.link(f, zone / f.relative_to(landing))
+
+    lakes = {}
+    for name, order in (("in_order", ["000100", "000200", "000300", "000400"]),
+                        ("late", ["000100", "000200", "000400", "000300"])):
+        zone, lakes[name] = tmp_path / f"zone_{name}", tmp_path / f"lake_{name}"
+        for stamp in order:
+            grow(zone, [stamp])
+            ingest.run(str(zone), str(lakes[name]))
+    rows = {name: lake_rows(lake) for name, lake in lakes.items()}
+    for table in ("silver/messages", "bronze/trace_records", "silver/deliveries"):
+        assert rows["late"][table] == rows["in_order"][table], table
+    reports = {name: reconcile.run(str(lake), str(tmp_path / f"reports_{name}"), as_of="2026-01-05T00:03:00Z",
+                                   run_id="asof")["report_dir"] for name, lake in lakes.items()}
+    names = ["duplicated_ranges.csv", "unconsumed_ranges.csv", "dlq_candidates.csv", "consumer_status.csv",
+             "offset_corrections.csv"]
+    assert filecmp.cmpfiles(reports["late"], reports["in_order"], names, shallow=False)[1:] == ([], [])
+    import pandas as pd
+
+    from jobs.lake import _delta
+    from schemas import messages, trace_records
+
+    held = [_delta.read_pandas_columns(str(lakes["late"]), t.TABLE, ["first_snapshot_ts"])["first_snapshot_ts"]
+            for t in (messages, trace_records)]
+    assert [int((h == pd.Timestamp("2026-01-05T00:03:00Z")).sum()) for h in held] == [7068, 17990]

@@ -1326,6 +1326,54 @@ def late_window_h() -> float:
     return hours
 
 
+def lower_first_held(spark: Any, lake: str, late: list[Snapshot]) -> int:
+    """Give the records each of ``late`` holds its time as ``first_snapshot_ts`` (and its copy as a message's
+    ``segment``) where theirs is later.
+
+    A snapshot folder that lands after a newer one of its broker holds records the lake already took from the newer
+    one, stamped with that newer time; the run's decode reads nothing of them again (the segment ledger is past
+    them). Which records a copy holds is what decoding it gives (commitlog files are preallocated: a copy's size says
+    nothing), so the late folders' segments are decoded again, from their start, by the same tasks. Messages (trace
+    messages included) are lowered, then the trace records they carry; silver/deliveries follows, being derived
+    again for the rows rewritten. Rare (a failed upload retried): it costs a decode of those folders' segments.
+
+    Returns:
+        The number of messages and trace records whose time was lowered.
+    """
+    from pyspark.sql import functions as F
+
+    from jobs.ingest import decode_tasks
+
+    if not _delta.exists(lake, messages.TABLE):
+        return 0
+    units = decode_tasks.plan_units(sorted(late, key=lambda s: (s.cluster, s.broker, s.ts)), {}, frozenset(),
+                                    lambda snap, p: None, chunk_bytes=CHUNK_BYTES, batch_rows=MESSAGE_BATCH_ROWS,
+                                    trace_batch_rows=TRACE_BATCH_ROWS)
+    if not units:
+        return 0
+    folder = f"{rows_folder(lake)}/late-first-held"
+    _decode_pass(spark, units, Decoded(f"{folder}/decoded"), len(units))
+    held = (spark.read.schema(decode_tasks.output_ddl()).parquet(f"{folder}/decoded")
+            .where(F.col("kind") == decode_tasks.MESSAGE)
+            .select(*messages.TABLE.key, F.col("first_snapshot_ts").alias("_ts"), F.col("segment").alias("_path")))
+    # computed once: the messages' MERGE below changes what this frame would read
+    firsts = _spark.materialize(spark, (
+        _delta.read(spark, lake, messages.TABLE).select(*messages.TABLE.key, "first_snapshot_ts")
+        .join(held, list(messages.TABLE.key), "inner").where(F.col("first_snapshot_ts") > F.col("_ts"))
+        .groupBy(*messages.TABLE.key).agg(F.min(F.struct("_ts", "_path")).alias("_first"))
+        .select(*messages.TABLE.key, "_first._ts", "_first._path")), f"{folder}/firsts")
+    n = 0
+    for table in (messages, trace_records):
+        if not _delta.exists(lake, table.TABLE):
+            continue
+        rows = (_delta.read(spark, lake, table.TABLE).join(firsts, ["cluster", "broker", "physical_offset"], "inner")
+                .where(F.col("first_snapshot_ts") > F.col("_ts")).withColumn("first_snapshot_ts", F.col("_ts")))
+        if "segment" in table.TABLE.columns:  # the copy that first held the message
+            rows = rows.withColumn("segment", F.col("_path"))
+        n += _delta.merge(spark, rows.select(*table.TABLE.columns), lake, table.TABLE)
+    return n
+
+
 def seen_commitlog_paths(lake: str, snaps: list[Snapshot]) -> frozenset[str]:
     """The commitlog files of ``snaps`` that bronze/files already holds (a re-read that finds nothing new is not a new
     file version). Read for this run's paths only, from the data files whose snapshot times admit them: bronze/files
@@ -1444,6 +1492,10 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
             elif retake or taken.get(ledger.snapshot_key(snap.cluster, snap.broker, snap.ts)) != snap.listing_digest():
                 snaps.append(snap)
                 completed_by[snap.folder] = by
+        # Folders a sync job delivered after a newer one of the same broker (a failed upload retried): the records
+        # they hold were first held by them, not by the newer folder that landed first (as-of runs read this).
+        late = [s for s in snaps if not s.is_clients and (newest := taken.newest(s.cluster, s.broker)) is not None
+                and s.ts < newest and taken.get(ledger.snapshot_key(s.cluster, s.broker, s.ts)) != s.listing_digest()]
         say(f"ingest: {len(snaps)} new or changed snapshot(s) of {len(found) + len(sealed)} under {landing_uri}"
             + (f"; {len(waiting)} not complete yet (no {landing.MARKER}"
                + ("" if require_marker else f", changed less than {settle_s:g} s ago") + ")" if waiting else ""))
@@ -1498,6 +1550,11 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
         say(f"ingest: queue bounds of {len(snaps)} snapshot(s) ({reads.read} consume queue file(s) read, "
             f"{reads.skipped} unchanged not read; beside the loads; {_since(t_decode)} since the decode began)")
         storage.delete_tree(staged.staging)
+        if late:
+            lowered = lower_first_held(spark, lake, late)
+            say(f"ingest: {len(late)} snapshot folder(s) older than their broker's newest taken "
+                f"({', '.join(s.folder for s in late[:3])}{', ...' if len(late) > 3 else ''}): "
+                f"{lowered} record(s) now first held at their time")
         failpoints.hit("ingest.after_trace")
         counts = load_small(spark, lake, ex, now)
         counts[cq_files.TABLE.qualified] = cq_ledger.save(spark, lake, cqs, rows_folder(lake))
