@@ -1356,12 +1356,11 @@ def lower_first_held(spark: Any, lake: str, late: list[Snapshot]) -> int:
     held = (spark.read.schema(decode_tasks.output_ddl()).parquet(f"{folder}/decoded")
             .where(F.col("kind") == decode_tasks.MESSAGE)
             .select(*messages.TABLE.key, F.col("first_snapshot_ts").alias("_ts"), F.col("segment").alias("_path")))
-    # computed once: the messages' MERGE below changes what this frame would read
-    firsts = _spark.materialize(spark, (
-        _delta.read(spark, lake, messages.TABLE).select(*messages.TABLE.key, "first_snapshot_ts")
-        .join(held, list(messages.TABLE.key), "inner").where(F.col("first_snapshot_ts") > F.col("_ts"))
-        .groupBy(*messages.TABLE.key).agg(F.min(F.struct("_ts", "_path")).alias("_first"))
-        .select(*messages.TABLE.key, "_first._ts", "_first._path")), f"{folder}/firsts")
+    # From the decode alone, not from the lake's times: a run killed between the two MERGEs lowers the trace records
+    # when run again, though the messages are lowered already. Computed once, read by both.
+    firsts = _spark.materialize(spark, held.groupBy(*messages.TABLE.key).agg(
+        F.min(F.struct("_ts", "_path")).alias("_first")).select(*messages.TABLE.key, "_first._ts", "_first._path"),
+        f"{folder}/firsts")
     n = 0
     for table in (messages, trace_records):
         if not _delta.exists(lake, table.TABLE):
