@@ -10,7 +10,12 @@
 # Settings (environment): SPARK_CLUSTER_DIR (state, logs, pids, work dirs; default <project>/var/spark-cluster),
 # PYTHON (default <project>/.venv/bin/python; its pyspark package is SPARK_HOME), SPARK_WORKER_CORES (2),
 # SPARK_WORKER_MEMORY (2g), SPARK_WORKERS (1: how many workers, each with those cores and memory), SPARK_CONNECT_WAIT_S (300: how long the Connect server may take to answer; a failed
-# start is retried once on fresh ports). Needs Java 17 (infra/install-debian-deps.sh). No Delta jars: Maven is not reachable
+# start is retried once on fresh ports), SPARK_DRIVER_JAVA_OPTS (-XX:+UseSerialGC -XX:TieredStopAtLevel=1) and
+# SPARK_EXECUTOR_JAVA_OPTS (-XX:+UseSerialGC): JVM flags for a small host, where the JVMs' own threads take the cores
+# the tasks need. The Connect server plans and compiles each query once: C2's compile threads spent more CPU on that
+# than they saved (scale-8 ingest on 2 workers of 1 core, 2 cores: 47.5 -> 41.9 s with C1 only; its CPU 39 -> 20 s
+# over two ingests); 1 GiB heaps need no parallel collector (G1 everywhere: 53.8 s). Executors keep C2 for their
+# long scans. On a cluster of its own, set both to "" (the JVM defaults). Needs Java 17 (infra/install-debian-deps.sh). No Delta jars: Maven is not reachable
 # here, so jobs on this cluster use RMQ_RECON_FORMAT=parquet (or pass --packages io.delta:... where it is).
 set -euo pipefail
 
@@ -155,6 +160,8 @@ spark.sql.shuffle.partitions     4
 spark.sql.session.timeZone       UTC
 spark.worker.cleanup.enabled     false
 spark.executorEnv.PYTHONPATH     $ROOT
+spark.driver.extraJavaOptions    ${SPARK_DRIVER_JAVA_OPTS--XX:+UseSerialGC -XX:TieredStopAtLevel=1}
+spark.executor.extraJavaOptions  ${SPARK_EXECUTOR_JAVA_OPTS--XX:+UseSerialGC}
 CONF
     export SPARK_LOCAL_IP=127.0.0.1 SPARK_LOCAL_HOSTNAME=localhost SPARK_MASTER_HOST=127.0.0.1
     export SPARK_CONF_DIR="$DIR/conf" SPARK_WORKER_DIR="$DIR/work" SPARK_LOG_DIR="$DIR/log" SPARK_PID_DIR="$DIR"
