@@ -1343,6 +1343,7 @@ def lower_first_held(spark: Any, lake: str, late: list[Snapshot]) -> int:
     from pyspark.sql import functions as F
 
     from jobs.ingest import decode_tasks
+    from jobs.lake import failpoints
 
     if not _delta.exists(lake, messages.TABLE):
         return 0
@@ -1370,6 +1371,8 @@ def lower_first_held(spark: Any, lake: str, late: list[Snapshot]) -> int:
         if "segment" in table.TABLE.columns:  # the copy that first held the message
             rows = rows.withColumn("segment", F.col("_path"))
         n += _delta.merge(spark, rows.select(*table.TABLE.columns), lake, table.TABLE)
+        if table is messages:
+            failpoints.hit("ingest.between_late_merges")
     return n
 
 
