@@ -629,6 +629,7 @@ def stage_scaling(workdir: Path, fig: dict[str, Any], sail_repeats: int = 3) -> 
     samples: dict[str, list[dict[str, Any]]] = {}
     order = [c for c in SCALING if c[0] == "cluster"] + [c for _ in range(max(1, sail_repeats))
                                                         for c in SCALING + EMBEDDED if c[0] != "cluster"]
+
     def record(name: str, r: dict[str, Any]) -> None:
         samples.setdefault(name, []).append({
             "wall_s": r["wall_s"], "job_s": r["seconds"], "driver_peak_rss": r["maxrss"],

@@ -1,0 +1,128 @@
+"""How the reconcile's offset work grows with the lake's age (a known limit: docs/semantics.md rule 24, README).
+
+The horizon carries old messages and deliveries, but silver/consumer_offsets and silver/queue_bounds are read whole:
+EXPIRED is a union over every snapshot, REWIND a row per decrease, and the status window counts snapshots from the
+newest. This times that part alone, on synthetic tables of one fleet snapshotted every 15 minutes for 1, 7, 30 and
+90 days (the 10 M benchmark's 3,192 keys: 14 brokers, 19 groups, 12 queues of one topic each): the offset series
+(``snapshots.offset_series``) materialized once, then EXPIRED, REWIND and the corrections from it, as a full
+reconcile computes them. It prints seconds and the ratio to one day's.
+
+    .venv/bin/python tests/benchmarks/bench_history.py [--days 1,7,30,90] [--workdir W]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+BROKERS, GROUPS, QUEUES = 14, 19, 12
+EVERY = dt.timedelta(minutes=15)
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def write_tables(folder: Path, days: int, seed: int = 3) -> int:
+    """consumer_offsets and queue_bounds Parquet of ``days`` of snapshots, a file per day; returns the offset rows.
+
+    Offsets grow by about 1,000 a snapshot; one group in ten stays 400,000 behind, beyond the 300,000 the queues keep
+    (EXPIRED, corrections), and one committed offset in 500 goes back 5,000 (REWIND)."""
+    from schemas import consumer_offsets, queue_bounds
+
+    rng = np.random.default_rng(seed)
+    co_dir, qb_dir = folder / "consumer_offsets", folder / "queue_bounds"
+    co_dir.mkdir(parents=True)
+    qb_dir.mkdir(parents=True)
+    brokers = np.repeat(np.array([f"broker-{b:02d}" for b in range(BROKERS)]), QUEUES)
+    topics = np.array([f"topic-{b:02d}" for b in range(BROKERS)]).repeat(QUEUES)
+    qids = np.tile(np.arange(QUEUES, dtype=np.int32), BROKERS)
+    per_day = int(dt.timedelta(days=1) / EVERY)
+    rows = 0
+    for d in range(days):
+        co_parts, qb_parts = [], []
+        for s in range(per_day):
+            i = d * per_day + s
+            ts = T0 + i * EVERY
+            max_off = (i + 1) * 1000 + rng.integers(0, 50, len(qids))
+            min_off = np.maximum(0, max_off - 300_000)
+            qb_parts.append({"cluster": ["c"] * len(qids), "broker": brokers, "snapshot_ts": [ts] * len(qids),
+                             "topic": topics, "queue_id": qids, "min_offset": min_off, "max_offset": max_off})
+            for g in range(GROUPS):
+                lag = 400_000 if g % 10 == 9 else 300 * g + rng.integers(0, 400, len(qids))
+                committed = np.maximum(0, max_off - lag)
+                committed = np.where(rng.random(len(qids)) < 0.002, committed - 5000, committed)
+                co_parts.append({"cluster": ["c"] * len(qids), "broker": brokers, "snapshot_ts": [ts] * len(qids),
+                                 "consumer_group": [f"GID_{g:02d}"] * len(qids), "topic": topics, "queue_id": qids,
+                                 "client_id": [""] * len(qids), "committed_offset": committed,
+                                 "is_retry_topic": [False] * len(qids), "source_file": ["x"] * len(qids),
+                                 "used_backup": [False] * len(qids)})
+        for parts, schema, out in ((co_parts, consumer_offsets.TABLE.schema, co_dir),
+                                   (qb_parts, queue_bounds.TABLE.schema, qb_dir)):
+            arrow = pa.schema([pa.field(f.name, {"StringType()": pa.string(), "TimestampType()": pa.timestamp("us", "UTC"),
+                                                 "IntegerType()": pa.int32(), "LongType()": pa.int64(),
+                                                 "BooleanType()": pa.bool_()}[repr(f.dataType)])
+                               for f in schema.fields])
+            cols = {f.name: np.concatenate([np.asarray(p[f.name]) for p in parts]) if f.name in parts[0] else None
+                    for f in arrow}
+            n = len(next(c for c in cols.values() if c is not None))
+            table = pa.table({name: (pa.array(c, type=arrow.field(name).type) if c is not None
+                                     else pa.nulls(n, arrow.field(name).type)) for name, c in cols.items()},
+                             schema=arrow)
+            pq.write_table(table, out / f"day-{d:03d}.parquet")
+            if out is co_dir:
+                rows += n
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--days", default="1,7,30,90")
+    ap.add_argument("--workdir", default="/tmp/bench-history")
+    args = ap.parse_args()
+    from jobs.lake import _spark
+    from jobs.rules import corrections, duplicates, snapshots, unconsumed
+
+    work = Path(args.workdir)
+    shutil.rmtree(work, ignore_errors=True)
+    results = []
+    with _spark.session() as spark:
+        for days in [int(x) for x in args.days.split(",")]:
+            folder = work / f"days-{days}"
+            t = time.time()
+            rows = write_tables(folder, days)
+            gen = time.time() - t
+            as_of = T0 + dt.timedelta(days=days)
+            t = time.time()
+            co = spark.read.parquet(str(folder / "consumer_offsets"))
+            qb = spark.read.parquet(str(folder / "queue_bounds"))
+            series = _spark.materialize(spark, snapshots.offset_series(co, qb, as_of=as_of), str(folder / "series"))
+            t_series = time.time() - t
+            counts = {}
+            for name, df in (("EXPIRED", unconsumed.expired(series)), ("REWIND", duplicates.rewind_ranges(series)),
+                             ("corrections", corrections.offset_corrections(series))):
+                counts[name] = df.count()
+            total = time.time() - t
+            results.append((days, rows, t_series, total, counts))
+            print(f"{days:3d} days: {rows:>11,} offset rows (generated in {gen:.1f} s); series {t_series:.1f} s, "
+                  f"series + EXPIRED + REWIND + corrections {total:.1f} s; rows {counts}", flush=True)
+            shutil.rmtree(folder, ignore_errors=True)
+    base = results[0]
+    print("\n| days of 15-minute snapshots | offset rows | series | with EXPIRED, REWIND, corrections | / first |")
+    print("|---|---|---|---|---|")
+    for days, rows, ts, total, _ in results:
+        print(f"| {days} | {rows:,} | {ts:.1f} s | {total:.1f} s | {total / base[3]:.1f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("RUST_LOG", "warn")
+    sys.exit(main())
