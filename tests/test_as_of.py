@@ -126,11 +126,17 @@ def test_a_folder_that_lands_after_a_newer_one_still_first_holds_its_records(tmp
     late run leaves (every bronze and silver row)."""
     import filecmp
     import os
+    import signal
 
+    import pandas as pd
+
+    from faults.test_kill_rerun import ingest as ingest_cli
     from faults.test_kill_rerun import lake_rows
     from jobs import simulate
     from jobs.ingest import ingest
+    from jobs.lake import _delta
     from jobs.reconcile import reconcile
+    from schemas import messages, trace_records
 
     landing = tmp_path / "landing"
     simulate.run("rebalance", str(landing), seed=0)
@@ -144,14 +150,6 @@ def test_a_folder_that_lands_after_a_newer_one_still_first_holds_its_records(tmp
                     if f.is_file():
                         (zone / f.relative_to(landing)).parent.mkdir(parents=True, exist_ok=True)
                         os.link(f, zone / f.relative_to(landing))
-
-    import signal
-
-    import pandas as pd
-
-    from faults.test_kill_rerun import ingest as ingest_cli
-    from jobs.lake import _delta
-    from schemas import messages, trace_records
 
     def held_at_0003(lake: pathlib.Path) -> list[int]:
         held = [_delta.read_pandas_columns(str(lake), t.TABLE, ["first_snapshot_ts"])["first_snapshot_ts"]

@@ -1104,17 +1104,17 @@ def load_decoded(spark: Any, lake: str, staged: Decoded) -> int:
     df = staged.read(spark, messages.TABLE, "message")
     dnf = [[("cluster", "=", c), ("broker", "=", b), ("physical_offset", ">=", lo), ("physical_offset", "<", hi)]
            for (c, b), (lo, hi) in sorted(staged.spans.items())]
-    _delta.insert_new(spark, df, lake, messages.TABLE, target_filter=_spans_filter(staged), rows=staged.messages,
-                      target_dnf=dnf, target_rows=staged.lake_overlap)
+    _delta.insert_new(spark, df, lake, messages.TABLE, target_filter=_spans_filter(staged.spans),
+                      rows=staged.messages, target_dnf=dnf, target_rows=staged.lake_overlap)
     return staged.messages
 
 
-def _spans_filter(staged: Decoded) -> str:
+def _spans_filter(spans: dict[tuple[str, str], tuple[int, int]]) -> str:
     """SQL on ``t``: the rows of the brokers and physical ranges decoded (records and trace records alike)."""
     q = lambda s: s.replace("'", "''")  # noqa: E731
     return " OR ".join(
         f"(t.cluster = '{q(c)}' AND t.broker = '{q(b)}' AND t.physical_offset >= {lo} AND t.physical_offset < {hi})"
-        for (c, b), (lo, hi) in sorted(staged.spans.items())) or "false"
+        for (c, b), (lo, hi) in sorted(spans.items())) or "false"
 
 
 def load_trace(spark: Any, lake: str, staged: Decoded) -> int:
@@ -1126,7 +1126,7 @@ def load_trace(spark: Any, lake: str, staged: Decoded) -> int:
         _delta.insert_new(spark, df, lake, trace_records.TABLE, target_filter="true")
         return staged.trace
     return _delta.merge(spark, df.dropDuplicates(list(trace_records.TABLE.key)), lake, trace_records.TABLE,
-                        insert_only=True, target_filter=_spans_filter(staged))
+                        insert_only=True, target_filter=_spans_filter(staged.spans))
 
 
 def load_small(spark: Any, lake: str, ex: Extracted, now: dt.datetime) -> dict[str, int]:
@@ -1362,15 +1362,21 @@ def lower_first_held(spark: Any, lake: str, late: list[Snapshot]) -> int:
     firsts = _spark.materialize(spark, held.groupBy(*messages.TABLE.key).agg(
         F.min(F.struct("_ts", "_path")).alias("_first")).select(*messages.TABLE.key, "_first._ts", "_first._path"),
         f"{folder}/firsts")
+    # The lake's rows are read, and compared by the MERGE, in the brokers' ranges the late copies hold, not whole
+    # (trace records are keyed by the physical offset of the trace message that carries them).
+    spans = {(c, b): (int(lo), int(hi) + 1) for c, b, lo, hi in firsts.groupBy("cluster", "broker").agg(
+        F.min("physical_offset"), F.max("physical_offset")).collect()}
+    in_spans = _spans_filter(spans)
     n = 0
     for table in (messages, trace_records):
         if not _delta.exists(lake, table.TABLE):
             continue
-        rows = (_delta.read(spark, lake, table.TABLE).join(firsts, ["cluster", "broker", "physical_offset"], "inner")
+        rows = (_delta.read(spark, lake, table.TABLE).alias("t").where(in_spans)
+                .join(firsts, ["cluster", "broker", "physical_offset"], "inner")
                 .where(F.col("first_snapshot_ts") > F.col("_ts")).withColumn("first_snapshot_ts", F.col("_ts")))
         if "segment" in table.TABLE.columns:  # the copy that first held the message
             rows = rows.withColumn("segment", F.col("_path"))
-        n += _delta.merge(spark, rows.select(*table.TABLE.columns), lake, table.TABLE)
+        n += _delta.merge(spark, rows.select(*table.TABLE.columns), lake, table.TABLE, target_filter=in_spans)
         if table is messages:
             failpoints.hit("ingest.between_late_merges")
     return n

@@ -36,6 +36,7 @@ def write_tables(folder: Path, days: int, seed: int = 3) -> int:
 
     Offsets grow by about 1,000 a snapshot; one group in ten stays 400,000 behind, beyond the 300,000 the queues keep
     (EXPIRED, corrections), and one committed offset in 500 goes back 5,000 (REWIND)."""
+    from jobs.lake import _delta
     from schemas import consumer_offsets, queue_bounds
 
     rng = np.random.default_rng(seed)
@@ -65,21 +66,13 @@ def write_tables(folder: Path, days: int, seed: int = 3) -> int:
                                  "client_id": [""] * len(qids), "committed_offset": committed,
                                  "is_retry_topic": [False] * len(qids), "source_file": ["x"] * len(qids),
                                  "used_backup": [False] * len(qids)})
-        for parts, schema, out in ((co_parts, consumer_offsets.TABLE.schema, co_dir),
-                                   (qb_parts, queue_bounds.TABLE.schema, qb_dir)):
-            arrow = pa.schema([pa.field(f.name, {"StringType()": pa.string(), "TimestampType()": pa.timestamp("us", "UTC"),
-                                                 "IntegerType()": pa.int32(), "LongType()": pa.int64(),
-                                                 "BooleanType()": pa.bool_()}[repr(f.dataType)])
-                               for f in schema.fields])
-            cols = {f.name: np.concatenate([np.asarray(p[f.name]) for p in parts]) if f.name in parts[0] else None
-                    for f in arrow}
-            n = len(next(c for c in cols.values() if c is not None))
-            table = pa.table({name: (pa.array(c, type=arrow.field(name).type) if c is not None
-                                     else pa.nulls(n, arrow.field(name).type)) for name, c in cols.items()},
-                             schema=arrow)
+        for parts, schema, out in ((co_parts, consumer_offsets.TABLE, co_dir), (qb_parts, queue_bounds.TABLE, qb_dir)):
+            arrow = _delta._arrow_schema(schema)
+            table = pa.table({f.name: pa.array(np.concatenate([np.asarray(p[f.name]) for p in parts]), type=f.type)
+                              for f in arrow}, schema=arrow)
             pq.write_table(table, out / f"day-{d:03d}.parquet")
             if out is co_dir:
-                rows += n
+                rows += table.num_rows
     return rows
 
 
