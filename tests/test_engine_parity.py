@@ -31,8 +31,9 @@ pytestmark = pytest.mark.integration
 # expired-offset and retry-to-dlq on their own added 105 s of classic Spark to `make test` and no output mixed lacks.
 SCENARIOS = [("blocked-head", 7), ("mixed", 1)]
 # Every output of reconcile.transform (``_agreement`` is the replay's agreement per group) plus the offset series.
-OUTPUTS = ["offset_series", "duplicated_ranges", "unconsumed_ranges", "offset_corrections", "dlq_candidates",
-           "consumer_status", "status_samples", "audit_hours", "_agreement"]
+OUTPUTS = ["offset_series", "series_after", "duplicated_ranges", "unconsumed_ranges", "offset_corrections",
+           "dlq_candidates", "consumer_status", "status_samples", "audit_hours", "_agreement", "series_tail",
+           "offset_decreases"]
 PARAMS = {"window": 10, "dlq_warn_retries": 3, "blocking_min_age_s": 900}
 UTC = dt.timezone.utc
 _CONNECT_FLAG = "SPARK_CONNECT_MODE_ENABLED"
@@ -218,8 +219,14 @@ def _outputs(spark: Any, silver: dict[str, tuple[list, Any]], as_of: dt.datetime
 
     frames = _frames(spark, silver)
     out = dict(reconcile.transform(frames, as_of=as_of, **PARAMS))
-    assert set(out) == set(OUTPUTS[1:]), f"transform outputs changed: {sorted(out)}"
+    assert set(out) == set(OUTPUTS[2:]), f"transform outputs changed: {sorted(out)}"
     out["offset_series"] = snapshots.offset_series(frames["consumer_offsets"], frames["queue_bounds"], as_of=as_of)
+    # a scheduled run's series (jobs.reconcile.offset_state): an hour before as-of, a tail of 3 snapshots a key
+    since = as_of - dt.timedelta(hours=1)
+    co, qb = frames["consumer_offsets"], frames["queue_bounds"]
+    out["series_after"] = snapshots.series_after(
+        co, qb, snapshots.tail(snapshots.offset_series(co, qb, as_of=since), keep=3), since=since, as_of=as_of,
+        bounds_at=[tuple(r) for r in snapshots.bounds_times(qb, as_of=since).collect()])
     collected: dict[str, Any] = {}
     for name in OUTPUTS:
         df = out[name]

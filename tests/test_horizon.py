@@ -42,7 +42,7 @@ def _gold(lake: str, run_id: str, name: str) -> list[tuple]:
     from jobs.reconcile import gold_runs, reconcile
 
     table = reconcile.REPORT_MODULES[name].TABLE if name in reconcile.REPORT_MODULES else \
-        reconcile.DASHBOARD_TABLES[name]
+        {**reconcile.DASHBOARD_TABLES, **reconcile.CARRIED_TABLES}[name]
     columns = [c for c in table.schema.fieldNames() if c != "run_id"]  # every column of the gold table
     df = gold_runs.run_rows(lake, gold_runs.run(lake, run_id), table, columns).astype(str)
     return sorted(df.itertuples(index=False, name=None))
@@ -59,7 +59,8 @@ def test_the_last_scheduled_run_equals_one_full_run_and_the_truth(runs: dict) ->
         (full / "offset_corrections.sh").read_text().replace("full-06", "X")
     corrected = sorted(p.relative_to(full) for p in (full / "corrected").rglob("*.json"))
     assert [(sched / p).read_text() for p in corrected] == [(full / p).read_text() for p in corrected]
-    for name in ("status_samples", "audit_hours"):  # the dashboard's tables too
+    # the dashboard's tables too, and what the next run carries (jobs.reconcile.offset_state)
+    for name in ("status_samples", "audit_hours", "series_tail", "offset_decreases"):
         assert _gold(lake, "sched-06", name) == _gold(lake, "full-06", name), name
     assert compare(sched, root / "landing" / "_truth") == []
     assert [r[:6] for r in _gold(lake, "sched-06", "duplicated_ranges")] != []  # the comparison saw rows
@@ -91,9 +92,24 @@ def test_each_scheduled_run_says_what_it_carried_and_computed_in_full(runs: dict
 def test_a_horizon_run_reads_less_than_a_full_run(runs: dict) -> None:
     read = {k: v["horizon"]["read"] for k, v in runs["summaries"].items()}
     assert (read["full"]["messages"], read["full"]["deliveries"]) == (98169, 65503)
-    assert read["06"] == {"consumer_offsets": "all", "queue_bounds": "all", "subscription_groups": "all",
+    carried = "after 2026-01-05T05:00:00.000Z and the previous run's tail"
+    assert read["06"] == {"consumer_offsets": carried, "queue_bounds": carried, "series_rows": 1872,
+                          "subscription_groups": "all",
                           "messages_recent": 29682, "messages_old_for_order": 17679, "messages_old_looked_up": 72,
                           "deliveries_recent_and_open": 19654, "retry_chains": 2}
+    # the offset series: sched-05's tail (each key's last 48 known snapshots and its newest) plus the snapshots after
+    # 05:00, not every snapshot since 00:30
+    from jobs.lake import _delta
+    from jobs.reconcile import gold_runs
+    from schemas import consumer_offsets, series_tail
+
+    tail = gold_runs.run_rows(runs["lake"], gold_runs.run(runs["lake"], "sched-05"), series_tail.TABLE, ["snapshot_ts"])
+    co = _delta.read_pandas_columns(runs["lake"], consumer_offsets.TABLE, ["snapshot_ts", "consumer_group", "topic"])
+    co = co[~co["consumer_group"].str.contains("@") & ~co["topic"].str.contains("@")]
+    ts = pd.to_datetime(co["snapshot_ts"], utc=True)
+    after = int(((ts > pd.Timestamp("2026-01-05T05:00:00Z")) & (ts <= pd.Timestamp("2026-01-05T06:00:00Z"))).sum())
+    # (here each key has 12 snapshots at most: the tail holds all of its 10; test_a_short_tail_... cuts it)
+    assert (len(tail), after, len(tail) + after) == (1560, 312, read["06"]["series_rows"])
     # the check that old records lie below each queue's lowest recent offset: every old record after a full run
     # (which keeps no maxima), then the previous run's maxima plus the records first held since its cut
     from jobs.lake import _delta
@@ -209,3 +225,33 @@ def test_the_snapshot_digest_follows_the_folders_at_or_before_its_time(spark: An
     assert newest == [("b1", at[2].replace(tzinfo=None), "store/commitlog/"),
                       ("b2", at[2].replace(tzinfo=None), "store/config/topics.json")]
     assert f[v3].newest_missing(at[3]) == [dict(f[v3].newest_missing(at[2])[1])]  # b1's newest lacks nothing
+
+
+@pytest.mark.integration
+def test_a_short_tail_carries_the_offsets_as_a_full_run_reads_them(runs: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a window of 3 and 2 dashboard samples a key's tail is its last 3 known snapshots and its newest: the
+    runs as of 04:00-06:00 read the previous run's tail and the offsets after it, not the 8-12 snapshots of each key,
+    and still leave every report row, status sample, tail and decrease of a full run (jobs.reconcile.offset_state)."""
+    from jobs.reconcile import reconcile
+    from jobs.rules import status
+
+    monkeypatch.setattr(status, "TIMELINE_SNAPSHOTS", 2)
+    lake, reports = runs["lake"], str(runs["root"] / "reports")
+    out = {h: reconcile.run(lake, reports, as_of=f"2026-01-05T{h}:00:00Z", run_id=f"w3-{h}", retention_h=2, window=3)
+           for h in ("03", "04", "05", "06")}
+    reconcile.run(lake, reports, as_of="2026-01-05T06:00:00Z", run_id="w3-full", full=True, window=3)
+    read = {h: (out[h]["horizon"]["mode"], out[h]["horizon"].get("previous_run"),
+                out[h]["horizon"]["read"].get("series_rows")) for h in out}
+    # each run: the previous run's tail (156 keys x their last 3 snapshots, all with bounds) and the 2 x 156 rows of
+    # the two snapshots after its time; the same 780 rows at 04:00 (8 snapshots a key) as at 06:00 (12)
+    tail = _gold(lake, "w3-05", "series_tail")
+    assert (len(tail), len({r[:6] for r in tail}), len({r[6] for r in tail})) == (468, 156, 3)
+    assert read == {"03": ("full", None, None), "04": ("horizon", "w3-03", 780), "05": ("horizon", "w3-04", 780),
+                    "06": ("horizon", "w3-05", 780)}
+    for name in [*REPORTS, "status_samples", "series_tail", "offset_decreases"]:
+        assert _gold(lake, "w3-06", name) == _gold(lake, "w3-full", name), name
+    # carried, not recomputed: GID_001_rewind's 4 decreases at 02:30 lie before the tail the 06:00 run read (EXPIRED
+    # carried across a tail: tests/jobs/test_snapshots.py, where a range's snapshots leave the tail)
+    falls = _gold(lake, "w3-06", "offset_decreases")
+    assert len(falls) == 4 and all(r[8] < min(t[6] for t in tail) for r in falls)
+    assert len([r for r in _gold(lake, "w3-06", "unconsumed_ranges") if r[9] == "EXPIRED"]) == 16

@@ -5,8 +5,9 @@ A record or delivery is *recent* when a snapshot after K first held it (``first_
 Old answers are final in the gold rows of the previous completed run P (read at its ledger versions); the run
 recomputes from the recent part and merges, so that its rows equal a full run's, every column:
 
-* offsets and bounds (``consumer_offsets``, ``queue_bounds``) and ``subscription_groups`` are read whole (one row
-  per queue and snapshot): every output that depends only on them is computed as in a full run;
+* offsets and bounds (``consumer_offsets``, ``queue_bounds``): those after P's as-of time, with the offset state P
+  left (jobs.reconcile.offset_state: each key's tail, every decrease, the EXPIRED rows): every output that depends
+  only on them equals a full run's; ``subscription_groups`` is read whole;
 * ``messages`` and ``deliveries``: the recent part, plus exact lookups of old rows where an answer needs them
   (the record at a committed offset, the original copy of a recent DLQ record, a ProcessQueue's open entries);
 * per queue, ``lo`` = its lowest recent offset: old messages lie below it. TRACE, SKIPPED and BROADCAST_DROPPED
@@ -25,7 +26,7 @@ from typing import Any
 import pandas as pd
 
 from jobs.lake import _delta
-from jobs.reconcile import gold_runs
+from jobs.reconcile import gold_runs, offset_state
 from jobs.problems import UsageError
 from schemas import reconcile_runs
 from schemas import snapshots as snapshots_schema
@@ -617,9 +618,11 @@ def series_of(series: Any, groups: Any) -> Any:
 
 def reports_from(spark: Any, series: Any, dels: Any, msgs: dict[str, Any], subscription_groups: Any, *,
                  as_of: dt.datetime, window: int, dlq_warn_retries: int, blocking_min_age_s: int,
-                 earlier_first: Any = None) -> dict[str, Any]:
+                 falls: Any, commits: Any, expired_before: Any = None, earlier_first: Any = None) -> dict[str, Any]:
     """The five reports (Spark frames) from the frames a horizon run reads (messages by use: ``recent`` for the
-    reports that read records one by one, ``positions`` for those at a committed offset, ``dlq`` for IN_DLQ)."""
+    reports that read records one by one, ``positions`` for those at a committed offset, ``dlq`` for IN_DLQ; the
+    offsets as jobs.reconcile.offset_state carries them: ``falls`` every decrease, ``commits`` the snapshots since
+    the first of ``dels``, ``expired_before`` the previous run's EXPIRED rows)."""
     from jobs.rules import corrections, dlq, duplicates, replay, status, unconsumed
     from jobs.rules.snapshots import deliveries_in_window
 
@@ -627,8 +630,8 @@ def reports_from(spark: Any, series: Any, dels: Any, msgs: dict[str, Any], subsc
     rmax = dlq.retry_max_times(subscription_groups, as_of=as_of)
     recent = msgs["recent"]
     return {
-        "duplicated_ranges": duplicates.duplicated_ranges(series, dels, recent, as_of=as_of),
-        "unconsumed_ranges": (unconsumed.backlog(series).unionByName(unconsumed.expired(series))
+        "duplicated_ranges": duplicates.duplicated_ranges(series, dels, recent, as_of=as_of, falls=falls),
+        "unconsumed_ranges": (unconsumed.backlog(series).unionByName(unconsumed.expired(series, expired_before))
                               .unionByName(unconsumed.skipped(series, dw, recent, earlier_first))
                               .unionByName(unconsumed.broadcast_dropped(dw, recent))),
         "offset_corrections": corrections.offset_corrections(series),
@@ -638,12 +641,27 @@ def reports_from(spark: Any, series: Any, dels: Any, msgs: dict[str, Any], subsc
                                                             blocking_min_age_s=blocking_min_age_s))
                            .unionByName(dlq.broadcast_dropped(dw, recent))),
         "consumer_status": status.consumer_status(series, msgs["positions"], window=window),
-        "_agreement": replay.agreement(dels, series, as_of=as_of),
+        "_agreement": replay.agreement(dels, commits, as_of=as_of),
     }
 
 
+def commits_since_first(consumer_offsets: Any, dels: Any, *, as_of: dt.datetime) -> Any:
+    """The snapshots the replay of ``dels`` can compare: from the first delivery's start on (an earlier snapshot has
+    no ProcessQueue in the replay, jobs.rules.replay.replayed_commits), not every snapshot since the lake began."""
+    from pyspark.sql import functions as F
+
+    from jobs.rules import snapshots
+
+    first = dels.agg(F.min("start_ts")).collect()[0][0]
+    if first is None:
+        return snapshots.commits(consumer_offsets, as_of=as_of, since=None)
+    t = pd.Timestamp(first)
+    return snapshots.commits(consumer_offsets, as_of=as_of,
+                             since=(t.tz_localize(UTC) if t.tzinfo is None else t).to_pydatetime())
+
+
 def audit_frame(spark: Any, lake: str, frames: dict[str, Any], series: Any, *, as_of: dt.datetime, previous: dict,
-                tmp: str) -> tuple[Any, dict[str, Any]]:
+                tmp: str, then: Any = None) -> tuple[Any, dict[str, Any]]:
     """gold/audit_hours (jobs.rules.audit) and what it read: the previous run's hour stats plus those of the records it
     did not see (:func:`jobs.rules.audit.seen_between`), not every record of the 72 hours.
 
@@ -682,7 +700,8 @@ def audit_frame(spark: Any, lake: str, frames: dict[str, Any], series: Any, *, a
         since = previous["as_of"]
         changed = _spark.materialize(spark, audit.hour_stats(audit.seen_between(m, since=since, as_of=as_of)),
                                      f"{tmp}/audit_changed")
-        then = snapshots.offset_series(frames["consumer_offsets"], frames["queue_bounds"], as_of=since)
+        if then is None:  # (the previous run's keys: its tail holds every one, jobs.reconcile.offset_state)
+            then = snapshots.offset_series(frames["consumer_offsets"], frames["queue_bounds"], as_of=since)
         new_queues = _spark.materialize(spark, series.select(*QUEUE).distinct().join(
             then.select(*QUEUE).distinct(), on=QUEUE, how="left_anti"), f"{tmp}/audit_new_queues")
         kept = (_delta.read(spark, lake, audit_schema.TABLE, at=version if _delta.table_format() == "delta" else None)
@@ -731,9 +750,14 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
                       for c, t, b, q, m in old_max[[*QUEUE, "old_max"]].itertuples(index=False))
     if not offsets_in_order(parts["lo"], spark.createDataFrame([tuple(r) for r in old_rows], OLD_MAX_SCHEMA)):
         return None
-    # every report reads the offset series, some several times: computed once (Sail recomputes a shared frame)
-    series = _spark.materialize(spark, snapshots.offset_series(frames["consumer_offsets"], frames["queue_bounds"],
-                                                               as_of=as_of), f"{tmp}/series")
+    # every report reads the offset series, some several times: computed once (Sail recomputes a shared frame); from
+    # the previous run's tail and the offsets after its time when it left them (jobs.reconcile.offset_state)
+    offsets = offset_state.carried(spark, lake, frames, previous, as_of=as_of, window=window)
+    series = _spark.materialize(spark, offsets.series if offsets is not None else snapshots.offset_series(
+        frames["consumer_offsets"], frames["queue_bounds"], as_of=as_of), f"{tmp}/series")
+    falls = _spark.materialize(spark, offset_state.with_later_falls(offsets, series) if offsets is not None
+                               else snapshots.decreases(series), f"{tmp}/falls")
+    expired_before = offsets.expired_before if offsets is not None else None
     say("reconcile:   old records in order")
     looked = lookups(parts, series, small=_spark.materializer(spark, f"{tmp}/lookups"))
     reasons, chains = group_checks(frames, parts, looked, series, as_of=as_of, cut=cut,
@@ -756,20 +780,25 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
     tail = open_entries(parts["old_d"], parts["recent_d"], cut=cut)
     dels = _only(parts["recent_d"].unionByName(tail), full_groups, keep=False)
     dels = _spark.materialize(spark, dels, f"{tmp}/deliveries")
+    # the records at a committed offset the reports read lie at a key's latest or newest snapshot: the series has them
     recent = _spark.materialize(spark, snapshots.relevant_messages(
-        parts["recent_m"], dels, frames["consumer_offsets"], small=_spark.materializer(spark, f"{tmp}/recent"))
+        parts["recent_m"], dels, series, small=_spark.materializer(spark, f"{tmp}/recent"))
         .select(*messages_schema.TABLE.columns), f"{tmp}/messages")
     # computed once (lookups' small)
     at_positions, dlq_copies, retry_originals = looked["at_positions"], looked["dlq_copies"], looked["retry_originals"]
     msgs = {"recent": recent, "positions": recent.unionByName(at_positions).unionByName(retry_originals),
             "dlq": recent.unionByName(dlq_copies)}
     out = reports_from(spark, series, dels, msgs, frames["subscription_groups"], as_of=as_of, window=window,
-                       dlq_warn_retries=dlq_warn_retries, blocking_min_age_s=blocking_min_age_s,
-                       earlier_first=_only(first_old, full_groups, keep=False))
+                       dlq_warn_retries=dlq_warn_retries, blocking_min_age_s=blocking_min_age_s, falls=falls,
+                       commits=commits_since_first(frames["consumer_offsets"], dels, as_of=as_of),
+                       expired_before=expired_before, earlier_first=_only(first_old, full_groups, keep=False))
     pdfs = {n: naive_utc(_only(df, full_groups, keep=False).select(*reconcile.REPORT_MODULES[n].REPORT_COLUMNS)
                          .toPandas()) for n, df in out.items() if not n.startswith("_")}
     agreement = [_only(out["_agreement"], full_groups, keep=False).toPandas()]
-    read = {"consumer_offsets": "all", "queue_bounds": "all", "subscription_groups": "all",
+    offsets_read = "all" if offsets is None else \
+        f"after {reconcile.reports.format_ts(offsets.since)} and the previous run's tail"
+    read = {"consumer_offsets": offsets_read, "queue_bounds": offsets_read, "series_rows": series.count(),
+            "subscription_groups": "all",
             "messages_recent": parts["recent_m"].count(), "messages_old_for_order": int(old_max["read"].sum()),
             "messages_old_looked_up": at_positions.count() + dlq_copies.count() + retry_originals.count(),
             "deliveries_recent_and_open": dels.count()}
@@ -781,10 +810,14 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
             frames["stored_messages"], d_full, _only(frames["consumer_offsets"], full_groups, keep=True),
             small=_spark.materializer(spark, f"{tmp}/full")).select(*messages_schema.TABLE.columns),
             f"{tmp}/messages_full")
-        full = reports_from(spark, series_of(series, full_groups), snapshots.deliveries_as_of(d_full, as_of=as_of),
+        dw_full = snapshots.deliveries_as_of(d_full, as_of=as_of)
+        full = reports_from(spark, series_of(series, full_groups), dw_full,
                             {k: snapshots.messages_as_of(m_full, as_of=as_of) for k in ("recent", "positions", "dlq")},
                             frames["subscription_groups"], as_of=as_of, window=window,
-                            dlq_warn_retries=dlq_warn_retries, blocking_min_age_s=blocking_min_age_s)
+                            dlq_warn_retries=dlq_warn_retries, blocking_min_age_s=blocking_min_age_s, falls=falls,
+                            commits=commits_since_first(_only(frames["consumer_offsets"], full_groups, keep=True),
+                                                        dw_full, as_of=as_of),
+                            expired_before=expired_before)
         for n in pdfs:
             extra = naive_utc(_only(full[n], full_groups, keep=True)
                               .select(*reconcile.REPORT_MODULES[n].REPORT_COLUMNS).toPandas())
@@ -807,9 +840,12 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
         pdfs["dlq_candidates"] = pd.concat([d[~(mine & d["reason"].isin(["IN_DLQ", "RETRYING"]).to_numpy())], redo],
                                            ignore_index=True).astype(d.dtypes.to_dict())
         read["retry_chains"] = len(chains)
-    audit_rows, audit_info = audit_frame(spark, lake, frames, series, as_of=as_of, previous=previous, tmp=tmp)
+    audit_rows, audit_info = audit_frame(spark, lake, frames, series, as_of=as_of, previous=previous, tmp=tmp,
+                                         then=offsets.tail_before if offsets is not None else None)
     return {"pdfs": pdfs, "agreement": pd.concat(agreement, ignore_index=True),
             "status_samples": status.status_samples(series, window=window), "audit_hours": audit_rows,
+            "series_tail": snapshots.tail(series, keep=offset_state.tail_keep(window)), "offset_decreases": falls,
+            "offsets": offsets,
             "audit": audit_info, "read": read,
             "full_groups": {f"{c}/{g}": why for (c, g), why in sorted(fallback.items())},
             "old_max": {"cut": cut.astimezone(UTC).isoformat(), "rows": old_rows}}

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pandas as pd
 
 from jobs.lake import _delta, failpoints, storage
-from jobs.reconcile import reports
+from jobs.reconcile import offset_state, reports
 from jobs.rules import snapshots
 from jobs.problems import UsageError
 from jobs.formats.topics import DLQ_PREFIX
@@ -60,6 +60,9 @@ REPORT_MODULES = {
 }
 # What the dashboard draws beside the reports: gold tables of their own, no report file.
 DASHBOARD_TABLES = {"status_samples": status_samples_schema.TABLE, "audit_hours": audit_hours_schema.TABLE}
+# What the next run carries (jobs.reconcile.offset_state): gold tables of their own, no report file.
+CARRIED_TABLES = offset_state.CARRIED_TABLES
+GOLD_TABLES = [m.TABLE for m in REPORT_MODULES.values()] + list(DASHBOARD_TABLES.values()) + list(CARRIED_TABLES.values())
 _STATUS_RANK = {"OK": 0, "WARN": 1, "STALL": 2, "REWIND": 3}
 
 
@@ -191,6 +194,9 @@ def transform(frames: dict[str, Any], *, as_of: dt.datetime, window: int, dlq_wa
         "audit_hours": audit.audit_hours(
             series, snapshots.deliveries_in_window(dels, series, as_of=as_of),
             snapshots.messages_as_of(frames.get("stored_messages", frames["messages"]), as_of=as_of), as_of=as_of),
+        # what the next run carries (jobs.reconcile.offset_state)
+        "series_tail": snapshots.tail(series, keep=offset_state.tail_keep(window)),
+        "offset_decreases": snapshots.decreases(series),
     }
     return out
 
@@ -343,8 +349,7 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
             stack.enter_context(lease.hold(lake, "writer", purpose="reconcile (reading Parquet tables)", say=say))
         held = stack.enter_context(lease.hold(lake, "gold", purpose="reconcile", say=say))
         spark = stack.enter_context(_spark.session())
-        _delta.recover_parquet_staging(spark, lake, [m.TABLE for m in REPORT_MODULES.values()]
-                                      + list(DASHBOARD_TABLES.values()))
+        _delta.recover_parquet_staging(spark, lake, GOLD_TABLES)
         # Temporary files of runs that died: no other reconcile runs while this one holds the gold lease.
         storage.delete_tree(storage.join(lake, "_tmp"))
         state = ledger.consistent_state(lake, READ_TABLES.values())
@@ -375,8 +380,14 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
                 assert previous is not None
                 info.update(mode="horizon", previous_run=previous["run_id"], full_groups=h["full_groups"],
                             audit=h["audit"], read=h["read"])
-                r = _load(spark, lake, frames, as_of_ts, rid, h["pdfs"], h["agreement"],
-                          {"status_samples": h["status_samples"], "audit_hours": h["audit_hours"]}, say)
+                offset_files = offset_state.latest_files(
+                    frames["consumer_offsets"], as_of=as_of_ts, since=h["offsets"].since,
+                    before=h["offsets"].files_before) if h["offsets"] else \
+                    offset_state.latest_files(frames["consumer_offsets"], as_of=as_of_ts)
+                r = _load(spark, lake, as_of_ts, rid, h["pdfs"], h["agreement"],
+                          {n: h[n] for n in [*DASHBOARD_TABLES, *CARRIED_TABLES]}, offset_files, say)
+                kept_offsets = offset_state.state(spark, frames, h["offsets"], offset_files, as_of=as_of_ts,
+                                                  window=window)
             else:
                 # What several reports read is computed once: the records they read one by one (at 10 M records
                 # most are untraced traffic). The replay is one plan that reads its timeline once: nothing to keep.
@@ -388,8 +399,10 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
                 info["read"] = {"consumer_offsets": "all", "queue_bounds": "all", "subscription_groups": "all",
                                 "messages": frames["stored_messages"].count(),
                                 "deliveries": frames["deliveries"].count()}
+                offset_files = offset_state.latest_files(frames["consumer_offsets"], as_of=as_of_ts)
                 r = _reconcile(spark, lake, frames, as_of_ts, rid, window, dlq_warn_retries, blocking_min_age_s, say,
-                               keep=_spark.materializer(spark, storage.join(tmp, "shared")))
+                               offset_files, keep=_spark.materializer(spark, storage.join(tmp, "shared")))
+                kept_offsets = offset_state.state(spark, frames, None, offset_files, as_of=as_of_ts, window=window)
             say(f"reconcile: {info['mode']} run" + (f" (full: {info.get('why_full')})" if info["mode"] == "full"
                                                     else f", {len(info['full_groups'])} group(s) in full"))
         finally:
@@ -402,11 +415,12 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
         held.check()
         # The ledger row also keeps the old records' maxima per queue, which the next run carries
         # (horizon.old_maxima); the report folder's summary does not list them.
-        kept = {**summary, "horizon": {**info, "old_max": h["old_max"]}} if h is not None else summary
+        # So does the offset state (jobs.reconcile.offset_state): each broker's newest bounds time and offsets file.
+        kept = {**summary, "horizon": {**info, **({"old_max": h["old_max"]} if h is not None else {}),
+                                       "offsets": kept_offsets}}
         ledger.record_reconcile(spark, lake, run_id=rid, as_of=as_of_ts, report_dir=folder,
                                 ingest_run_id=state["run_id"], rows={n: len(df) for n, df in r["pdfs"].items()},
-                                gold_tables=[m.TABLE for m in REPORT_MODULES.values()]
-                                + list(DASHBOARD_TABLES.values()), summary=kept)
+                                gold_tables=GOLD_TABLES, summary=kept)
     summary["report_dir"] = folder
     summary["seconds"] = round(time.time() - t0, 2)
     say(f"reconcile: wrote {folder} in {summary['seconds']} s")
@@ -438,41 +452,31 @@ def _as_of(frames: dict[str, Any], as_of: str | dt.datetime | None, lake: str,
 
 
 def _reconcile(spark: Any, lake: str, frames: dict[str, Any], as_of_ts: dt.datetime, rid: str, window: int,
-               dlq_warn_retries: int, blocking_min_age_s: int, say: Callable[[str], None],
+               dlq_warn_retries: int, blocking_min_age_s: int, say: Callable[[str], None], files: pd.DataFrame,
                keep: Callable[[Any, str], Any] = lambda df, _name: df) -> dict[str, Any]:
     """Transform, load the gold tables and collect what the report folder needs (inside the Spark session)."""
     out = transform(frames, as_of=as_of_ts, window=window, dlq_warn_retries=dlq_warn_retries,
                     blocking_min_age_s=blocking_min_age_s, keep=keep)
     pdfs = {name: out[name].select(*mod.REPORT_COLUMNS).toPandas() for name, mod in REPORT_MODULES.items()}
-    return _load(spark, lake, frames, as_of_ts, rid, pdfs, out["_agreement"].toPandas(),
-                 {name: out[name] for name in DASHBOARD_TABLES}, say)
+    return _load(spark, lake, as_of_ts, rid, pdfs, out["_agreement"].toPandas(),
+                 {name: out[name] for name in [*DASHBOARD_TABLES, *CARRIED_TABLES]}, files, say)
 
 
-def _load(spark: Any, lake: str, frames: dict[str, Any], as_of_ts: dt.datetime, rid: str,
-          pdfs: dict[str, pd.DataFrame], agreement: pd.DataFrame, dashboard: dict[str, Any],
+def _load(spark: Any, lake: str, as_of_ts: dt.datetime, rid: str, pdfs: dict[str, pd.DataFrame],
+          agreement: pd.DataFrame, dashboard: dict[str, Any], files: pd.DataFrame,
           say: Callable[[str], None]) -> dict[str, Any]:
-    """Write the run's gold rows (replaced per run id) and collect what the report folder needs."""
+    """Write the run's gold rows (replaced per run id) and collect what the report folder needs (``files``:
+    each broker's newest consumerOffset.json, :func:`jobs.reconcile.offset_state.latest_files`)."""
     for name, mod in REPORT_MODULES.items():
         pdf = pdfs[name]
         gold = spark.createDataFrame(pdf if len(pdf) else [], _report_schema(mod))
         _delta.replace_run(spark, _with_run_id(gold, rid), lake, mod.TABLE, rid)
         failpoints.hit("reconcile.after_gold_table")
         say(f"reconcile:   gold/{name}: {len(pdf)} rows")
-    for name, table in DASHBOARD_TABLES.items():
+    for name, table in {**DASHBOARD_TABLES, **CARRIED_TABLES}.items():
         _delta.replace_run(spark, _with_run_id(dashboard[name], rid), lake, table, rid)
-        say(f"reconcile:   gold/{name} (dashboard)")
-    latest_offsets = (
-        frames["consumer_offsets"]
-        .where("client_id = ''")
-        .where(f"snapshot_ts <= timestamp'{as_of_ts.strftime('%Y-%m-%d %H:%M:%S')}'")
-        .groupBy("cluster", "broker")
-        .agg({"snapshot_ts": "max"})
-        .withColumnRenamed("max(snapshot_ts)", "snapshot_ts")
-        .join(frames["consumer_offsets"].select("cluster", "broker", "snapshot_ts", "source_file").distinct(),
-              ["cluster", "broker", "snapshot_ts"])
-        .toPandas()
-    )
-    return {"pdfs": pdfs, "agreement": agreement, "latest_offsets": latest_offsets}
+        say(f"reconcile:   gold/{name} ({'dashboard' if name in DASHBOARD_TABLES else 'for the next run'})")
+    return {"pdfs": pdfs, "agreement": agreement, "latest_offsets": files}
 
 
 def _report_schema(mod: Any) -> Any:

@@ -25,10 +25,11 @@ def _typed(df: DataFrame) -> DataFrame:
     return df.select(*[F.col(c).cast(types[c]).alias(c) for c in COLUMNS])
 
 
-def rewind_ranges(series: DataFrame) -> DataFrame:
-    """``REWIND`` rows: ``[C_{s+1}, C_s - 1]`` for every decrease, one row per decrease (never merged)."""
+def rewind_ranges(falls: DataFrame) -> DataFrame:
+    """``REWIND`` rows: ``[C_{s+1}, C_s - 1]`` for every decrease (:func:`jobs.rules.snapshots.decreases`), one row
+    per decrease (never merged)."""
     return _typed(
-        decreases(series).select(
+        falls.select(
             *SERIES_KEY, F.col("committed_offset").alias("start_offset"),
             (F.col("prev_offset") - 1).alias("end_offset"),
         ).select("*", messages_col().alias("messages"), F.lit("REWIND").alias("evidence"),
@@ -62,10 +63,11 @@ def duplicated_offsets(deliveries: DataFrame, messages: DataFrame) -> DataFrame:
     return duplicate_pairs(deliveries).join(copies, on=["cluster", "uniq_key"], how="inner")
 
 
-def trace_ranges(series: DataFrame, deliveries: DataFrame, messages: DataFrame) -> DataFrame:
-    """``TRACE`` rows: maximal runs of duplicated offsets, cause = the most severe of the run."""
+def trace_ranges(falls: DataFrame, deliveries: DataFrame, messages: DataFrame) -> DataFrame:
+    """``TRACE`` rows: maximal runs of duplicated offsets, cause = the most severe of the run (``falls``: the
+    decreases of the committed offsets, :func:`jobs.rules.snapshots.decreases`)."""
     caused = replay.duplicate_causes(duplicated_offsets(deliveries, messages), replay.commit_timeline(deliveries),
-                                     replay.queues(deliveries), series)
+                                     replay.queues(deliveries), falls)
     runs = offset_runs(caused.withColumn("_rank", replay.cause_rank_col(F.col("cause"))),
                        keys=SERIES_KEY, offset="queue_offset", max_of=["_rank"])
     return _typed(runs.select("*", F.lit("TRACE").alias("evidence"),
@@ -73,7 +75,7 @@ def trace_ranges(series: DataFrame, deliveries: DataFrame, messages: DataFrame) 
 
 
 def duplicated_ranges(series: DataFrame, deliveries: DataFrame, messages: DataFrame, *,
-                      as_of: dt.datetime) -> DataFrame:
+                      as_of: dt.datetime, falls: DataFrame | None = None) -> DataFrame:
     """The gold/duplicated_ranges rows (without run_id).
 
     Args:
@@ -81,9 +83,12 @@ def duplicated_ranges(series: DataFrame, deliveries: DataFrame, messages: DataFr
         deliveries: silver/deliveries (those started after t_S or ``as_of`` are ignored).
         messages: silver/messages.
         as_of: the reconciliation time.
+        falls: every decrease of the committed offsets, when ``series`` does not hold every snapshot (a horizon
+            run's, jobs.reconcile.offset_state); default :func:`jobs.rules.snapshots.decreases` of ``series``.
 
     Returns:
         ``schemas.duplicated_ranges.REPORT_COLUMNS``.
     """
     d = deliveries_in_window(deliveries, series, as_of=as_of)
-    return rewind_ranges(series).unionByName(trace_ranges(series, d, messages))
+    falls = decreases(series) if falls is None else falls
+    return rewind_ranges(falls).unionByName(trace_ranges(falls, d, messages))

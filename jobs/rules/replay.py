@@ -24,7 +24,7 @@ from typing import Optional
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from jobs.rules.snapshots import SERIES_KEY, _ts, decreases
+from jobs.rules.snapshots import SERIES_KEY, _ts
 from schemas import consumer_offsets
 
 TIMELINE_KEY = ["cluster", "consumer_group", "client_id", "client_host", "topic", "broker", "queue_id"]
@@ -287,7 +287,7 @@ def agreement(deliveries: DataFrame, series: DataFrame, *, as_of: Optional[dt.da
 
 
 def duplicate_causes(duplicated: DataFrame, timeline: DataFrame, queue_names: DataFrame,
-                     series: DataFrame) -> DataFrame:
+                     falls: DataFrame) -> DataFrame:
     """The cause of each TRACE-duplicated offset (docs/semantics.md rule 12).
 
     Args:
@@ -296,7 +296,7 @@ def duplicate_causes(duplicated: DataFrame, timeline: DataFrame, queue_names: Da
             ``SERIES_KEY`` + queue_offset + uniq_key.
         timeline: :func:`commit_timeline`.
         queue_names: :func:`queues` of the same deliveries.
-        series: :func:`jobs.rules.snapshots.offset_series`.
+        falls: every decrease of the committed offsets (:func:`jobs.rules.snapshots.decreases`).
 
     Returns:
         The rows of ``duplicated`` with ``cause``: ``REWIND`` when the committed offset dropped over o between
@@ -308,7 +308,7 @@ def duplicate_causes(duplicated: DataFrame, timeline: DataFrame, queue_names: Da
     o = F.col("p.queue_offset")
     rew = (
         p.alias("p").join(
-            decreases(series).alias("r"),
+            falls.alias("r"),
             on=[F.col(f"p.{k}") == F.col(f"r.{k}") for k in SERIES_KEY]
             + [F.col("r.committed_offset") <= o, o < F.col("r.prev_offset"),
                F.col("r.prev_ts") >= F.col("p.d1_start"), F.col("r.snapshot_ts") <= F.col("p.b")],

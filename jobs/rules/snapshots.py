@@ -22,7 +22,7 @@ from schemas import deliveries as deliveries_schema
 SERIES_KEY = ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id"]
 QUEUE = ["cluster", "topic", "broker", "queue_id"]
 SERIES_COLUMNS = SERIES_KEY + ["snapshot_ts", "committed_offset", "min_offset", "max_offset", "bounds_known",
-                               "snapshot_index", "snapshots_after", "is_latest"]
+                               "snapshots_after", "is_latest"]
 
 
 def _ts(value: dt.datetime) -> Column:
@@ -41,8 +41,8 @@ def offset_series(consumer_offsets: DataFrame, queue_bounds: DataFrame, *, as_of
     has unknown bounds (``min_offset``/``max_offset`` null, ``bounds_known`` false), one with bounds but none
     for q has ``Min = Max = 0``.
 
-    ``snapshot_index`` (1 = oldest), ``snapshots_after`` (0 = latest) and ``is_latest`` count only the
-    snapshots with known bounds, the ones every Min/Max-based output uses; they are null for the others.
+    ``snapshots_after`` (0 = latest) and ``is_latest`` count only the snapshots with known bounds, the ones every
+    Min/Max-based output uses; they are null for the others.
 
     Args:
         consumer_offsets: silver/consumer_offsets.
@@ -53,15 +53,77 @@ def offset_series(consumer_offsets: DataFrame, queue_bounds: DataFrame, *, as_of
         One row per (cluster, consumer_group, client_id, topic, broker, queue_id, snapshot_ts), columns
         ``SERIES_COLUMNS``.
     """
-    cut = _ts(as_of)
-    offsets = (
-        consumer_offsets.where((F.col("snapshot_ts") <= cut) & F.col("committed_offset").isNotNull()
-                               & ~F.col("topic").contains("@") & ~F.col("consumer_group").contains("@"))
+    bounds = queue_bounds.where(F.col("snapshot_ts") <= _ts(as_of))
+    return ranked(_with_bounds(_offset_rows(consumer_offsets, as_of=as_of), bounds))
+
+
+def series_after(consumer_offsets: DataFrame, queue_bounds: DataFrame, tail: DataFrame, *, since: dt.datetime,
+                 as_of: dt.datetime, bounds_at: list[tuple[str, str, dt.datetime]]) -> DataFrame:
+    """:func:`offset_series` from a previous run's :func:`tail` (its time ``since``) and the snapshots after it.
+
+    Reads the offsets and bounds of ``(since, as_of]`` and, for a broadcast client's snapshot whose broker has taken
+    none with bounds since, the bounds snapshot ``bounds_at`` names (each broker's newest at or before ``since``,
+    :func:`bounds_times`). Every row the outputs read is the full series' (``tail`` holds each key's last known
+    snapshots and its newest): the latest, the newest, the window, the samples, ``snapshots_after`` of those; the
+    older snapshots are left out, so the work is that of what is new, not of the lake's age.
+    """
+    after = F.col("snapshot_ts") > _ts(since)
+    carried = F.lit(False)
+    for cluster, broker, ts in bounds_at:
+        carried = carried | ((F.col("cluster") == cluster) & (F.col("broker") == broker)
+                             & (F.col("snapshot_ts") == _ts(ts)))
+    bounds = queue_bounds.where((after & (F.col("snapshot_ts") <= _ts(as_of))) | carried)
+    new = _with_bounds(_offset_rows(consumer_offsets, as_of=as_of, after=since), bounds)
+    return ranked(new.unionByName(tail.select(*new.columns)))
+
+
+def bounds_times(queue_bounds: DataFrame, *, as_of: dt.datetime, since: dt.datetime | None = None,
+                 bounds_at: list[tuple[str, str, dt.datetime]] = ()) -> DataFrame:
+    """(cluster, broker, snapshot_ts): each broker's newest snapshot with queue bounds at or before ``as_of``; from
+    the bounds after ``since`` and the previous run's ``bounds_at`` when given (what :func:`series_after` reads)."""
+    b = queue_bounds.where(F.col("snapshot_ts") <= _ts(as_of))
+    if since is not None:
+        b = b.where(F.col("snapshot_ts") > _ts(since))
+    times = b.select("cluster", "broker", "snapshot_ts")
+    if bounds_at:
+        spark = queue_bounds.sparkSession
+        times = times.unionByName(spark.createDataFrame(
+            [(c, b_, _naive_utc(t)) for c, b_, t in bounds_at], "cluster string, broker string, snapshot_ts timestamp"))
+    return times.groupBy("cluster", "broker").agg(F.max("snapshot_ts").alias("snapshot_ts"))
+
+
+def _naive_utc(value: dt.datetime) -> dt.datetime:
+    return value.astimezone(dt.timezone.utc).replace(tzinfo=None) if value.tzinfo is not None else value
+
+
+def _offset_rows(consumer_offsets: DataFrame, *, as_of: dt.datetime, after: dt.datetime | None = None,
+                 since: dt.datetime | None = None) -> DataFrame:
+    """(SERIES_KEY, snapshot_ts, committed_offset) of the snapshots in ``(after, as_of]`` (or ``[since, as_of]``),
+    rules 1 and 2; a key's one value per snapshot."""
+    keep = ((F.col("snapshot_ts") <= _ts(as_of)) & F.col("committed_offset").isNotNull()
+            & ~F.col("topic").contains("@") & ~F.col("consumer_group").contains("@"))
+    if after is not None:
+        keep = keep & (F.col("snapshot_ts") > _ts(after))
+    if since is not None:
+        keep = keep & (F.col("snapshot_ts") >= _ts(since))
+    return (
+        consumer_offsets.where(keep)
         .select("cluster", "consumer_group", F.coalesce(F.col("client_id"), F.lit("")).alias("client_id"),
                 "topic", "broker", "queue_id", "snapshot_ts", F.col("committed_offset").cast("long").alias("c"))
         .groupBy(*SERIES_KEY, "snapshot_ts").agg(F.max("c").alias("committed_offset"))
     )
-    bounds = queue_bounds.where(F.col("snapshot_ts") <= cut)
+
+
+def commits(consumer_offsets: DataFrame, *, as_of: dt.datetime, since: dt.datetime | None) -> DataFrame:
+    """(SERIES_KEY, snapshot_ts, committed_offset) of the snapshots in ``[since, as_of]``: what the replay compares
+    (jobs.rules.replay.agreement). A snapshot before the first delivery a run reads has no ProcessQueue in its replay
+    and is never compared, so a horizon run reads the offsets from there on; ``since`` None: none."""
+    rows = _offset_rows(consumer_offsets, as_of=as_of, since=since)
+    return rows if since is not None else rows.where(F.lit(False))
+
+
+def _with_bounds(offsets: DataFrame, bounds: DataFrame) -> DataFrame:
+    """``offsets`` with ``min_offset``, ``max_offset`` and ``bounds_known`` from ``bounds`` (rules 4, 5)."""
     with_bounds = bounds.select("cluster", "broker", F.col("snapshot_ts").alias("b_ts")).distinct()
     # Which broker snapshot gives the bounds: the same one (broker rows), the latest at or before (client rows).
     # Not a join of every snapshot with every bounds snapshot of its broker and a filter: that is quadratic in the
@@ -89,22 +151,38 @@ def offset_series(consumer_offsets: DataFrame, queue_bounds: DataFrame, *, as_of
         .join(b, on=["cluster", "broker", "b_ts", "topic", "queue_id"], how="left")
     )
     has_bounds = F.col("b_ts").isNotNull()
-    rows = joined.select(
+    return joined.select(
         *SERIES_KEY, "snapshot_ts", "committed_offset",
         F.when(has_bounds, F.coalesce(F.col("_min"), F.lit(0).cast("long"))).alias("min_offset"),
         F.when(has_bounds, F.coalesce(F.col("_max"), F.lit(0).cast("long"))).alias("max_offset"),
         has_bounds.alias("bounds_known"),
     )
+
+
+def ranked(rows: DataFrame) -> DataFrame:
+    """``snapshots_after`` and ``is_latest`` of each key's snapshots with known bounds (counted from the newest)."""
     # One sort, not two: the count of the key's snapshots gives ``after`` (a key has one row per snapshot).
     w = Window.partitionBy(key_hash(), *SERIES_KEY, "bounds_known")
     index = F.row_number().over(w.orderBy("snapshot_ts"))
     after = (F.count(F.lit(1)).over(w) - index).cast("int")
     return rows.select(
         *SERIES_KEY, "snapshot_ts", "committed_offset", "min_offset", "max_offset", "bounds_known",
-        F.when(known_col(), index).alias("snapshot_index"),
         F.when(known_col(), after).alias("snapshots_after"),
         (known_col() & (after == 0)).alias("is_latest"),
     )
+
+
+TAIL_COLUMNS = SERIES_KEY + ["snapshot_ts", "committed_offset", "min_offset", "max_offset", "bounds_known"]
+
+
+def tail(series: DataFrame, *, keep: int) -> DataFrame:
+    """Each key's last ``keep`` snapshots with known bounds and its newest snapshot: all a later run reads of the
+    snapshots up to this series' time (:func:`series_after`; gold/series_tail)."""
+    w = Window.partitionBy(key_hash(), *SERIES_KEY)
+    return (series.withColumn("_newest", F.max("snapshot_ts").over(w))
+            .where((known_col() & (F.col("snapshots_after") < F.lit(keep)))
+                   | (F.col("snapshot_ts") == F.col("_newest")))
+            .select(*TAIL_COLUMNS))
 
 
 def key_hash() -> Column:
@@ -307,3 +385,11 @@ def decreases(series: DataFrame) -> DataFrame:
         .where(F.col("committed_offset") < F.col("prev_offset"))
         .select(*SERIES_KEY, "prev_ts", "prev_offset", "snapshot_ts", "committed_offset")
     )
+
+
+def decreases_after(series: DataFrame, tail: DataFrame, *, since: dt.datetime) -> DataFrame:
+    """The :func:`decreases` whose later snapshot is after ``since``: from each key's newest snapshot in ``tail`` (a
+    previous run's, as of ``since``) on. With that run's decreases, every decrease of the full series."""
+    cols = [*SERIES_KEY, "snapshot_ts", "committed_offset"]
+    return decreases(newest(tail).select(*cols).unionByName(
+        series.where(F.col("snapshot_ts") > _ts(since)).select(*cols)))

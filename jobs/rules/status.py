@@ -136,7 +136,7 @@ def consumer_status(series: DataFrame, messages: DataFrame, *, window: int = 10)
 TIMELINE_SNAPSHOTS = 48
 
 
-def status_samples(series: DataFrame, *, window: int = 10, keep: int = TIMELINE_SNAPSHOTS) -> DataFrame:
+def status_samples(series: DataFrame, *, window: int = 10, keep: int | None = None) -> DataFrame:
     """The gold/status_samples rows (without run_id): each key's last ``max(window, keep)`` known snapshots.
 
     Why: a person checking a status needs the very samples the rules judged (``in_window``), and the dashboard's
@@ -144,7 +144,7 @@ def status_samples(series: DataFrame, *, window: int = 10, keep: int = TIMELINE_
     """
     from schemas import status_samples as samples_schema
 
-    last = max(window, keep)
+    last = max(window, TIMELINE_SNAPSHOTS if keep is None else keep)
     rows = known(series).where(F.col("snapshots_after") < F.lit(last)).select(
         *SERIES_KEY, "snapshot_ts", "committed_offset", "min_offset", "max_offset",
         (F.col("max_offset") - F.col("committed_offset")).alias("lag"),

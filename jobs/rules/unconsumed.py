@@ -46,10 +46,18 @@ def backlog(series: DataFrame) -> DataFrame:
     return _typed(interval_union(s, keys=SERIES_KEY), "BACKLOG")
 
 
-def expired(series: DataFrame) -> DataFrame:
-    """``EXPIRED``: deleted by retention before the group consumed them, merged across snapshots."""
+def expired(series: DataFrame, earlier: DataFrame | None = None) -> DataFrame:
+    """``EXPIRED``: deleted by retention before the group consumed them, merged across snapshots.
+
+    ``earlier``: the EXPIRED rows of a previous run, whose snapshots ``series`` need not hold (a horizon run's series
+    starts at the previous run's tail, jobs.rules.snapshots.series_after). The union of intervals is the same however
+    it is grouped, so merging its maximal runs with the later snapshots' intervals gives the full run's rows.
+    """
     s = known(series).where(F.col("committed_offset") < F.col("min_offset")).select(
         *SERIES_KEY, F.col("committed_offset").alias("start_offset"), (F.col("min_offset") - 1).alias("end_offset"))
+    if earlier is not None:
+        s = s.unionByName(earlier.select(*SERIES_KEY, F.col("start_offset").cast("long"),
+                                         F.col("end_offset").cast("long")))
     return _typed(interval_union(s, keys=SERIES_KEY), "EXPIRED")
 
 

@@ -1,11 +1,15 @@
-"""How the reconcile's offset work grows with the lake's age (a known limit: docs/semantics.md rule 24, README).
+"""How the reconcile's offset work grows with the lake's age: a full run's, and a scheduled run's that carries the
+previous run's offset state (jobs.reconcile.offset_state, docs/semantics.md rule 24).
 
-The horizon carries old messages and deliveries, but silver/consumer_offsets and silver/queue_bounds are read whole:
-EXPIRED is a union over every snapshot, REWIND a row per decrease, and the status window counts snapshots from the
-newest. This times that part alone, on synthetic tables of one fleet snapshotted every 15 minutes for 1, 7, 30 and
-90 days (the 10 M benchmark's 3,192 keys: 14 brokers, 19 groups, 12 queues of one topic each): the offset series
-(``snapshots.offset_series``) materialized once, then EXPIRED, REWIND and the corrections from it, as a full
-reconcile computes them. It prints seconds and the ratio to one day's.
+Synthetic tables of one fleet snapshotted every 15 minutes for 1, 7, 30 and 90 days (the 10 M benchmark's 3,192 keys:
+14 brokers, 19 groups, 12 queues of one topic each). Timed, as the reconcile computes them:
+
+* full: the offset series (``snapshots.offset_series``) materialized once, then EXPIRED, REWIND and the corrections;
+* carried: the same answers from the state a run 15 minutes earlier left (its tail, decreases and EXPIRED rows,
+  computed first and not timed): ``snapshots.series_after`` materialized, the later decreases, EXPIRED merged with the
+  earlier rows, the corrections. Both give the same rows (checked here).
+
+It prints seconds and the ratio to one day's.
 
     .venv/bin/python tests/benchmarks/bench_history.py [--days 1,7,30,90] [--workdir W]
 """
@@ -82,6 +86,7 @@ def main() -> int:
     ap.add_argument("--workdir", default="/tmp/bench-history")
     args = ap.parse_args()
     from jobs.lake import _spark
+    from jobs.reconcile import offset_state
     from jobs.rules import corrections, duplicates, snapshots, unconsumed
 
     work = Path(args.workdir)
@@ -99,20 +104,46 @@ def main() -> int:
             qb = spark.read.parquet(str(folder / "queue_bounds"))
             series = _spark.materialize(spark, snapshots.offset_series(co, qb, as_of=as_of), str(folder / "series"))
             t_series = time.time() - t
-            counts = {}
-            for name, df in (("EXPIRED", unconsumed.expired(series)), ("REWIND", duplicates.rewind_ranges(series)),
-                             ("corrections", corrections.offset_corrections(series))):
-                counts[name] = df.count()
+            full = {"EXPIRED": unconsumed.expired(series),
+                    "REWIND": duplicates.rewind_ranges(snapshots.decreases(series)),
+                    "corrections": corrections.offset_corrections(series)}
+            counts = {name: df.count() for name, df in full.items()}
             total = time.time() - t
-            results.append((days, rows, t_series, total, counts))
-            print(f"{days:3d} days: {rows:>11,} offset rows (generated in {gen:.1f} s); series {t_series:.1f} s, "
-                  f"series + EXPIRED + REWIND + corrections {total:.1f} s; rows {counts}", flush=True)
+            # the state the run of the snapshot before the last one left (not timed: that run computed it); the last
+            # snapshot is at as_of - 15 minutes
+            since = as_of - 2 * EVERY
+            before = _spark.materialize(spark, snapshots.offset_series(co, qb, as_of=since), str(folder / "before"))
+            tail = _spark.materialize(spark, snapshots.tail(before, keep=offset_state.tail_keep(10)),
+                                      str(folder / "tail"))
+            falls_before = _spark.materialize(spark, snapshots.decreases(before), str(folder / "falls"))
+            expired_before = _spark.materialize(spark, unconsumed.expired(before), str(folder / "expired"))
+            bounds_at = [tuple(r) for r in snapshots.bounds_times(qb, as_of=since).collect()]
+            t = time.time()
+            carried = _spark.materialize(spark, snapshots.series_after(co, qb, tail, since=since, as_of=as_of,
+                                                                       bounds_at=bounds_at), str(folder / "carried"))
+            t_carried_series = time.time() - t
+            falls = falls_before.unionByName(snapshots.decreases_after(carried, tail, since=since))
+            inc = {"EXPIRED": unconsumed.expired(carried, expired_before), "REWIND": duplicates.rewind_ranges(falls),
+                   "corrections": corrections.offset_corrections(carried)}
+            inc_counts = {name: df.count() for name, df in inc.items()}
+            t_carried = time.time() - t
+            same = all(sorted(full[n].collect()) == sorted(inc[n].collect()) for n in full)
+            results.append((days, rows, t_series, total, counts, t_carried_series, t_carried, carried.count()))
+            print(f"{days:3d} days: {rows:>11,} offset rows (generated in {gen:.1f} s); full: series {t_series:.1f} s, "
+                  f"series + EXPIRED + REWIND + corrections {total:.1f} s; carried: series {t_carried_series:.1f} s "
+                  f"({carried.count():,} rows), all {t_carried:.1f} s; rows {counts} {inc_counts}, same: {same}",
+                  flush=True)
+            if not same:
+                print("carried rows differ from the full run's", file=sys.stderr)
+                return 1
             shutil.rmtree(folder, ignore_errors=True)
     base = results[0]
-    print("\n| days of 15-minute snapshots | offset rows | series | with EXPIRED, REWIND, corrections | / first |")
-    print("|---|---|---|---|---|")
-    for days, rows, ts, total, _ in results:
-        print(f"| {days} | {rows:,} | {ts:.1f} s | {total:.1f} s | {total / base[3]:.1f}x |")
+    print("\n| days of 15-minute snapshots | offset rows | full: series | full: with EXPIRED, REWIND, corrections | "
+          "/ first | carried: series rows | carried: all | / first |")
+    print("|---|---|---|---|---|---|---|---|")
+    for days, rows, ts, total, _, _, tc, n in results:
+        print(f"| {days} | {rows:,} | {ts:.1f} s | {total:.1f} s | {total / base[3]:.1f}x | {n:,} | {tc:.1f} s | "
+              f"{tc / base[6]:.1f}x |")
     return 0
 
 

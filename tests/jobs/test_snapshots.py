@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from jobs.rules import snapshots
@@ -29,43 +30,43 @@ def qb(minute: int, lo: int, hi: int, *, topic: str = "T", q: int = 0, broker: s
 
 SERIES = ("cluster string, consumer_group string, client_id string, topic string, broker string, queue_id int, "
           "snapshot_ts timestamp, committed_offset long, min_offset long, max_offset long, bounds_known boolean, "
-          "snapshot_index int, snapshots_after int, is_latest boolean")
+          "snapshots_after int, is_latest boolean")
 
 
-def row(minute: int, c: int, lo: int | None, hi: int | None, idx: int | None, after: int | None, *,
+def row(minute: int, c: int, lo: int | None, hi: int | None, after: int | None, *,
         client: str = "", topic: str = "T") -> tuple:
-    return ("c", "G", client, topic, "b", 0, T(minute), c, lo, hi, lo is not None, idx, after, after == 0)
+    return ("c", "G", client, topic, "b", 0, T(minute), c, lo, hi, lo is not None, after, after == 0)
 
 
 @pytest.mark.parametrize(
     "offsets, bounds, as_of, expected",
     [
         pytest.param([off(1, 5), off(2, 8)], [qb(1, 0, 10), qb(2, 3, 12)], T(9),
-                     [row(1, 5, 0, 10, 1, 1), row(2, 8, 3, 12, 2, 0)],
+                     [row(1, 5, 0, 10, 1), row(2, 8, 3, 12, 0)],
                      id="each_broker_snapshot_takes_its_own_bounds_and_the_newest_is_latest"),
         pytest.param([off(1, 5)], [qb(1, 0, 10, topic="Other")], T(9),
-                     [row(1, 5, 0, 0, 1, 0)],
+                     [row(1, 5, 0, 0, 0)],
                      id="a_queue_missing_from_a_snapshot_with_consumequeue_has_min_and_max_zero"),
         pytest.param([off(1, 5), off(2, 8)], [qb(1, 0, 10)], T(9),
-                     [row(1, 5, 0, 10, 1, 0), row(2, 8, None, None, None, None)],
+                     [row(1, 5, 0, 10, 0), row(2, 8, None, None, None)],
                      id="a_snapshot_without_consumequeue_has_unknown_bounds_and_s_is_the_last_known_one"),
         pytest.param([off(1, 5), off(3, 9)], [qb(1, 0, 10), qb(3, 0, 12)], T(2),
-                     [row(1, 5, 0, 10, 1, 0)],
+                     [row(1, 5, 0, 10, 0)],
                      id="snapshots_after_as_of_are_ignored"),
         pytest.param([off(2, 7, client="10.0.0.5@DEFAULT"), off(4, 9, client="10.0.0.5@DEFAULT")],
                      [qb(1, 0, 10), qb(3, 2, 20), qb(4, 4, 30)], T(9),
-                     [row(2, 7, 0, 10, 1, 1, client="10.0.0.5@DEFAULT"),
-                      row(4, 9, 4, 30, 2, 0, client="10.0.0.5@DEFAULT")],
+                     [row(2, 7, 0, 10, 1, client="10.0.0.5@DEFAULT"),
+                      row(4, 9, 4, 30, 0, client="10.0.0.5@DEFAULT")],
                      id="a_broadcast_client_snapshot_takes_the_broker_bounds_at_or_before_it"),
         pytest.param([off(0, 3, client="10.0.0.5@DEFAULT"), off(2, 7, client="10.0.0.5@DEFAULT"), off(2, 6),
                       off(3, 8)],
                      [qb(1, 0, 10), qb(2, 1, 11)], T(9),
-                     [row(0, 3, None, None, None, None, client="10.0.0.5@DEFAULT"),
-                      row(2, 7, 1, 11, 1, 0, client="10.0.0.5@DEFAULT"), row(2, 6, 1, 11, 1, 0),
-                      row(3, 8, None, None, None, None)],
+                     [row(0, 3, None, None, None, client="10.0.0.5@DEFAULT"),
+                      row(2, 7, 1, 11, 0, client="10.0.0.5@DEFAULT"), row(2, 6, 1, 11, 0),
+                      row(3, 8, None, None, None)],
                      id="a_client_snapshot_before_any_bounds_has_none_and_a_broker_snapshot_never_borrows_older_ones"),
         pytest.param([off(1, 5), off(1, 3, group="G@x"), off(1, 3, topic="T@y")], [qb(1, 0, 10)], T(9),
-                     [row(1, 5, 0, 10, 1, 0)],
+                     [row(1, 5, 0, 10, 0)],
                      id="groups_and_topics_containing_at_are_skipped"),
     ],
 )
@@ -130,3 +131,46 @@ def test_relevant_messages_keep_every_record_a_report_reads(spark) -> None:  # n
     got = snapshots.relevant_messages(msgs, dels, offsets)
     assert got.columns == M.TABLE.columns
     assert sorted(r[0] for r in got.select("physical_offset").collect()) == [1, 2, 4, 5, 6, 7, 9]
+
+
+CLIENT = "10.0.0.5@DEFAULT"
+# One broker: key G/T/0 snapshotted at minutes 1-9 (no consumequeue at 4 and 8: unknown bounds), with decreases at 3,
+# 5 (through the unknown 4) and 8; a broadcast client of G2 at 2, 5 and 8 (8 borrows the bounds of 7); a key that
+# stops after minute 2 (G3); retention moves Min past the committed offset at 5-7 (EXPIRED).
+HISTORY_OFFSETS = [off(1, 10), off(2, 20), off(3, 15), off(4, 30), off(5, 25), off(6, 40), off(7, 41), off(8, 35),
+                   off(9, 50), off(2, 3, group="G2", client=CLIENT), off(5, 6, group="G2", client=CLIENT),
+                   off(8, 9, group="G2", client=CLIENT), off(1, 1, group="G3"), off(2, 2, group="G3")]
+HISTORY_BOUNDS = [qb(1, 0, 60), qb(2, 0, 60), qb(3, 5, 60), qb(5, 30, 70), qb(6, 45, 80), qb(7, 44, 90),
+                  qb(9, 46, 99)]
+
+
+@pytest.mark.parametrize("since", [3, 4, 6, 7, 8])
+def test_a_series_from_a_previous_runs_tail_answers_as_the_whole_history(spark, since: int) -> None:  # noqa: ANN001
+    """What a horizon run reads of the series (latest, newest, the last ``keep`` known snapshots and their
+    ``snapshots_after``, the tail it leaves, every decrease, EXPIRED, the bounds times) equals the full series' when
+    it starts from the run as of ``since``'s tail and reads only the snapshots after it."""
+    from jobs.rules import unconsumed
+
+    co, qbs = spark.createDataFrame(HISTORY_OFFSETS, CO.SCHEMA), spark.createDataFrame(HISTORY_BOUNDS, QB.SCHEMA)
+    keep, as_of, then = 2, T(9), T(since)
+    full = snapshots.offset_series(co, qbs, as_of=as_of)
+    before = snapshots.offset_series(co, qbs, as_of=then)
+    bounds_at = [tuple(r) for r in snapshots.bounds_times(qbs, as_of=then).collect()]
+    assert [r[2].replace(tzinfo=UTC) for r in bounds_at] == [T(3) if since < 5 else T(7) if since == 8 else T(since)]
+    got = snapshots.series_after(co, qbs, snapshots.tail(before, keep=keep), since=then, as_of=as_of,
+                                 bounds_at=bounds_at)
+    window = lambda s: s.where(F.col("bounds_known") & (F.col("snapshots_after") < keep))  # noqa: E731
+    for part in (snapshots.latest, snapshots.newest, window, lambda s: snapshots.tail(s, keep=keep)):
+        assertDataFrameEqual(part(got), part(full))
+    # each key's last 2 snapshots with known bounds, and its newest (G's 9; G3's last is minute 2)
+    assert sorted((r.consumer_group, r.snapshot_ts.minute) for r in snapshots.tail(full, keep=keep).collect()) == [
+        ("G", 7), ("G", 9), ("G2", 5), ("G2", 8), ("G3", 1), ("G3", 2)]
+    assertDataFrameEqual(snapshots.decreases(before).unionByName(
+        snapshots.decreases_after(got, snapshots.tail(before, keep=keep), since=then)), snapshots.decreases(full))
+    assert [(r.prev_offset, r.committed_offset) for r in snapshots.decreases(full).orderBy("snapshot_ts").collect()] \
+        == [(20, 15), (30, 25), (41, 35)]
+    assertDataFrameEqual(unconsumed.expired(got, earlier=unconsumed.expired(before)), unconsumed.expired(full))
+    assert sorted((r.consumer_group, r.start_offset, r.end_offset) for r in unconsumed.expired(full).collect()) == [
+        ("G", 25, 29), ("G", 40, 44), ("G2", 6, 43)]
+    assertDataFrameEqual(snapshots.bounds_times(qbs, as_of=as_of, since=then, bounds_at=bounds_at),
+                         snapshots.bounds_times(qbs, as_of=as_of))
