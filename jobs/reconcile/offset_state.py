@@ -43,7 +43,7 @@ class Offsets:
     """The offset frames a run's reports read, and where they came from."""
 
     series: Any  # SERIES_COLUMNS (jobs.rules.snapshots)
-    falls: Any  # every decrease (jobs.rules.snapshots.decreases)
+    falls_before: Any = None  # P's decreases (jobs.rules.snapshots.decreases), up to its time
     expired_before: Any = None  # P's EXPIRED rows (None: the series holds every snapshot)
     tail_before: Any = None  # P's tail (its keys and queues)
     since: dt.datetime | None = None  # P's as-of time (None: whole history)
@@ -88,8 +88,8 @@ def carried(spark: Any, lake: str, frames: dict[str, Any], previous: dict, *, as
                                     as_of=as_of, bounds_at=bounds_at)
     files = pd.DataFrame(kept["files"], columns=["cluster", "broker", "snapshot_ts", "source_file"])
     files["snapshot_ts"] = pd.to_datetime(files["snapshot_ts"], utc=True).dt.tz_localize(None)
-    return Offsets(series=series, falls=falls_before, expired_before=expired_before, tail_before=tail, since=since,
-                   bounds_at=bounds_at, files_before=files)
+    return Offsets(series=series, falls_before=falls_before, expired_before=expired_before, tail_before=tail,
+                   since=since, bounds_at=bounds_at, files_before=files)
 
 
 def with_later_falls(offsets: Offsets, series: Any) -> Any:
@@ -98,7 +98,7 @@ def with_later_falls(offsets: Offsets, series: Any) -> Any:
 
     if offsets.since is None:
         return snapshots.decreases(series)
-    return offsets.falls.unionByName(snapshots.decreases_after(series, offsets.tail_before, since=offsets.since))
+    return offsets.falls_before.unionByName(snapshots.decreases_after(series, offsets.tail_before, since=offsets.since))
 
 
 def latest_files(consumer_offsets: Any, *, as_of: dt.datetime, since: dt.datetime | None = None,

@@ -62,7 +62,8 @@ REPORT_MODULES = {
 DASHBOARD_TABLES = {"status_samples": status_samples_schema.TABLE, "audit_hours": audit_hours_schema.TABLE}
 # What the next run carries (jobs.reconcile.offset_state): gold tables of their own, no report file.
 CARRIED_TABLES = offset_state.CARRIED_TABLES
-GOLD_TABLES = [m.TABLE for m in REPORT_MODULES.values()] + list(DASHBOARD_TABLES.values()) + list(CARRIED_TABLES.values())
+GOLD_TABLES = ([m.TABLE for m in REPORT_MODULES.values()] + list(DASHBOARD_TABLES.values())
+               + list(CARRIED_TABLES.values()))
 _STATUS_RANK = {"OK": 0, "WARN": 1, "STALL": 2, "REWIND": 3}
 
 
