@@ -1,10 +1,11 @@
-"""gold/series_tail: what a reconcile run leaves of each key's offset series for the next run to carry (rule 24).
+"""gold/series_tail: the part of each key's offset-series tail that gold/status_samples does not hold (rule 24).
 
-One row per (run, group, client, queue, snapshot) for each key's last ``max(window, 48)`` snapshots with known bounds
-and its newest snapshot (bounds known or not), as of the run: every series answer a later run can need of the
-snapshots at or before this run's time (latest, newest, the status window, the samples, the last committed offset
-a decrease is measured from). Bounded per key, so the next run reads a few rows per key, not the lake's history of
-offsets (jobs.reconcile.offset_state).
+A key's tail is its last ``max(window, 48)`` snapshots with known bounds and its newest snapshot: every series answer
+a later run can need of the snapshots at or before this run's time (latest, newest, the status window, the samples,
+the last committed offset a decrease is measured from). gold/status_samples holds the known ones already; this table
+holds the rest: one row per (run, group, client, queue) whose newest snapshot has unknown bounds (a snapshot without
+``consumequeue/``), usually none. The next run reads both instead of the lake's history of offsets
+(jobs.reconcile.offset_state).
 """
 from __future__ import annotations
 

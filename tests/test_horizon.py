@@ -101,9 +101,11 @@ def test_a_horizon_run_reads_less_than_a_full_run(runs: dict) -> None:
     # 05:00, not every snapshot since 00:30
     from jobs.lake import _delta
     from jobs.reconcile import gold_runs
-    from schemas import consumer_offsets, series_tail
+    from schemas import consumer_offsets, series_tail, status_samples
 
-    tail = gold_runs.run_rows(runs["lake"], gold_runs.run(runs["lake"], "sched-05"), series_tail.TABLE, ["snapshot_ts"])
+    p = gold_runs.run(runs["lake"], "sched-05")
+    tail = pd.concat([gold_runs.run_rows(runs["lake"], p, t.TABLE, ["snapshot_ts"]) for t in (status_samples,
+                                                                                             series_tail)])
     co = _delta.read_pandas_columns(runs["lake"], consumer_offsets.TABLE, ["snapshot_ts", "consumer_group", "topic"])
     co = co[~co["consumer_group"].str.contains("@") & ~co["topic"].str.contains("@")]
     ts = pd.to_datetime(co["snapshot_ts"], utc=True)
@@ -244,7 +246,8 @@ def test_a_short_tail_carries_the_offsets_as_a_full_run_reads_them(runs: dict, m
                 out[h]["horizon"]["read"].get("series_rows")) for h in out}
     # each run: the previous run's tail (156 keys x their last 3 snapshots, all with bounds) and the 2 x 156 rows of
     # the two snapshots after its time; the same 780 rows at 04:00 (8 snapshots a key) as at 06:00 (12)
-    tail = _gold(lake, "w3-05", "series_tail")
+    # (the known snapshots are the status samples; series_tail holds a newest snapshot with unknown bounds: none here)
+    tail = _gold(lake, "w3-05", "status_samples") + _gold(lake, "w3-05", "series_tail")
     assert (len(tail), len({r[:6] for r in tail}), len({r[6] for r in tail})) == (468, 156, 3)
     assert read == {"03": ("full", None, None), "04": ("horizon", "w3-03", 780), "05": ("horizon", "w3-04", 780),
                     "06": ("horizon", "w3-05", 780)}

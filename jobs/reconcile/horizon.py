@@ -844,7 +844,7 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
                                          then=offsets.tail_before if offsets is not None else None)
     return {"pdfs": pdfs, "agreement": pd.concat(agreement, ignore_index=True),
             "status_samples": status.status_samples(series, window=window), "audit_hours": audit_rows,
-            "series_tail": snapshots.tail(series, keep=offset_state.tail_keep(window)), "offset_decreases": falls,
+            "series_tail": snapshots.unknown_newest(series), "offset_decreases": falls,
             "offsets": offsets,
             "audit": audit_info, "read": read,
             "full_groups": {f"{c}/{g}": why for (c, g), why in sorted(fallback.items())},

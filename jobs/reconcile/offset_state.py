@@ -3,8 +3,9 @@
 
 A run P leaves, at the versions its ledger row records:
 
-* gold/series_tail: each key's last ``max(window, 48)`` snapshots with known bounds and its newest one
-  (:func:`jobs.rules.snapshots.tail`);
+* each key's tail (:func:`jobs.rules.snapshots.tail`): its last ``max(window, 48)`` snapshots with known bounds, which
+  gold/status_samples holds already for the dashboard, and its newest one when that one's bounds are unknown
+  (gold/series_tail, rarely a row);
 * gold/offset_decreases: every decrease of a committed offset up to its time (REWIND, and the REWIND cause);
 * its EXPIRED rows (gold/unconsumed_ranges): the union of every snapshot's expired interval up to its time;
 * in its ledger row: each broker's newest snapshot with queue bounds (a broadcast client's later snapshot may take
@@ -25,7 +26,7 @@ import pandas as pd
 
 from jobs.lake import _delta
 from jobs.reconcile import gold_runs
-from schemas import offset_decreases, series_tail, unconsumed_ranges
+from schemas import offset_decreases, series_tail, status_samples, unconsumed_ranges
 
 UTC = dt.timezone.utc
 CARRIED_TABLES = {"series_tail": series_tail.TABLE, "offset_decreases": offset_decreases.TABLE}
@@ -72,7 +73,8 @@ def carried(spark: Any, lake: str, frames: dict[str, Any], previous: dict, *, as
     kept = (previous.get("horizon") or {}).get("offsets")
     versions = previous.get("table_versions", {})
     if not kept or kept.get("tail_keep") != tail_keep(window) \
-            or any(t.qualified not in versions for t in (*CARRIED_TABLES.values(), unconsumed_ranges.TABLE)):
+            or any(t.qualified not in versions
+                   for t in (*CARRIED_TABLES.values(), unconsumed_ranges.TABLE, status_samples.TABLE)):
         return None
     since = previous["as_of"]
 
@@ -80,7 +82,7 @@ def carried(spark: Any, lake: str, frames: dict[str, Any], previous: dict, *, as
         at = versions[table.qualified] if _delta.table_format() == "delta" else None
         return _delta.read(spark, lake, table, at=at).where(F.col("run_id") == F.lit(previous["run_id"]))
 
-    tail = rows(series_tail.TABLE).select(*snapshots.TAIL_COLUMNS)
+    tail = tail_of(rows(status_samples.TABLE), rows(series_tail.TABLE))
     falls_before = rows(offset_decreases.TABLE).select(*offset_decreases.COLUMNS)
     expired_before = rows(unconsumed_ranges.TABLE).where(F.col("kind") == "EXPIRED")
     bounds_at = [(c, b, _parse(t)) for c, b, t in kept["bounds_at"]]
@@ -90,6 +92,18 @@ def carried(spark: Any, lake: str, frames: dict[str, Any], previous: dict, *, as
     files["snapshot_ts"] = pd.to_datetime(files["snapshot_ts"], utc=True).dt.tz_localize(None)
     return Offsets(series=series, falls_before=falls_before, expired_before=expired_before, tail_before=tail,
                    since=since, bounds_at=bounds_at, files_before=files)
+
+
+def tail_of(samples: Any, unknown_newest: Any) -> Any:
+    """A run's tail (:func:`jobs.rules.snapshots.tail`) from its gold/status_samples and gold/series_tail rows: the
+    samples are its last ``tail_keep(window)`` known snapshots per key, series_tail each key's newest unknown one."""
+    from pyspark.sql import functions as F
+
+    from jobs.rules import snapshots
+
+    known = samples.select(*snapshots.SERIES_KEY, "snapshot_ts", "committed_offset", "min_offset", "max_offset",
+                           F.lit(True).alias("bounds_known"))
+    return known.unionByName(unknown_newest.select(*snapshots.TAIL_COLUMNS))
 
 
 def with_later_falls(offsets: Offsets, series: Any) -> Any:

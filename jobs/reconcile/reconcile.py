@@ -196,7 +196,7 @@ def transform(frames: dict[str, Any], *, as_of: dt.datetime, window: int, dlq_wa
             series, snapshots.deliveries_in_window(dels, series, as_of=as_of),
             snapshots.messages_as_of(frames.get("stored_messages", frames["messages"]), as_of=as_of), as_of=as_of),
         # what the next run carries (jobs.reconcile.offset_state)
-        "series_tail": snapshots.tail(series, keep=offset_state.tail_keep(window)),
+        "series_tail": snapshots.unknown_newest(series),
         "offset_decreases": snapshots.decreases(series),
     }
     return out

@@ -175,6 +175,12 @@ def ranked(rows: DataFrame) -> DataFrame:
 TAIL_COLUMNS = SERIES_KEY + ["snapshot_ts", "committed_offset", "min_offset", "max_offset", "bounds_known"]
 
 
+def unknown_newest(series: DataFrame) -> DataFrame:
+    """Each key's newest snapshot when its bounds are unknown: the part of :func:`tail` the status samples
+    (jobs.rules.status.status_samples, the last ``max(window, 48)`` known snapshots) do not hold."""
+    return newest(series).where(~known_col()).select(*TAIL_COLUMNS)
+
+
 def tail(series: DataFrame, *, keep: int) -> DataFrame:
     """Each key's last ``keep`` snapshots with known bounds and its newest snapshot: all a later run reads of the
     snapshots up to this series' time (:func:`series_after`; gold/series_tail)."""

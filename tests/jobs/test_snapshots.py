@@ -136,10 +136,12 @@ def test_relevant_messages_keep_every_record_a_report_reads(spark) -> None:  # n
 CLIENT = "10.0.0.5@DEFAULT"
 # One broker: key G/T/0 snapshotted at minutes 1-9 (no consumequeue at 4 and 8: unknown bounds), with decreases at 3,
 # 5 (through the unknown 4) and 8; a broadcast client of G2 at 2, 5 and 8 (8 borrows the bounds of 7); a key that
-# stops after minute 2 (G3); retention moves Min past the committed offset at 5-7 (EXPIRED).
+# stops after minute 2 (G3); a key whose newest snapshot (4) has unknown bounds (G4); retention moves Min past the
+# committed offset at 5-7 (EXPIRED).
 HISTORY_OFFSETS = [off(1, 10), off(2, 20), off(3, 15), off(4, 30), off(5, 25), off(6, 40), off(7, 41), off(8, 35),
                    off(9, 50), off(2, 3, group="G2", client=CLIENT), off(5, 6, group="G2", client=CLIENT),
-                   off(8, 9, group="G2", client=CLIENT), off(1, 1, group="G3"), off(2, 2, group="G3")]
+                   off(8, 9, group="G2", client=CLIENT), off(1, 1, group="G3"), off(2, 2, group="G3"),
+                   off(3, 7, group="G4"), off(4, 8, group="G4")]
 HISTORY_BOUNDS = [qb(1, 0, 60), qb(2, 0, 60), qb(3, 5, 60), qb(5, 30, 70), qb(6, 45, 80), qb(7, 44, 90),
                   qb(9, 46, 99)]
 
@@ -157,14 +159,22 @@ def test_a_series_from_a_previous_runs_tail_answers_as_the_whole_history(spark, 
     before = snapshots.offset_series(co, qbs, as_of=then)
     bounds_at = [tuple(r) for r in snapshots.bounds_times(qbs, as_of=then).collect()]
     assert [r[2].replace(tzinfo=UTC) for r in bounds_at] == [T(3) if since < 5 else T(7) if since == 8 else T(since)]
-    got = snapshots.series_after(co, qbs, snapshots.tail(before, keep=keep), since=then, as_of=as_of,
-                                 bounds_at=bounds_at)
+    # the tail as a run stores it: its status samples (the known snapshots) and its newest unknown snapshots
+    from jobs.reconcile import offset_state
+    from jobs.rules import status
+
+    stored = offset_state.tail_of(status.status_samples(before, window=keep, keep=keep),
+                                  snapshots.unknown_newest(before))
+    assertDataFrameEqual(stored, snapshots.tail(before, keep=keep))
+    got = snapshots.series_after(co, qbs, stored, since=then, as_of=as_of, bounds_at=bounds_at)
     window = lambda s: s.where(F.col("bounds_known") & (F.col("snapshots_after") < keep))  # noqa: E731
     for part in (snapshots.latest, snapshots.newest, window, lambda s: snapshots.tail(s, keep=keep)):
         assertDataFrameEqual(part(got), part(full))
-    # each key's last 2 snapshots with known bounds, and its newest (G's 9; G3's last is minute 2)
+    # each key's last 2 snapshots with known bounds, and its newest (G's 9; G3's last is minute 2; G4's 4, unknown)
     assert sorted((r.consumer_group, r.snapshot_ts.minute) for r in snapshots.tail(full, keep=keep).collect()) == [
-        ("G", 7), ("G", 9), ("G2", 5), ("G2", 8), ("G3", 1), ("G3", 2)]
+        ("G", 7), ("G", 9), ("G2", 5), ("G2", 8), ("G3", 1), ("G3", 2), ("G4", 3), ("G4", 4)]
+    # what a run stores of it: the known ones are its status samples, the rest is the newest unknown one
+    assert [(r.consumer_group, r.snapshot_ts.minute) for r in snapshots.unknown_newest(full).collect()] == [("G4", 4)]
     assertDataFrameEqual(snapshots.decreases(before).unionByName(
         snapshots.decreases_after(got, snapshots.tail(before, keep=keep), since=then)), snapshots.decreases(full))
     assert [(r.prev_offset, r.committed_offset) for r in snapshots.decreases(full).orderBy("snapshot_ts").collect()] \
