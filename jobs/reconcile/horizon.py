@@ -652,12 +652,8 @@ def commits_since_first(consumer_offsets: Any, dels: Any, *, as_of: dt.datetime)
 
     from jobs.rules import snapshots
 
-    first = dels.agg(F.min("start_ts")).collect()[0][0]
-    if first is None:
-        return snapshots.commits(consumer_offsets, as_of=as_of, since=None)
-    t = pd.Timestamp(first)
-    return snapshots.commits(consumer_offsets, as_of=as_of,
-                             since=(t.tz_localize(UTC) if t.tzinfo is None else t).to_pydatetime())
+    first = dels.agg(F.min("start_ts")).collect()[0][0]  # (naive UTC, as snapshots._ts takes it; None: no delivery)
+    return snapshots.commits(consumer_offsets, as_of=as_of, since=first)
 
 
 def audit_frame(spark: Any, lake: str, frames: dict[str, Any], series: Any, *, as_of: dt.datetime, previous: dict,

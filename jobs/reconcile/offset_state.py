@@ -110,8 +110,6 @@ def with_later_falls(offsets: Offsets, series: Any) -> Any:
     """P's decreases plus those after its time, from the (materialized) ``series``."""
     from jobs.rules import snapshots
 
-    if offsets.since is None:
-        return snapshots.decreases(series)
     return offsets.falls_before.unionByName(snapshots.decreases_after(series, offsets.tail_before, since=offsets.since))
 
 

@@ -464,10 +464,11 @@ def _reconcile(spark: Any, lake: str, frames: dict[str, Any], as_of_ts: dt.datet
 
 
 def _load(spark: Any, lake: str, as_of_ts: dt.datetime, rid: str, pdfs: dict[str, pd.DataFrame],
-          agreement: pd.DataFrame, dashboard: dict[str, Any], files: pd.DataFrame,
+          agreement: pd.DataFrame, frames: dict[str, Any], files: pd.DataFrame,
           say: Callable[[str], None]) -> dict[str, Any]:
-    """Write the run's gold rows (replaced per run id) and collect what the report folder needs (``files``:
-    each broker's newest consumerOffset.json, :func:`jobs.reconcile.offset_state.latest_files`)."""
+    """Write the run's gold rows (replaced per run id) and collect what the report folder needs. ``frames``: the
+    dashboard's and the carried tables' rows (Spark); ``files``: each broker's newest consumerOffset.json
+    (:func:`jobs.reconcile.offset_state.latest_files`)."""
     for name, mod in REPORT_MODULES.items():
         pdf = pdfs[name]
         gold = spark.createDataFrame(pdf if len(pdf) else [], _report_schema(mod))
@@ -475,7 +476,7 @@ def _load(spark: Any, lake: str, as_of_ts: dt.datetime, rid: str, pdfs: dict[str
         failpoints.hit("reconcile.after_gold_table")
         say(f"reconcile:   gold/{name}: {len(pdf)} rows")
     for name, table in {**DASHBOARD_TABLES, **CARRIED_TABLES}.items():
-        _delta.replace_run(spark, _with_run_id(dashboard[name], rid), lake, table, rid)
+        _delta.replace_run(spark, _with_run_id(frames[name], rid), lake, table, rid)
         say(f"reconcile:   gold/{name} ({'dashboard' if name in DASHBOARD_TABLES else 'for the next run'})")
     return {"pdfs": pdfs, "agreement": agreement, "latest_offsets": files}
 

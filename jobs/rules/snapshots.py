@@ -183,7 +183,8 @@ def unknown_newest(series: DataFrame) -> DataFrame:
 
 def tail(series: DataFrame, *, keep: int) -> DataFrame:
     """Each key's last ``keep`` snapshots with known bounds and its newest snapshot: all a later run reads of the
-    snapshots up to this series' time (:func:`series_after`; gold/series_tail)."""
+    snapshots up to this series' time (:func:`series_after`). A run stores it as its status samples and
+    :func:`unknown_newest` (jobs.reconcile.offset_state.tail_of)."""
     w = Window.partitionBy(key_hash(), *SERIES_KEY)
     return (series.withColumn("_newest", F.max("snapshot_ts").over(w))
             .where((known_col() & (F.col("snapshots_after") < F.lit(keep)))
