@@ -67,7 +67,8 @@ def cmd_validate(a: argparse.Namespace) -> int:
 def cmd_maintain(a: argparse.Namespace) -> int:
     from jobs.ops import maintenance
 
-    _print_json(maintenance.run(a.lake, retention_h=a.retention_h, progress=_progress))
+    _print_json(maintenance.run(a.lake, retention_h=a.retention_h, gold_retention_days=a.gold_retention_days,
+                                progress=_progress))
     return 0
 
 
@@ -205,6 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--retention-h", type=float, default=None,
                    help="hours a removed file is kept at least (default RMQ_RECON_VACUUM_RETENTION_H or 168); raised per "
                         "table to keep the versions the newest ledger rows name readable")
+    s.add_argument("--gold-retention-days", type=float, default=None,
+                   help="days a reconcile run's (and a validation's) gold rows are kept beyond the 30 newest runs "
+                        "(default RMQ_RECON_GOLD_RETENTION_DAYS or 7); report folders are not touched")
     s.set_defaults(func=cmd_maintain)
 
     s = sub.add_parser("demo", help="simulate a fleet, run the Airflow DAGs on it, print the summary")

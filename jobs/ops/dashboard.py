@@ -138,19 +138,14 @@ def extract_validation(lake: str, *, limit: int = RECENT_VALIDATIONS) -> pd.Data
     table = validation_results.TABLE
     if not _delta.exists(lake, table):
         return None
-    # A row per expectation and table of every validation (about 48 a run, 1.7 M a year at 15 minutes): the newest
-    # time of each validation is gathered batch by batch (a row per validation held), then only those are read.
-    import pyarrow as pa
+    # A row per expectation and table of every validation (about 48 a run; maintenance prunes those older than the
+    # gold retention): the newest time of each validation is gathered batch by batch, then only those are read.
+    from jobs.ops import retention
 
-    latest: dict[str, Any] = {}
-    for batch in _delta.scan_batches(lake, table, ["validation_id", "validated_at"], filters=None):
-        grouped = pa.Table.from_batches([batch]).group_by("validation_id").aggregate([("validated_at", "max")])
-        for vid, at in zip(grouped.column("validation_id").to_pylist(), grouped.column("validated_at_max").to_pylist()):
-            if at is not None and (vid not in latest or at > latest[vid]):
-                latest[vid] = at
-    if not latest:
+    latest = retention.validation_times(lake)
+    if not len(latest):
         return pd.DataFrame(columns=table.columns)
-    newest = pd.Series(latest).sort_values(kind="mergesort").tail(limit)
+    newest = latest.sort_values(kind="mergesort").tail(limit)
     return _delta.read_pandas_columns(lake, table, table.columns, filters=[("validation_id", "in", list(newest.index))])
 
 

@@ -5,7 +5,9 @@ Reads and writes: every Delta table of the lake (``schemas.ALL_TABLES``), and on
 Why: every ingest appends a few files per table (a MERGE, a batch of 100,000 records) and every reconcile rewrites
 its gold rows, so after days a table is thousands of small files: reads get slower with every hour. Compaction
 (delta-rs ``optimize.compact``) rewrites them into a few large files; vacuum (delta-rs ``vacuum``) then deletes the
-files only old versions still name.
+files only old versions still name. Before both, gold retention (``jobs.ops.retention``) deletes the gold rows of
+reconcile runs and validations older than ``RMQ_RECON_GOLD_RETENTION_DAYS`` (default 7) beyond the 30 newest: every
+run writes a full set, so without it gold grows by millions of rows a day.
 
 Safety, by construction:
 
@@ -170,8 +172,10 @@ def _vacuum_all(lake: str, tables: list["Table"], infos: dict[str, dict[str, Any
 
 
 def run(lake: str, *, retention_h: float | None = None, keep_runs: int = KEEP_RECONCILE_RUNS,
+        gold_retention_days: float | None = None, now: dt.datetime | None = None,
         progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Compact and vacuum every Delta table of ``lake``, keeping what the ledgers' newest rows read.
+    """Prune old gold rows, then compact and vacuum every Delta table of ``lake``, keeping what the ledgers' newest
+    rows read.
 
     Idempotent: a rerun makes no commit and no ledger row. Holds the lake's writer, gold, quality and alerts leases.
 
@@ -179,13 +183,16 @@ def run(lake: str, *, retention_h: float | None = None, keep_runs: int = KEEP_RE
         lake: the lake root (local folder or ``s3://``).
         retention_h: hours a removed file is kept at least (default :func:`retention_default`, 168); the files of
             the versions the ledgers name are kept whatever their age.
-        keep_runs: how many of the newest reconcile runs keep their gold versions readable.
+        keep_runs: how many of the newest reconcile runs keep their gold versions readable (and their gold rows).
+        gold_retention_days: a reconcile run or validation older than this and outside the newest ``keep_runs``
+            loses its gold rows (``jobs.ops.retention``; default ``RMQ_RECON_GOLD_RETENTION_DAYS`` or 7).
+        now: the time retention counts back from (default: the clock).
         progress: called with one line per table (default: the module logger).
 
     Returns:
         ``run_id`` (the ledger row written, or None), per table ``files_before``/``files_after`` of the compaction,
-        ``vacuumed`` files and the ``kept_versions`` the ledgers name, ``skipped`` tables with the reason, and
-        ``seconds``.
+        ``vacuumed`` files and the ``kept_versions`` the ledgers name, ``skipped`` tables with the reason,
+        ``pruned`` (the reconcile runs and validations whose gold rows went, rows deleted per table) and ``seconds``.
 
     Raises:
         UsageError: the lake does not exist.
@@ -193,6 +200,7 @@ def run(lake: str, *, retention_h: float | None = None, keep_runs: int = KEEP_RE
     import schemas
     from jobs.ingest import ingest
     from jobs.lake import lease, ledger
+    from jobs.ops import dashboard, retention
     from schemas import ingest_runs
 
     say = progress or log.info
@@ -203,6 +211,8 @@ def run(lake: str, *, retention_h: float | None = None, keep_runs: int = KEEP_RE
                          "wrote")
     if retention_h is not None and retention_h < 0:
         raise UsageError(f"--retention-h {retention_h}: give 0 or more hours")
+    if gold_retention_days is not None and gold_retention_days < 0:
+        raise UsageError(f"--gold-retention-days {gold_retention_days:g}: give 0 or more days")
     out: dict[str, Any] = {"lake": lake, "run_id": None, "tables": {}, "skipped": {}, "retention_setting_h": setting}
     if _delta.table_format() != "delta":
         say(f"maintain: {lake} is a Parquet lake: skipped (no versions to vacuum; Parquet rewrites already replace "
@@ -214,6 +224,9 @@ def run(lake: str, *, retention_h: float | None = None, keep_runs: int = KEEP_RE
     with ExitStack() as stack:
         held = [stack.enter_context(lease.hold(lake, name, purpose="maintenance (compact, vacuum)", say=say))
                 for name in LEASES]
+        # first, so the compaction below rewrites what is left
+        out["pruned"] = retention.prune(lake, days=gold_retention_days, keep_runs=keep_runs,
+                                        keep_validations=dashboard.RECENT_VALIDATIONS, now=now, say=say)
         previous = ledger.last_ingest(lake)
         ingest_tables = {t.qualified for t in ingest.LEDGER_TABLES}
         consistent = previous is not None and ledger.versions(lake, ingest.LEDGER_TABLES) == previous["table_versions"]

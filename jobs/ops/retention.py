@@ -1,0 +1,184 @@
+"""Gold retention: the rows of old reconcile runs and old validations go, so gold stops growing with the lake's age.
+
+Why: every reconcile writes a full set of gold rows under its run id (gold/status_samples alone: max(window, 48)
+rows a key, about 150,000 a run at 3,192 keys, 15 million a day at 15 minutes) and every validation a row per
+expectation. Nothing reads them once the run is old: the dashboard reads one run and the trends of the 30 newest,
+alerts compare the newest with the one before, a horizon run carries the newest. Without retention the tables,
+the ledger the dashboard reads whole (its narrow columns), and each compaction grow for the lake's life.
+
+What goes: a reconcile run that completed more than ``days`` ago and is neither among the ``keep_runs`` newest by
+completion nor by as-of time (the dashboard's trends, a backfill's) loses its rows in every gold table keyed by
+run id, then its gold/reconcile_runs row; a validation whose newest result is older than ``days`` and is not among
+the ``keep_validations`` newest loses its gold/validation_results rows. gold/alerts_sent stays whole (a row per
+alert sent: it is what stops a re-run from paging twice). Report folders are files the operator keeps or deletes.
+
+Safe, by construction:
+
+* The ledger row goes last. A run killed half way leaves the ledger row, so a rerun picks the same run again and
+  deletes what is left; a delete that matches nothing makes no commit (idempotent).
+* A reader of a pruned run reads at the versions its ledger row recorded (time travel), so it sees every row until
+  maintenance's vacuum deletes the files, and vacuum keeps only what the newest ledger rows name, which these are
+  not.
+* Deletes are delta-rs ``DeltaTable.delete`` (no engine), in batches of ``BATCH`` run ids, pruned by the files' run id
+  statistics.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+import pandas as pd
+
+from jobs.lake import _delta, failpoints, storage
+from jobs.problems import UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from schemas._table import Table
+
+log = logging.getLogger(__name__)
+UTC = dt.timezone.utc
+DAYS_DEFAULT = 7.0
+BATCH = 1000
+
+
+def days_default() -> float:
+    """Days a run's gold rows are kept at least (``RMQ_RECON_GOLD_RETENTION_DAYS``, default 7)."""
+    return float(os.environ.get("RMQ_RECON_GOLD_RETENTION_DAYS", DAYS_DEFAULT))
+
+
+def run_tables() -> list["Table"]:
+    """The gold tables whose rows belong to one reconcile run (keyed by ``run_id``), the ledger and alerts aside."""
+    import schemas
+    from schemas import alerts_sent, reconcile_runs
+
+    return [t for t in schemas.ALL_TABLES if t.layer == "gold" and "run_id" in t.columns
+            and t not in (reconcile_runs.TABLE, alerts_sent.TABLE)]
+
+
+# ------------------------------------------------------------------------------------------------ extract
+
+
+def reconcile_runs_of(lake: str) -> pd.DataFrame:
+    """The reconcile ledger's narrow columns (``run_id``, ``as_of``, ``completed_at``)."""
+    from schemas import reconcile_runs
+
+    cols = ["run_id", "as_of", "completed_at"]
+    if not _delta.exists(lake, reconcile_runs.TABLE):
+        return pd.DataFrame({c: [] for c in cols})
+    return _delta.read_pandas_columns(lake, reconcile_runs.TABLE, cols)
+
+
+def validation_times(lake: str) -> pd.Series:
+    """Each validation's newest ``validated_at``, by ``validation_id``, gathered batch by batch (a value each held)."""
+    import pyarrow as pa
+
+    from schemas import validation_results
+
+    latest: dict[str, Any] = {}
+    if not _delta.exists(lake, validation_results.TABLE):
+        return pd.Series(latest, dtype=object)
+    for batch in _delta.scan_batches(lake, validation_results.TABLE, ["validation_id", "validated_at"], filters=None):
+        grouped = pa.Table.from_batches([batch]).group_by("validation_id").aggregate([("validated_at", "max")])
+        for vid, at in zip(grouped.column("validation_id").to_pylist(), grouped.column("validated_at_max").to_pylist()):
+            if at is not None and (vid not in latest or at > latest[vid]):
+                latest[vid] = at
+    return pd.Series(latest) if latest else pd.Series(latest, dtype=object)
+
+
+# ---------------------------------------------------------------------------------------------- transform
+
+
+def _naive_utc(value: dt.datetime) -> pd.Timestamp:
+    ts = pd.Timestamp(value)
+    return ts.tz_convert(UTC).tz_localize(None) if ts.tzinfo else ts
+
+
+def _as_naive(col: pd.Series) -> pd.Series:
+    col = pd.to_datetime(col)
+    return col.dt.tz_convert(UTC).dt.tz_localize(None) if getattr(col.dt, "tz", None) is not None else col
+
+
+def expired_runs(runs: pd.DataFrame, *, now: dt.datetime, days: float, keep_runs: int) -> list[str]:
+    """Run ids completed before ``now - days`` and outside the ``keep_runs`` newest by completion and by as-of."""
+    if not len(runs):
+        return []
+    runs = runs.assign(completed_at=_as_naive(runs["completed_at"]), as_of=_as_naive(runs["as_of"]))
+    kept: set[str] = set()
+    for order in (["completed_at", "as_of", "run_id"], ["as_of", "completed_at", "run_id"]):
+        kept |= set(runs.sort_values(order, kind="mergesort").tail(keep_runs)["run_id"])
+    old = runs["completed_at"] < _naive_utc(now) - pd.Timedelta(days=days)
+    return sorted(set(runs.loc[old, "run_id"]) - kept)
+
+
+def expired_validations(times: pd.Series, *, now: dt.datetime, days: float, keep: int) -> list[str]:
+    """Validation ids whose newest result is older than ``now - days``, outside the ``keep`` newest."""
+    if not len(times):
+        return []
+    when = _as_naive(times)
+    kept = set(when.sort_values(kind="mergesort").tail(keep).index)
+    return sorted(set(when[when < _naive_utc(now) - pd.Timedelta(days=days)].index) - kept)
+
+
+# ------------------------------------------------------------------------------------------------ load
+
+
+def _literal(value: str) -> str:
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def delete_keys(lake: str, table: "Table", column: str, values: Iterable[str]) -> int:
+    """Delete the rows whose ``column`` is one of ``values``; returns how many (no commit when none match)."""
+    from deltalake import DeltaTable
+
+    values = list(values)
+    if not values or not _delta.exists(lake, table):
+        return 0
+    path = table.path(lake)
+    opts = _delta.storage_options() if storage.is_s3(path) else None
+    deleted = 0
+    for i in range(0, len(values), BATCH):
+        chunk = values[i:i + BATCH]
+        metrics = DeltaTable(path, storage_options=opts).delete(
+            f"{column} IN ({', '.join(_literal(v) for v in chunk)})")
+        deleted += int(metrics["num_deleted_rows"])
+    return deleted
+
+
+def prune(lake: str, *, days: float | None = None, keep_runs: int, keep_validations: int,
+          now: dt.datetime | None = None, say: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Delete the gold rows of expired reconcile runs and validations (see the module's docstring).
+
+    Returns ``runs`` and ``validations`` (the ids pruned) and ``rows`` (rows deleted per table). The caller holds
+    the gold and quality leases (``jobs.ops.maintenance``).
+
+    Raises:
+        UsageError: ``days`` is negative or ``keep_runs`` is below 1 (the newest run is what the next one carries).
+    """
+    from schemas import reconcile_runs, validation_results
+
+    say = say or log.info
+    days = days_default() if days is None else float(days)
+    if days < 0:
+        raise UsageError(f"--gold-retention-days {days:g}: give 0 or more days")
+    if keep_runs < 1 or keep_validations < 1:
+        raise UsageError("keep at least the newest reconcile run and validation: the next run carries the newest")
+    now = now or dt.datetime.now(UTC)
+    runs = expired_runs(reconcile_runs_of(lake), now=now, days=days, keep_runs=keep_runs)
+    validations = expired_validations(validation_times(lake), now=now, days=days, keep=keep_validations)
+    rows: dict[str, int] = {}
+    if runs:
+        for t in run_tables():
+            rows[t.qualified] = delete_keys(lake, t, "run_id", runs)
+            failpoints.hit("retention-after-table")
+        # last: until it goes, a rerun finds the same runs and finishes their deletes
+        rows[reconcile_runs.TABLE.qualified] = delete_keys(lake, reconcile_runs.TABLE, "run_id", runs)
+    if validations:
+        rows[validation_results.TABLE.qualified] = delete_keys(lake, validation_results.TABLE, "validation_id",
+                                                               validations)
+    if runs or validations:
+        say(f"maintain: gold retention ({days:g} days, the {keep_runs} newest runs kept): {len(runs)} reconcile runs "
+            f"and {len(validations)} validations pruned, {sum(rows.values())} rows deleted")
+    return {"days": days, "runs": runs, "validations": validations,
+            "rows": {k: v for k, v in rows.items() if v}}
