@@ -216,3 +216,28 @@ def test_bad_settings_are_refused_in_one_line(built: str) -> None:
         retention.prune(built, days=7, keep_runs=0, keep_validations=2, now=NOW)
     with pytest.raises(UsageError, match=r"^--gold-retention-days -2: give 0 or more days$"):
         maintenance.run(built, gold_retention_days=-2)
+
+
+@pytest.mark.integration
+def test_the_maintenance_dag_prunes_with_its_gold_retention_param(tmp_path: pathlib.Path,
+                                                                  airflow_db: pathlib.Path) -> None:
+    """rocketmq_maintenance as the scheduler runs it (dag.test, the real clock): 33 runs of January 2026, all older
+    than the Param's 30 days; the 30 newest stay, the 3 oldest go with their rows."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    lake = str(tmp_path / "lake")
+    ids = [f"s{i:02d}" for i in range(33)]
+    for i, rid in enumerate(ids):
+        done = dt.datetime(2026, 1, 1, tzinfo=UTC) + dt.timedelta(minutes=15 * i)
+        for t in retention.run_tables():
+            _write(lake, t, [{"run_id": rid}])
+        _write(lake, reconcile_runs.TABLE, [{"run_id": rid, "completed_at": done, "as_of": done,
+                                             "table_versions": []}])
+    dag = DagBag(dag_folder=str(pathlib.Path(__file__).resolve().parents[2] / "dags" / "rocketmq_maintenance.py")) \
+        .dags["rocketmq_maintenance"]
+    run = dag.test(run_conf={"lake": lake, "retention_h": 0, "gold_retention_days": 30})
+    assert (run.state, {ti.task_id: ti.state for ti in run.get_task_instances()}) == (
+        "success", {"maintain": "success"})
+    assert _ids(lake, reconcile_runs.TABLE) == ids[3:]
+    assert {t.qualified: _ids(lake, t) for t in retention.run_tables()} == {
+        t.qualified: ids[3:] for t in retention.run_tables()}
