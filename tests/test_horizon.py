@@ -60,7 +60,7 @@ def test_the_last_scheduled_run_equals_one_full_run_and_the_truth(runs: dict) ->
     corrected = sorted(p.relative_to(full) for p in (full / "corrected").rglob("*.json"))
     assert [(sched / p).read_text() for p in corrected] == [(full / p).read_text() for p in corrected]
     # the dashboard's tables too, and what the next run carries (jobs.reconcile.offset_state)
-    for name in ("status_samples", "audit_hours", "series_tail", "offset_decreases"):
+    for name in ("status_samples", "audit_hours", "series_tail", "offset_decreases", "subscription_latest"):
         assert _gold(lake, "sched-06", name) == _gold(lake, "full-06", name), name
     assert compare(sched, root / "landing" / "_truth") == []
     assert [r[:6] for r in _gold(lake, "sched-06", "duplicated_ranges")] != []  # the comparison saw rows
@@ -94,7 +94,7 @@ def test_a_horizon_run_reads_less_than_a_full_run(runs: dict) -> None:
     assert (read["full"]["messages"], read["full"]["deliveries"]) == (98169, 65503)
     carried = "after 2026-01-05T05:00:00.000Z and the previous run's tail"
     assert read["06"] == {"consumer_offsets": carried, "queue_bounds": carried, "series_rows": 1872,
-                          "subscription_groups": "all",
+                          "subscription_groups": "after 2026-01-05T05:00:00.000Z and the previous run's latest",
                           "messages_recent": 29682, "messages_old_for_order": 17679, "messages_old_looked_up": 72,
                           "deliveries_recent_and_open": 19654, "retry_chains": 2}
     # the offset series: sched-05's tail (each key's last 48 known snapshots and its newest) plus the snapshots after
@@ -251,7 +251,7 @@ def test_a_short_tail_carries_the_offsets_as_a_full_run_reads_them(runs: dict, m
     assert (len(tail), len({r[:6] for r in tail}), len({r[6] for r in tail})) == (468, 156, 3)
     assert read == {"03": ("full", None, None), "04": ("horizon", "w3-03", 780), "05": ("horizon", "w3-04", 780),
                     "06": ("horizon", "w3-05", 780)}
-    for name in [*REPORTS, "status_samples", "series_tail", "offset_decreases"]:
+    for name in [*REPORTS, "status_samples", "series_tail", "offset_decreases", "subscription_latest"]:
         assert _gold(lake, "w3-06", name) == _gold(lake, "w3-full", name), name
     # carried, not recomputed: GID_001_rewind's 4 decreases at 02:30 lie before the tail the 06:00 run read (EXPIRED
     # carried across a tail: tests/jobs/test_snapshots.py, where a range's snapshots leave the tail)

@@ -7,7 +7,7 @@ recomputes from the recent part and merges, so that its rows equal a full run's,
 
 * offsets and bounds (``consumer_offsets``, ``queue_bounds``): those after P's as-of time, with the offset state P
   left (jobs.reconcile.offset_state: each key's tail, every decrease, the EXPIRED rows): every output that depends
-  only on them equals a full run's; ``subscription_groups`` is read whole;
+  only on them equals a full run's; ``subscription_groups`` after the previous run's time, with its latest rows;
 * ``messages`` and ``deliveries``: the recent part, plus exact lookups of old rows where an answer needs them
   (the record at a committed offset, the original copy of a recent DLQ record, a ProcessQueue's open entries);
 * per queue, ``lo`` = its lowest recent offset: old messages lie below it. TRACE, SKIPPED and BROADCAST_DROPPED
@@ -734,10 +734,14 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
 
     from jobs.lake import _spark
     from jobs.reconcile import reconcile
-    from jobs.rules import snapshots, status
+    from jobs.rules import dlq, snapshots, status
     from schemas import messages as messages_schema
 
     parts = split_frames(frames, as_of=as_of, cut=cut)
+    # retryMaxTimes as of the previous run and after: its latest rows and the silver rows after its time
+    subs = offset_state.subscriptions(spark, lake, frames["subscription_groups"], previous)
+    if subs is not None:
+        frames = {**frames, "subscription_groups": _spark.materialize(spark, subs, f"{tmp}/subscriptions")}
     kept_max, kept_cut = carried_maxima(spark, previous)
     if kept_cut is not None and kept_cut > cut:
         kept_max = kept_cut = None
@@ -794,7 +798,8 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
     offsets_read = "all" if offsets is None else \
         f"after {reconcile.reports.format_ts(offsets.since)} and the previous run's tail"
     read = {"consumer_offsets": offsets_read, "queue_bounds": offsets_read, "series_rows": series.count(),
-            "subscription_groups": "all",
+            "subscription_groups": "all" if subs is None else
+            f"after {reconcile.reports.format_ts(previous['as_of'])} and the previous run's latest",
             "messages_recent": parts["recent_m"].count(), "messages_old_for_order": int(old_max["read"].sum()),
             "messages_old_looked_up": at_positions.count() + dlq_copies.count() + retry_originals.count(),
             "deliveries_recent_and_open": dels.count()}
@@ -841,6 +846,7 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
     return {"pdfs": pdfs, "agreement": pd.concat(agreement, ignore_index=True),
             "status_samples": status.status_samples(series, window=window), "audit_hours": audit_rows,
             "series_tail": snapshots.unknown_newest(series), "offset_decreases": falls,
+            "subscription_latest": dlq.latest_subscriptions(frames["subscription_groups"], as_of=as_of),
             "offsets": offsets,
             "audit": audit_info, "read": read,
             "full_groups": {f"{c}/{g}": why for (c, g), why in sorted(fallback.items())},

@@ -9,7 +9,9 @@ A run P leaves, at the versions its ledger row records:
 * gold/offset_decreases: every decrease of a committed offset up to its time (REWIND, and the REWIND cause);
 * its EXPIRED rows (gold/unconsumed_ranges): the union of every snapshot's expired interval up to its time;
 * in its ledger row: each broker's newest snapshot with queue bounds (a broadcast client's later snapshot may take
-  them) and each broker's newest consumerOffset.json (the corrected file's original).
+  them) and each broker's newest consumerOffset.json (the corrected file's original);
+* gold/subscription_latest: each (group, broker)'s latest retryMaxTimes row up to its time (the DLQ rules' input:
+  :func:`subscriptions` gives it back with the silver rows after that time).
 
 A run carrying P (:func:`jobs.reconcile.horizon.previous_run`: same parameters, the lake unchanged at or below P's
 as-of time) then reads the offsets and bounds after P's time only (:func:`jobs.rules.snapshots.series_after`) and
@@ -26,10 +28,11 @@ import pandas as pd
 
 from jobs.lake import _delta
 from jobs.reconcile import gold_runs
-from schemas import offset_decreases, series_tail, status_samples, unconsumed_ranges
+from schemas import offset_decreases, series_tail, status_samples, subscription_latest, unconsumed_ranges
 
 UTC = dt.timezone.utc
-CARRIED_TABLES = {"series_tail": series_tail.TABLE, "offset_decreases": offset_decreases.TABLE}
+CARRIED_TABLES = {"series_tail": series_tail.TABLE, "offset_decreases": offset_decreases.TABLE,
+                  "subscription_latest": subscription_latest.TABLE}
 
 
 def tail_keep(window: int) -> int:
@@ -74,7 +77,7 @@ def carried(spark: Any, lake: str, frames: dict[str, Any], previous: dict, *, as
     versions = previous.get("table_versions", {})
     if not kept or kept.get("tail_keep") != tail_keep(window) \
             or any(t.qualified not in versions
-                   for t in (*CARRIED_TABLES.values(), unconsumed_ranges.TABLE, status_samples.TABLE)):
+                   for t in (series_tail.TABLE, offset_decreases.TABLE, unconsumed_ranges.TABLE, status_samples.TABLE)):
         return None
     since = previous["as_of"]
 
@@ -92,6 +95,24 @@ def carried(spark: Any, lake: str, frames: dict[str, Any], previous: dict, *, as
     files["snapshot_ts"] = pd.to_datetime(files["snapshot_ts"], utc=True).dt.tz_localize(None)
     return Offsets(series=series, falls_before=falls_before, expired_before=expired_before, tail_before=tail,
                    since=since, bounds_at=bounds_at, files_before=files)
+
+
+def subscriptions(spark: Any, lake: str, subscription_groups: Any, previous: dict) -> Any | None:
+    """silver/subscription_groups as the DLQ rules need it at P's time and after: P's gold/subscription_latest rows
+    and the silver rows after P's as-of time (the lake at or below it is P's: ``horizon.previous_run``); None when
+    P left none (the caller reads the table whole)."""
+    from pyspark.sql import functions as F
+
+    from jobs.rules import snapshots
+
+    version = previous.get("table_versions", {}).get(subscription_latest.TABLE.qualified)
+    if version is None:
+        return None
+    at = version if _delta.table_format() == "delta" else None
+    before = (_delta.read(spark, lake, subscription_latest.TABLE, at=at)
+              .where(F.col("run_id") == F.lit(previous["run_id"])).select(*subscription_latest.COLUMNS))
+    later = subscription_groups.where(F.col("snapshot_ts") > snapshots._ts(previous["as_of"]))  # noqa: SLF001
+    return before.unionByName(later.select(*subscription_latest.COLUMNS))
 
 
 def tail_of(samples: Any, unknown_newest: Any) -> Any:

@@ -198,6 +198,7 @@ def transform(frames: dict[str, Any], *, as_of: dt.datetime, window: int, dlq_wa
         # what the next run carries (jobs.reconcile.offset_state)
         "series_tail": snapshots.unknown_newest(series),
         "offset_decreases": snapshots.decreases(series),
+        "subscription_latest": dlq.latest_subscriptions(frames["subscription_groups"], as_of=as_of),
     }
     return out
 

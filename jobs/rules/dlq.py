@@ -62,6 +62,16 @@ def _typed(df: DataFrame) -> DataFrame:
 ANY_BROKER = ""  # the ``broker`` of retry_max_times' row for a broker without the group's entry
 
 
+def latest_subscriptions(subscription_groups: DataFrame, *, as_of: dt.datetime) -> DataFrame:
+    """Per (cluster, consumer_group, broker), the latest row with a retryMaxTimes at or before ``as_of``
+    (schemas.subscription_latest's columns): all :func:`retry_max_times` reads of the rows up to then, so these rows
+    plus the later ones answer it at ``as_of`` and after as the whole table does."""
+    sg = subscription_groups.where((F.col("snapshot_ts") <= _ts(as_of)) & F.col("retry_max_times").isNotNull())
+    own = Window.partitionBy("cluster", "consumer_group", "broker").orderBy(F.col("snapshot_ts").desc())
+    return (sg.withColumn("_rn", F.row_number().over(own)).where("_rn = 1")
+            .select("cluster", "broker", "snapshot_ts", "consumer_group", "retry_max_times"))
+
+
 def retry_max_times(subscription_groups: DataFrame, *, as_of: dt.datetime) -> DataFrame:
     """(cluster, consumer_group, broker, retry_max) from each broker's latest subscriptionGroup.json at or before
     ``as_of``, and with ``broker`` = :data:`ANY_BROKER` the latest of any broker (for a broker without the group).

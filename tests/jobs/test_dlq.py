@@ -203,3 +203,29 @@ def test_retry_max_times_is_the_brokers_own_where_it_has_the_group(spark) -> Non
     assertDataFrameEqual(got, spark.createDataFrame([
         out(7, "K", 3, 16, "RETRYING", 300, 301 + ETA_FROM_3),
         out(6, "J", 3, 5, "RETRYING", 300, 301 + dlq.remaining_delay_ms(3, 5) / 1000, group="H")], REPORT))
+
+
+def test_the_latest_subscriptions_and_the_later_rows_answer_as_the_whole_table(spark) -> None:  # noqa: ANN001
+    """What a scheduled run carries (gold/subscription_latest, jobs.reconcile.offset_state.subscriptions): at P (60 s)
+    each (group, broker)'s latest row with a retryMaxTimes: G on b from 50 s (its 60 s row has none), G on x from 10 s
+    (x's later snapshot no longer lists G), H on b from 60 s. With the rows after P, retry_max_times at P and later
+    equals the whole table's, the any-broker fallback included."""
+    def sg_on(broker: str, at: float, retry_max: int | None, group: str = "G") -> tuple:
+        return ("c", broker, S(at), group, retry_max, 1, True, False, False, 15, None, "f", False)
+
+    rows = [sg_on("b", 0, 16), sg_on("b", 50, 8), sg_on("b", 60, None), sg_on("x", 10, 4), sg_on("x", 30, 3, "H"),
+            sg_on("b", 60, 6, "H"), sg_on("b", 90, 2), sg_on("x", 120, 7, "H"), sg_on("b", 200, 1)]
+    whole = spark.createDataFrame(rows, SG.SCHEMA)
+    p = S(60)
+    latest = dlq.latest_subscriptions(whole, as_of=p)
+    naive = [S(t).replace(tzinfo=None) for t in (50, 60, 10, 30)]  # collected as naive UTC
+    assert sorted(tuple(r) for r in latest.collect()) == [
+        ("c", "b", naive[0], "G", 8), ("c", "b", naive[1], "H", 6), ("c", "x", naive[2], "G", 4),
+        ("c", "x", naive[3], "H", 3)]
+    carried = latest.unionByName(whole.where(F.col("snapshot_ts") > F.lit(p)).select(*latest.columns))
+    for at in (60, 90, 120, 200):
+        got = sorted(tuple(r) for r in dlq.retry_max_times(carried, as_of=S(at)).collect())
+        assert got == sorted(tuple(r) for r in dlq.retry_max_times(whole, as_of=S(at)).collect()), at
+    assert sorted(tuple(r) for r in dlq.retry_max_times(carried, as_of=S(120)).collect()) == [
+        ("c", "G", "", 2), ("c", "G", "b", 2), ("c", "G", "x", 4), ("c", "H", "", 7), ("c", "H", "b", 6),
+        ("c", "H", "x", 7)]
