@@ -9,8 +9,10 @@ the ledger the dashboard reads whole (its narrow columns), and each compaction g
 What goes: a reconcile run that completed more than ``days`` ago and is neither among the ``keep_runs`` newest by
 completion nor by as-of time (the dashboard's trends, a backfill's) loses its rows in every gold table keyed by
 run id, then its gold/reconcile_runs row; a validation whose newest result is older than ``days`` and is not among
-the ``keep_validations`` newest loses its gold/validation_results rows. gold/alerts_sent stays whole (a row per
-alert sent: it is what stops a re-run from paging twice). Report folders are files the operator keeps or deletes.
+the ``keep_validations`` newest loses its gold/validation_results rows. The gold rows of a reconcile that died
+before its ledger row (no completed run has its id) go at once, whatever their age. gold/alerts_sent stays whole (a
+row per alert sent: it is what stops a re-run from paging twice). Report folders are files the operator keeps or
+deletes.
 
 Safe, by construction:
 
@@ -68,6 +70,27 @@ def reconcile_runs_of(lake: str) -> pd.DataFrame:
     if not _delta.exists(lake, reconcile_runs.TABLE):
         return pd.DataFrame({c: [] for c in cols})
     return _delta.read_pandas_columns(lake, reconcile_runs.TABLE, cols)
+
+
+def unrecorded_runs(lake: str, table: "Table", known: set[str]) -> set[str]:
+    """Run ids of ``table``'s one-run files (Delta statistics: min = max run_id) that no ledger row names: what a
+    reconcile killed before its ledger row left and nobody reran under its run id. The log only, no data read.
+
+    A run writes files of its own rows, and every maintenance prunes before it compacts, so a compacted file (min <
+    max) holds only runs the ledger named then. Truncated statistics (a writer that cuts long strings) name no
+    run, so nothing is deleted for them."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    if not _delta.exists(lake, table):
+        return set()
+    path = table.path(lake)
+    actions = pa.table(DeltaTable(path, storage_options=_delta.storage_options() if storage.is_s3(path) else None)
+                       .get_add_actions(flatten=True))
+    if "min.run_id" not in actions.column_names or "max.run_id" not in actions.column_names:
+        return set()
+    lows, highs = actions.column("min.run_id").to_pylist(), actions.column("max.run_id").to_pylist()
+    return {lo for lo, hi in zip(lows, highs) if lo is not None and lo == hi and lo not in known}
 
 
 def validation_times(lake: str) -> pd.Series:
@@ -150,8 +173,10 @@ def prune(lake: str, *, days: float | None = None, keep_runs: int, keep_validati
           now: dt.datetime | None = None, say: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Delete the gold rows of expired reconcile runs and validations (see the module's docstring).
 
-    Returns ``runs`` and ``validations`` (the ids pruned) and ``rows`` (rows deleted per table). The caller holds
-    the gold and quality leases (``jobs.ops.maintenance``).
+    Returns ``runs`` and ``validations`` (the ids pruned), ``unrecorded`` (runs with gold rows and no ledger row,
+    whose rows went too: :func:`unrecorded_runs`) and ``rows`` (rows deleted per table). The caller holds the gold
+    and quality leases (``jobs.ops.maintenance``): no reconcile is writing, so a run without a ledger row is one
+    that died; if it is rerun under its id, it writes its rows again.
 
     Raises:
         UsageError: ``days`` is negative or ``keep_runs`` is below 1 (the newest run is what the next one carries).
@@ -165,20 +190,24 @@ def prune(lake: str, *, days: float | None = None, keep_runs: int, keep_validati
     if keep_runs < 1 or keep_validations < 1:
         raise UsageError("keep at least the newest reconcile run and validation: the next run carries the newest")
     now = now or dt.datetime.now(UTC)
-    runs = expired_runs(reconcile_runs_of(lake), now=now, days=days, keep_runs=keep_runs)
+    ledger = reconcile_runs_of(lake)
+    runs = expired_runs(ledger, now=now, days=days, keep_runs=keep_runs)
     validations = expired_validations(validation_times(lake), now=now, days=days, keep=keep_validations)
     rows: dict[str, int] = {}
-    if runs:
-        for t in run_tables():
-            rows[t.qualified] = delete_keys(lake, t, "run_id", runs)
-            failpoints.hit("retention-after-table")
-        # last: until it goes, a rerun finds the same runs and finishes their deletes
-        rows[reconcile_runs.TABLE.qualified] = delete_keys(lake, reconcile_runs.TABLE, "run_id", runs)
+    orphans: set[str] = set()
+    for t in run_tables():
+        unrecorded = unrecorded_runs(lake, t, set(ledger["run_id"]))
+        orphans |= unrecorded
+        rows[t.qualified] = delete_keys(lake, t, "run_id", sorted(set(runs) | unrecorded))
+        failpoints.hit("retention-after-table")
+    # last: until it goes, a rerun finds the same runs and finishes their deletes
+    rows[reconcile_runs.TABLE.qualified] = delete_keys(lake, reconcile_runs.TABLE, "run_id", runs)
     if validations:
         rows[validation_results.TABLE.qualified] = delete_keys(lake, validation_results.TABLE, "validation_id",
                                                                validations)
-    if runs or validations:
+    if runs or validations or orphans:
         say(f"maintain: gold retention ({days:g} days, the {keep_runs} newest runs kept): {len(runs)} reconcile runs "
-            f"and {len(validations)} validations pruned, {sum(rows.values())} rows deleted")
-    return {"days": days, "runs": runs, "validations": validations,
+            f"and {len(validations)} validations pruned, {len(orphans)} run(s) that never completed removed, "
+            f"{sum(rows.values())} rows deleted")
+    return {"days": days, "runs": runs, "validations": validations, "unrecorded": sorted(orphans),
             "rows": {k: v for k, v in rows.items() if v}}

@@ -1,8 +1,9 @@
 """Gold retention: exactly the rows of expired runs and validations go, once, and a killed prune finishes on rerun.
 
 The lake is built with delta-rs (no engine): every gold table keyed by run id gets two rows for each of eight
-completed reconcile runs and one run that never completed (killed: no ledger row), one commit a run. ``now`` is
-2026-01-20 00:00 UTC, retention 7 days (cutoff 2026-01-13 00:00), the 3 newest runs kept:
+completed reconcile runs and one run that never completed (r99, killed before its ledger row: its rows go whatever
+their age), one commit a run. ``now`` is 2026-01-20 00:00 UTC, retention 7 days (cutoff 2026-01-13 00:00), the 3
+newest runs kept:
 
 =====  ===================  ===================  ===========================================
 run    completed            as of                kept?
@@ -106,7 +107,7 @@ def _versions(lake: str) -> dict[str, int]:
 
 
 def _pruned_state() -> dict[str, list[str]]:
-    twice = sorted([r for r in [*KEPT, ORPHAN] for _ in range(2)])
+    twice = sorted([r for r in KEPT for _ in range(2)])
     out = {t.qualified: twice for t in retention.run_tables()}
     out[reconcile_runs.TABLE.qualified] = KEPT
     out[alerts_sent.TABLE.qualified] = ["r01"]
@@ -138,15 +139,31 @@ def test_prune_deletes_exactly_the_expired_rows_and_a_rerun_changes_nothing(buil
     lake = _copy(built, tmp_path)
     said: list[str] = []
     out = retention.prune(lake, days=7, keep_runs=3, keep_validations=2, now=NOW, say=said.append)
-    assert (out["runs"], out["validations"]) == (EXPIRED, ["v1", "v2"])
-    assert out["rows"] == {**{t.qualified: 8 for t in retention.run_tables()}, "gold/reconcile_runs": 4,
+    assert (out["runs"], out["validations"], out["unrecorded"]) == (EXPIRED, ["v1", "v2"], [ORPHAN])
+    assert out["rows"] == {**{t.qualified: 10 for t in retention.run_tables()}, "gold/reconcile_runs": 4,
                            "gold/validation_results": 6}
     assert _state(lake) == _pruned_state()
     assert said == [f"maintain: gold retention (7 days, the 3 newest runs kept): 4 reconcile runs and 2 validations "
-                    f"pruned, {8 * len(retention.run_tables()) + 10} rows deleted"]
+                    f"pruned, 1 run(s) that never completed removed, {10 * len(retention.run_tables()) + 10} rows "
+                    "deleted"]
     versions = _versions(lake)
     again = retention.prune(lake, days=7, keep_runs=3, keep_validations=2, now=NOW, say=said.append)
-    assert (again["runs"], again["validations"], again["rows"], _versions(lake), len(said)) == ([], [], {}, versions, 1)
+    assert (again["runs"], again["validations"], again["unrecorded"], again["rows"], _versions(lake), len(said)) == (
+        [], [], [], {}, versions, 1)
+
+
+def test_only_one_run_files_name_runs_without_a_ledger_row(built: str, tmp_path: pathlib.Path) -> None:
+    """The log's statistics, no data read: r99's own files name it; once compacted with recorded runs (as after a
+    maintenance, which prunes first) its rows sit in a file whose min and max differ, which names no run."""
+    from deltalake import DeltaTable
+
+    lake = _copy(built, tmp_path)
+    table = retention.run_tables()[0]
+    known = set(RUNS)
+    assert retention.unrecorded_runs(lake, table, known) == {ORPHAN}
+    assert retention.unrecorded_runs(lake, table, known | {ORPHAN}) == set()
+    DeltaTable(table.path(lake)).optimize.compact()
+    assert retention.unrecorded_runs(lake, table, known) == set()
 
 
 def test_a_pruned_runs_rows_stay_readable_at_its_recorded_version_until_vacuum(built: str,
@@ -176,7 +193,7 @@ def test_a_prune_killed_between_tables_is_finished_by_the_rerun(built: str, tmp_
     out = retention.prune(lake, days=7, keep_runs=3, keep_validations=2, now=NOW)
     # the rerun deletes what the kill left: nothing in the first two tables, the rest as a clean run would
     assert out["runs"] == EXPIRED
-    assert out["rows"] == {**{t.qualified: 8 for t in retention.run_tables()[2:]}, "gold/reconcile_runs": 4,
+    assert out["rows"] == {**{t.qualified: 10 for t in retention.run_tables()[2:]}, "gold/reconcile_runs": 4,
                            "gold/validation_results": 6}
     assert _state(lake) == _pruned_state()
 
@@ -193,7 +210,7 @@ def test_maintenance_prunes_then_vacuums_the_pruned_rows_files(built: str, tmp_p
     for t in retention.run_tables():
         for f in pathlib.Path(t.path(lake)).rglob("*.parquet"):
             on_disk |= set(pq.read_table(f, columns=["run_id"]).column("run_id").to_pylist())
-    assert on_disk == {*KEPT, ORPHAN}
+    assert on_disk == set(KEPT)
     again = maintenance.run(lake, retention_h=0, gold_retention_days=7, keep_runs=3, now=NOW, progress=lambda _: None)
     assert (again["pruned"]["runs"], again["pruned"]["rows"], again["vacuumed"]) == ([], {}, 0)
 
