@@ -62,16 +62,6 @@ def run_tables() -> list["Table"]:
 # ------------------------------------------------------------------------------------------------ extract
 
 
-def reconcile_runs_of(lake: str) -> pd.DataFrame:
-    """The reconcile ledger's narrow columns (``run_id``, ``as_of``, ``completed_at``)."""
-    from schemas import reconcile_runs
-
-    cols = ["run_id", "as_of", "completed_at"]
-    if not _delta.exists(lake, reconcile_runs.TABLE):
-        return pd.DataFrame({c: [] for c in cols})
-    return _delta.read_pandas_columns(lake, reconcile_runs.TABLE, cols)
-
-
 def unrecorded_runs(lake: str, table: "Table", known: set[str]) -> set[str]:
     """Run ids of ``table``'s one-run files (Delta statistics: min = max run_id) that no ledger row names: what a
     reconcile killed before its ledger row left and nobody reran under its run id. The log only, no data read.
@@ -113,25 +103,20 @@ def validation_times(lake: str) -> pd.Series:
 # ---------------------------------------------------------------------------------------------- transform
 
 
-def _naive_utc(value: dt.datetime) -> pd.Timestamp:
-    ts = pd.Timestamp(value)
-    return ts.tz_convert(UTC).tz_localize(None) if ts.tzinfo else ts
-
-
-def _as_naive(col: pd.Series) -> pd.Series:
-    col = pd.to_datetime(col)
-    return col.dt.tz_convert(UTC).dt.tz_localize(None) if getattr(col.dt, "tz", None) is not None else col
+def _utc(value: Any) -> Any:
+    """Timestamps (a value or a column, naive UTC or aware) as aware UTC, so any two compare."""
+    return pd.to_datetime(value, utc=True)
 
 
 def expired_runs(runs: pd.DataFrame, *, now: dt.datetime, days: float, keep_runs: int) -> list[str]:
     """Run ids completed before ``now - days`` and outside the ``keep_runs`` newest by completion and by as-of."""
     if not len(runs):
         return []
-    runs = runs.assign(completed_at=_as_naive(runs["completed_at"]), as_of=_as_naive(runs["as_of"]))
+    runs = runs.assign(completed_at=_utc(runs["completed_at"]), as_of=_utc(runs["as_of"]))
     kept: set[str] = set()
     for order in (["completed_at", "as_of", "run_id"], ["as_of", "completed_at", "run_id"]):
         kept |= set(runs.sort_values(order, kind="mergesort").tail(keep_runs)["run_id"])
-    old = runs["completed_at"] < _naive_utc(now) - pd.Timedelta(days=days)
+    old = runs["completed_at"] < _utc(now) - pd.Timedelta(days=days)
     return sorted(set(runs.loc[old, "run_id"]) - kept)
 
 
@@ -139,9 +124,9 @@ def expired_validations(times: pd.Series, *, now: dt.datetime, days: float, keep
     """Validation ids whose newest result is older than ``now - days``, outside the ``keep`` newest."""
     if not len(times):
         return []
-    when = _as_naive(times)
+    when = _utc(times)
     kept = set(when.sort_values(kind="mergesort").tail(keep).index)
-    return sorted(set(when[when < _naive_utc(now) - pd.Timedelta(days=days)].index) - kept)
+    return sorted(set(when[when < _utc(now) - pd.Timedelta(days=days)].index) - kept)
 
 
 # ------------------------------------------------------------------------------------------------ load
@@ -181,6 +166,7 @@ def prune(lake: str, *, days: float | None = None, keep_runs: int, keep_validati
     Raises:
         UsageError: ``days`` is negative or ``keep_runs`` is below 1 (the newest run is what the next one carries).
     """
+    from jobs.reconcile import gold_runs
     from schemas import reconcile_runs, validation_results
 
     say = say or log.info
@@ -190,7 +176,7 @@ def prune(lake: str, *, days: float | None = None, keep_runs: int, keep_validati
     if keep_runs < 1 or keep_validations < 1:
         raise UsageError("keep at least the newest reconcile run and validation: the next run carries the newest")
     now = now or dt.datetime.now(UTC)
-    ledger = reconcile_runs_of(lake)
+    ledger = gold_runs.completed_runs(lake)
     runs = expired_runs(ledger, now=now, days=days, keep_runs=keep_runs)
     validations = expired_validations(validation_times(lake), now=now, days=days, keep=keep_validations)
     rows: dict[str, int] = {}

@@ -738,10 +738,6 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
     from schemas import messages as messages_schema
 
     parts = split_frames(frames, as_of=as_of, cut=cut)
-    # retryMaxTimes as of the previous run and after: its latest rows and the silver rows after its time
-    subs = offset_state.subscriptions(spark, lake, frames["subscription_groups"], previous)
-    if subs is not None:
-        frames = {**frames, "subscription_groups": _spark.materialize(spark, subs, f"{tmp}/subscriptions")}
     kept_max, kept_cut = carried_maxima(spark, previous)
     if kept_cut is not None and kept_cut > cut:
         kept_max = kept_cut = None
@@ -750,6 +746,10 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
                       for c, t, b, q, m in old_max[[*QUEUE, "old_max"]].itertuples(index=False))
     if not offsets_in_order(parts["lo"], spark.createDataFrame([tuple(r) for r in old_rows], OLD_MAX_SCHEMA)):
         return None
+    # retryMaxTimes as of the previous run and after: its latest rows and the silver rows after its time
+    subs = offset_state.subscriptions(spark, lake, frames["subscription_groups"], previous)
+    if subs is not None:
+        frames = {**frames, "subscription_groups": _spark.materialize(spark, subs, f"{tmp}/subscriptions")}
     # every report reads the offset series, some several times: computed once (Sail recomputes a shared frame); from
     # the previous run's tail and the offsets after its time when it left them (jobs.reconcile.offset_state)
     offsets = offset_state.carried(spark, lake, frames, previous, as_of=as_of, window=window)

@@ -79,12 +79,11 @@ def retry_max_times(subscription_groups: DataFrame, *, as_of: dt.datetime) -> Da
     Per broker: the broker that receives a send-back decides with its own group config (formats §5), and
     ``mqadmin updateSubGroup -b`` changes one broker's.
     """
-    sg = subscription_groups.where((F.col("snapshot_ts") <= _ts(as_of)) & F.col("retry_max_times").isNotNull())
-    own = Window.partitionBy("cluster", "consumer_group", "broker").orderBy(F.col("snapshot_ts").desc())
+    latest = latest_subscriptions(subscription_groups, as_of=as_of)
+    # the latest row of any broker is one broker's latest (a broker has one row per group and snapshot: the key)
     any_ = Window.partitionBy("cluster", "consumer_group").orderBy(F.col("snapshot_ts").desc(), F.col("broker").desc())
-    per_broker = sg.withColumn("_rn", F.row_number().over(own)).where("_rn = 1").select(
-        "cluster", "consumer_group", "broker", F.col("retry_max_times").alias("retry_max"))
-    fallback = sg.withColumn("_rn", F.row_number().over(any_)).where("_rn = 1").select(
+    per_broker = latest.select("cluster", "consumer_group", "broker", F.col("retry_max_times").alias("retry_max"))
+    fallback = latest.withColumn("_rn", F.row_number().over(any_)).where("_rn = 1").select(
         "cluster", "consumer_group", F.lit(ANY_BROKER).alias("broker"), F.col("retry_max_times").alias("retry_max"))
     return per_broker.unionByName(fallback)
 

@@ -122,7 +122,9 @@ def test_the_tables_pruned_are_the_reconciles_gold_tables() -> None:
 
 
 def test_expired_runs_are_old_and_outside_the_newest_by_completion_and_by_as_of(built: str) -> None:
-    runs = retention.reconcile_runs_of(built)
+    from jobs.reconcile import gold_runs
+
+    runs = gold_runs.completed_runs(built)
     assert retention.expired_runs(runs, now=NOW, days=7, keep_runs=3) == EXPIRED
     # keeping 1: r05 (3rd newest by as-of) goes, r06 too; r07 sits on the cutoff, r08 is young
     assert retention.expired_runs(runs, now=NOW, days=7, keep_runs=1) == [*EXPIRED, "r05", "r06"]
