@@ -258,3 +258,36 @@ def test_a_short_tail_carries_the_offsets_as_a_full_run_reads_them(runs: dict, m
     falls = _gold(lake, "w3-06", "offset_decreases")
     assert len(falls) == 4 and all(r[8] < min(t[6] for t in tail) for r in falls)
     assert len([r for r in _gold(lake, "w3-06", "unconsumed_ranges") if r[9] == "EXPIRED"]) == 16
+
+
+@pytest.mark.parametrize("max_spans", [512, 1], ids=["spans", "a span per broker"])
+def test_records_at_reads_the_hits_whole_and_nothing_else(spark: Any, monkeypatch: pytest.MonkeyPatch,
+                                                          max_spans: int) -> None:
+    """horizon.records_at: the records at the hits' (cluster, broker, physical_offset), every column as stored (the
+    map and timestamps too), read through span filters on the commitlog offsets (the embedded engine decodes the
+    other columns only for the rows inside a span); a hit with no record reads nothing; with more spans than
+    MAX_SPANS, one span per broker gives the same rows."""
+    import datetime as dt
+
+    from jobs.reconcile import horizon
+    from schemas import messages
+
+    monkeypatch.setattr(horizon, "MAX_SPANS", max_spans)
+    t = dt.datetime(2026, 1, 5, 1, 0)
+    far = horizon.SPAN_GAP * 3
+
+    def record(broker: str, phys: int, key: str, props: dict | None = None) -> tuple:
+        return ("C", broker, phys, "T", 0, phys // 10, t, t, key, f"k-{key}", None, 0, props or {}, 10, 0,
+                "10.0.0.1:1", "10.0.0.2:10911", None, "00000000000000000000", t)
+
+    stored = [record("a", 0, "A0"), record("a", 100, "A1", {"REAL_TOPIC": "%RETRY%G"}), record("a", 200, "A2"),
+              record("a", far, "A3"), record("b", 0, "B0"), record("b", 50, "B1", {"TAGS": "x"}),
+              record("c", 10, "C0")]
+    df = spark.createDataFrame(stored, messages.TABLE.schema)
+    hits = spark.createDataFrame([("C", "a", 100), ("C", "a", far), ("C", "b", 50), ("C", "c", 999)],
+                                 "cluster string, broker string, physical_offset long")
+
+    got = sorted(tuple(r) for r in horizon.records_at(df, hits, lambda d, _name: d, "t").collect())
+
+    assert got == sorted([stored[1], stored[3], stored[5]])
+    assert horizon.records_at(df, hits.where("broker = 'c'"), lambda d, _name: d, "t").count() == 0
