@@ -45,6 +45,14 @@ def _is_s3(path: str) -> bool:
     return path.startswith(("s3://", "s3a://"))
 
 
+def delta_table(lake: str, table: "Table", *, version: int | None = None) -> Any:
+    """delta-rs's handle on the table (at ``version``), with the S3 options when the lake is on S3."""
+    from deltalake import DeltaTable
+
+    path = table.path(lake)
+    return DeltaTable(path, version=version, storage_options=storage_options() if _is_s3(path) else None)
+
+
 def exists(lake: str, table: "Table") -> bool:
     """Whether ``table`` has been created below ``lake``."""
     path = table.path(lake)
@@ -68,9 +76,7 @@ def version(lake: str, table: "Table") -> int | None:
         return None
     path = table.path(lake)
     if table_format() == "delta":
-        from deltalake import DeltaTable
-
-        return int(DeltaTable(path, storage_options=storage_options() if _is_s3(path) else None).version())
+        return int(delta_table(lake, table).version())
     import hashlib
 
     from jobs.lake import storage
@@ -98,12 +104,8 @@ def added_since(spark: "SparkSession", lake: str, table: "Table", since: int | N
         return None
     if not exists(lake, table):
         return spark.createDataFrame([], table.schema)
-    from deltalake import DeltaTable
-
-    path = table.path(lake)
-    opts = storage_options() if _is_s3(path) else None
-    now = DeltaTable(path, version=until, storage_options=opts).file_uris()
-    before = set(DeltaTable(path, version=since, storage_options=opts).file_uris()) if since is not None else set()
+    now = delta_table(lake, table, version=until).file_uris()
+    before = set(delta_table(lake, table, version=since).file_uris()) if since is not None else set()
     new = [u for u in now if u not in before]
     if not new:
         return spark.createDataFrame([], table.schema)
@@ -142,11 +144,7 @@ def _read_version(spark: "SparkSession", lake: str, table: "Table", version: int
     version ("Missing commit file: expected version 0, found 8"). The lake's tables have no partitions, deletion
     vectors or column mapping, so a version is exactly its data files; columns a file lacks read as null.
     """
-    from deltalake import DeltaTable
-
-    path = table.path(lake)
-    uris = DeltaTable(path, version=version,
-                      storage_options=storage_options() if _is_s3(path) else None).file_uris()
+    uris = delta_table(lake, table, version=version).file_uris()
     if not uris:
         return spark.createDataFrame([], table.schema)
     return spark.read.schema(table.schema).format("parquet").load(uris)
@@ -157,11 +155,9 @@ def add_missing_columns(lake: str, table: "Table") -> list[str]:
 
     Why: a lake written by an earlier release keeps working after a schema gains a column. Returns their names.
     """
-    from deltalake import DeltaTable
     from deltalake.schema import Field
 
-    path = table.path(lake)
-    dt = DeltaTable(path, storage_options=storage_options() if _is_s3(path) else None)
+    dt = delta_table(lake, table)
     have = {f.name for f in dt.schema().fields}
     missing = [f for f in _arrow_schema(table) if f.name not in have]
     if missing:
@@ -402,10 +398,7 @@ def read_pandas_columns(lake: str, table: "Table", columns: list[str], *, filter
     path = table.path(lake)
     if table_format() == "parquet":
         return _read_parquet(path, table, columns, filters)
-    from deltalake import DeltaTable
-
-    dt = DeltaTable(path, version=at, storage_options=storage_options() if _is_s3(path) else None)
-    return dt.to_pandas(columns=columns, filters=filters)
+    return delta_table(lake, table, version=at).to_pandas(columns=columns, filters=filters)
 
 
 def scan_batches(lake: str, table: "Table", columns: list[str], *, filters: Any,
@@ -423,11 +416,8 @@ def scan_batches(lake: str, table: "Table", columns: list[str], *, filters: Any,
     if table_format() == "parquet":
         dataset = pads.dataset(path, format="parquet", schema=_arrow_schema(table))
     else:
-        from deltalake import DeltaTable
-
         options = pads.ParquetReadOptions(dictionary_columns=set(dictionary)) if dictionary else None
-        dataset = DeltaTable(path, storage_options=storage_options() if _is_s3(path) else None).to_pyarrow_dataset(
-            parquet_read_options=options)
+        dataset = delta_table(lake, table).to_pyarrow_dataset(parquet_read_options=options)
     yield from dataset.scanner(columns=columns, filter=pq.filters_to_expression(filters) if filters else None,
                                batch_readahead=2,
                                fragment_readahead=1).to_batches()
@@ -488,14 +478,11 @@ def read_pandas(lake: str, table: "Table", *, filters: Any = None) -> "pd.DataFr
     """A small read outside Spark (delta-rs), for reports, expectations and tests."""
     path = table.path(lake)
     if table_format() == "delta":
-        from deltalake import DeltaTable
-
         if not exists(lake, table):
             import pandas as pd
 
             return pd.DataFrame({c: [] for c in table.columns})
-        dt = DeltaTable(path, storage_options=storage_options() if _is_s3(path) else None)
-        return dt.to_pandas(filters=filters)[table.columns]
+        return delta_table(lake, table).to_pandas(filters=filters)[table.columns]
     if not exists(lake, table):
         import pandas as pd
 
@@ -505,7 +492,4 @@ def read_pandas(lake: str, table: "Table", *, filters: Any = None) -> "pd.DataFr
 
 def history(lake: str, table: "Table") -> list[dict[str, Any]]:
     """The Delta commit history, newest first (Sail has no DESCRIBE HISTORY)."""
-    from deltalake import DeltaTable
-
-    path = table.path(lake)
-    return DeltaTable(path, storage_options=storage_options() if _is_s3(path) else None).history()
+    return delta_table(lake, table).history()

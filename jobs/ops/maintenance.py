@@ -61,13 +61,6 @@ def retention_default() -> float:
     return float(os.environ.get("RMQ_RECON_VACUUM_RETENTION_H", RETENTION_H_DEFAULT))
 
 
-def _table(lake: str, table: "Table", version: int | None = None) -> Any:
-    from deltalake import DeltaTable
-
-    path = table.path(lake)
-    return DeltaTable(path, version=version, storage_options=_delta.storage_options() if storage.is_s3(path) else None)
-
-
 # ------------------------------------------------------------------------------------------------ extract
 
 
@@ -111,8 +104,8 @@ def protected_versions(lake: str, *, keep_runs: int = KEEP_RECONCILE_RUNS) -> di
 
 def compact(lake: str, table: "Table") -> dict[str, int]:
     """Rewrite the table's small files into large ones (no commit when there is nothing to do)."""
-    before = len(_table(lake, table).file_uris())
-    metrics = _table(lake, table).optimize.compact()
+    before = len(_delta.delta_table(lake, table).file_uris())
+    metrics = _delta.delta_table(lake, table).optimize.compact()
     return {"files_before": before, "files_after": before - int(metrics["numFilesRemoved"])
             + int(metrics["numFilesAdded"]), "files_removed": int(metrics["numFilesRemoved"]),
             "files_added": int(metrics["numFilesAdded"])}
@@ -125,7 +118,7 @@ def vacuum(lake: str, table: "Table", retention_h: float, keep: set[int]) -> int
     vacuum deleted it, and a vacuum commits twice (VACUUM START, END). Only when a listed file still exists does the
     real vacuum run, so a rerun makes no commit.
     """
-    dt_ = _table(lake, table)
+    dt_ = _delta.delta_table(lake, table)
     kw = {"retention_hours": math.ceil(retention_h), "enforce_retention_duration": False,
           "keep_versions": sorted(keep | {dt_.version()})}
     stale = dt_.vacuum(dry_run=True, **kw)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import pandas as pd
 
-from jobs.lake import _delta, failpoints, storage
+from jobs.lake import _delta, failpoints
 from jobs.problems import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -70,13 +70,10 @@ def unrecorded_runs(lake: str, table: "Table", known: set[str]) -> set[str]:
     max) holds only runs the ledger named then. Truncated statistics (a writer that cuts long strings) name no
     run, so nothing is deleted for them."""
     import pyarrow as pa
-    from deltalake import DeltaTable
 
     if not _delta.exists(lake, table):
         return set()
-    path = table.path(lake)
-    actions = pa.table(DeltaTable(path, storage_options=_delta.storage_options() if storage.is_s3(path) else None)
-                       .get_add_actions(flatten=True))
+    actions = pa.table(_delta.delta_table(lake, table).get_add_actions(flatten=True))
     if "min.run_id" not in actions.column_names or "max.run_id" not in actions.column_names:
         return set()
     lows, highs = actions.column("min.run_id").to_pylist(), actions.column("max.run_id").to_pylist()
@@ -138,17 +135,13 @@ def _literal(value: str) -> str:
 
 def delete_keys(lake: str, table: "Table", column: str, values: Iterable[str]) -> int:
     """Delete the rows whose ``column`` is one of ``values``; returns how many (no commit when none match)."""
-    from deltalake import DeltaTable
-
     values = list(values)
     if not values or not _delta.exists(lake, table):
         return 0
-    path = table.path(lake)
-    opts = _delta.storage_options() if storage.is_s3(path) else None
     deleted = 0
     for i in range(0, len(values), BATCH):
         chunk = values[i:i + BATCH]
-        metrics = DeltaTable(path, storage_options=opts).delete(
+        metrics = _delta.delta_table(lake, table).delete(
             f"{column} IN ({', '.join(_literal(v) for v in chunk)})")
         deleted += int(metrics["num_deleted_rows"])
     return deleted
@@ -181,8 +174,9 @@ def prune(lake: str, *, days: float | None = None, keep_runs: int, keep_validati
     validations = expired_validations(validation_times(lake), now=now, days=days, keep=keep_validations)
     rows: dict[str, int] = {}
     orphans: set[str] = set()
+    known = set(ledger["run_id"])
     for t in run_tables():
-        unrecorded = unrecorded_runs(lake, t, set(ledger["run_id"]))
+        unrecorded = unrecorded_runs(lake, t, known)
         orphans |= unrecorded
         rows[t.qualified] = delete_keys(lake, t, "run_id", sorted(set(runs) | unrecorded))
         failpoints.hit("retention-after-table")

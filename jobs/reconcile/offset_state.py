@@ -103,16 +103,24 @@ def subscriptions(spark: Any, lake: str, subscription_groups: Any, previous: dic
     P left none (the caller reads the table whole)."""
     from pyspark.sql import functions as F
 
-    from jobs.rules import snapshots
-
     version = previous.get("table_versions", {}).get(subscription_latest.TABLE.qualified)
     if version is None:
         return None
     at = version if _delta.table_format() == "delta" else None
     before = (_delta.read(spark, lake, subscription_latest.TABLE, at=at)
-              .where(F.col("run_id") == F.lit(previous["run_id"])).select(*subscription_latest.COLUMNS))
-    later = subscription_groups.where(F.col("snapshot_ts") > snapshots._ts(previous["as_of"]))  # noqa: SLF001
-    return before.unionByName(later.select(*subscription_latest.COLUMNS))
+              .where(F.col("run_id") == F.lit(previous["run_id"])))
+    return with_later_subscriptions(before, subscription_groups, previous["as_of"])
+
+
+def with_later_subscriptions(latest: Any, subscription_groups: Any, since: Any) -> Any:
+    """``latest`` (each group and broker's latest row at ``since``: jobs.rules.dlq.latest_subscriptions) and the
+    rows after ``since``: everything retryMaxTimes at ``since`` or later reads (docs/semantics.md rule 24)."""
+    from pyspark.sql import functions as F
+
+    from jobs.rules import snapshots
+
+    later = subscription_groups.where(F.col("snapshot_ts") > snapshots._ts(since))  # noqa: SLF001
+    return latest.select(*subscription_latest.COLUMNS).unionByName(later.select(*subscription_latest.COLUMNS))
 
 
 def tail_of(samples: Any, unknown_newest: Any) -> Any:

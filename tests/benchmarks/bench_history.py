@@ -150,17 +150,14 @@ def main() -> int:
             same = all(sorted(full[n].collect()) == sorted(inc[n].collect()) for n in full)
             # retryMaxTimes (the DLQ rules' input): every subscriptionGroup.json row, or the previous run's latest
             # rows (gold/subscription_latest, not timed) and the rows after its time
-            from pyspark.sql import functions as F
-
             sg = spark.read.parquet(str(folder / "subscription_groups"))
             t = time.time()
             rm_full = _spark.materialize(spark, dlq.retry_max_times(sg, as_of=as_of), str(folder / "rm_full"))
             t_rm_full = time.time() - t
             latest = _spark.materialize(spark, dlq.latest_subscriptions(sg, as_of=since), str(folder / "sg_latest"))
             t = time.time()
-            later = sg.where(F.col("snapshot_ts") > snapshots._ts(since)).select(*latest.columns)
-            rm_carried = _spark.materialize(spark, dlq.retry_max_times(latest.unionByName(later), as_of=as_of),
-                                            str(folder / "rm_carried"))
+            rm_carried = _spark.materialize(spark, dlq.retry_max_times(
+                offset_state.with_later_subscriptions(latest, sg, since), as_of=as_of), str(folder / "rm_carried"))
             t_rm_carried = time.time() - t
             same = same and sorted(rm_full.collect()) == sorted(rm_carried.collect())
             results.append((days, rows, t_series, total, counts, t_carried_series, t_carried, carried.count(),

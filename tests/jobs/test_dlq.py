@@ -206,7 +206,7 @@ def test_retry_max_times_is_the_brokers_own_where_it_has_the_group(spark) -> Non
 
 
 def test_the_latest_subscriptions_and_the_later_rows_answer_as_the_whole_table(spark) -> None:  # noqa: ANN001
-    """What a scheduled run carries (gold/subscription_latest, jobs.reconcile.offset_state.subscriptions): at P (60 s)
+    """What a scheduled run carries (gold/subscription_latest, jobs.reconcile.offset_state.subscriptions and with_later_subscriptions): at P (60 s)
     each (group, broker)'s latest row with a retryMaxTimes: G on b from 50 s (its 60 s row has none), G on x from 10 s
     (x's later snapshot no longer lists G), H on b from 60 s. With the rows after P, retry_max_times at P and later
     equals the whole table's, the any-broker fallback included."""
@@ -222,7 +222,9 @@ def test_the_latest_subscriptions_and_the_later_rows_answer_as_the_whole_table(s
     assert sorted(tuple(r) for r in latest.collect()) == [
         ("c", "b", naive[0], "G", 8), ("c", "b", naive[1], "H", 6), ("c", "x", naive[2], "G", 4),
         ("c", "x", naive[3], "H", 3)]
-    carried = latest.unionByName(whole.where(F.col("snapshot_ts") > F.lit(p)).select(*latest.columns))
+    from jobs.reconcile.offset_state import with_later_subscriptions
+
+    carried = with_later_subscriptions(latest, whole, p)
     for at in (60, 90, 120, 200):
         got = sorted(tuple(r) for r in dlq.retry_max_times(carried, as_of=S(at)).collect())
         assert got == sorted(tuple(r) for r in dlq.retry_max_times(whole, as_of=S(at)).collect()), at
