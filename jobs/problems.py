@@ -24,6 +24,14 @@ class Problem:
     reason: str
 
 
+def excerpt(text: str | bytes, n: int = 8) -> str:
+    """File content as a quarantine reason may show it: the first ``n`` bytes in hex (``0x726f6f74...``). A reason
+    is read by people and stored for the lake's life; it never quotes a file (a link to /etc/shadow was read and its
+    first word quoted)."""
+    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
+    return "0x" + data[:n].hex() + ("..." if len(data) > n else "")
+
+
 class ReconError(Exception):
     """Base class of the project's named errors."""
 

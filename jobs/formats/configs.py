@@ -1,18 +1,18 @@
 """Broker and client config files -> rows (formats §1, §2), with the broker's own ``.bak`` fallback.
 
 Rows are plain dicts named after the silver columns; the caller adds cluster, broker, snapshot time and
-provenance. A bad entry (a key without ``@``, a negative offset) becomes a :class:`Problem` and the rest of
-the file still lands; a file that cannot be read at all falls back to ``.bak`` exactly as
-``ConfigManager.load`` does.
+provenance. A bad entry (a key without ``@``, a negative offset, a topic or group name RocketMQ cannot produce,
+:mod:`jobs.formats.names`) becomes a :class:`Problem` and the rest of the file still lands; a file that cannot be
+read at all falls back to ``.bak`` exactly as ``ConfigManager.load`` does. A reason quotes names through
+:func:`names.shown`, so a hostile key cannot put a line break into the quarantine.
 """
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
-from jobs.formats import fastjson
+from jobs.formats import fastjson, names
 from jobs.problems import ConfigParseError, Problem
 
 Rows = list[dict[str, Any]]
@@ -52,18 +52,107 @@ def _position(text: str, needle: str) -> int:
     return max(pos, 0)
 
 
+def _value(v: Any) -> str:
+    """A bad value as a reason quotes it: its repr (which escapes every line break and control character), cut short."""
+    text = repr(v)
+    return text if len(text) <= 32 else text[:32] + "..."
+
+
+def _needles(key: Any) -> Iterator[tuple[str, bool]]:
+    """The texts a key may stand as in the file, most likely first; True: a quote either side may belong to it (a
+    number key, bare or quoted; a string key written bare or in single quotes)."""
+    if isinstance(key, fastjson.ObjectKey):  # a MessageQueue: pretty in a client's offsetTable, or compact
+        yield fastjson.dumps(dict(key)).replace("\n", "\n\t\t"), False
+        yield fastjson.dumps(dict(key), pretty=False), False
+    elif not isinstance(key, str) or isinstance(key, fastjson.BigNumber):
+        yield str(key), True
+    else:
+        quoted = json.dumps(key, ensure_ascii=False)  # as fastjson writes it
+        yield quoted, False
+        if key:
+            yield quoted[1:-1], True
+            if quoted[1:-1] != key:  # control characters as they are (the parser takes them)
+                yield key, True
+
+
+def _key_start(text: str, start: int, end: int, loose: bool) -> int:
+    """Where ``text[start:end]`` begins as a key, with '{' or ',' before it and ':' after it (blanks between), else
+    -1."""
+    if loose and start > 0 and text[start - 1] in "\"'":
+        start -= 1
+    before = start - 1
+    while before >= 0 and text[before].isspace():
+        before -= 1
+    if before < 0 or text[before] not in "{,":
+        return -1
+    if loose and end < len(text) and text[end] in "\"'":
+        end += 1
+    while end < len(text) and text[end].isspace():
+        end += 1
+    return start if end < len(text) and text[end] == ":" else -1
+
+
+class _Keys:
+    """Where the keys of bad entries are in a file: a problem's position is its quarantine key, so each bad entry
+    needs its own, and only bad entries are looked up.
+
+    A search of the whole file for each (and a regex compiled for each queue) made parsing quadratic: 37 s for one
+    group of 20,000 queues. A map's entries come in the order of its text, so a :class:`_Cursor` starts each search
+    where the map's previous key was found and a file is read about once however many entries are bad. The budget, a
+    few reads of the file, bounds what a hostile file of keys found nowhere can cost: past it, a position is the
+    cursor's default."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.budget = 8 * len(text) + (1 << 20)
+
+    def find(self, needle: str, start: int, loose: bool) -> int:
+        """Where ``needle`` first stands as a key at or after ``start``, or -1."""
+        text = self.text
+        i = start
+        while self.budget > 0:
+            j = text.find(needle, i)
+            self.budget -= (len(text) if j < 0 else j + len(needle)) - i + 8  # 8: a candidate's Python cost
+            if j < 0:
+                return -1
+            at = _key_start(text, j, j + len(needle), loose)
+            if at >= 0:
+                return at
+            i = j + 1
+        return -1
+
+
+class _Cursor:
+    """The keys of one map, looked up in text order from ``start``; one not found after the previous (written twice,
+    or out of order) is looked for from ``start``, as the search from the top used to. Not found: ``start``."""
+
+    def __init__(self, keys: _Keys, start: int = 0) -> None:
+        self.keys = keys
+        self.start = start
+        self.next = start
+
+    def at(self, key: Any) -> int:
+        for needle, loose in _needles(key):
+            pos = self.keys.find(needle, self.next, loose)
+            if pos < 0 and self.next > self.start:
+                pos = self.keys.find(needle, self.start, loose)
+            if pos >= 0:
+                self.next = pos + 1
+                return pos
+        return self.start
+
+
+def _bad_name(what: str, name: str, key: Any, why: str) -> str:
+    """Why an entry is skipped: its name, and the key it came from when that is not the name itself."""
+    of = "" if name == str(key) else f" of key '{names.shown(key)}'"
+    return f"{what} '{names.shown(name)}'{of} {why}: entry skipped"
+
+
 def _offset_value(v: Any) -> int | None:
     """A committed offset: a non-negative integer (AtomicLong as a number)."""
     if isinstance(v, bool) or not isinstance(v, int):
         return None
     return v if v >= 0 else None
-
-
-def _entry_position(text: str, start: int, qid: Any) -> int:
-    """Where the queue's entry starts after its group's key: each bad entry has its own position (the quarantine's
-    key), so two bad queues of one group are both kept."""
-    m = re.compile(r'[{,]\s*("?' + re.escape(str(qid)) + r'"?)\s*:').search(text, start)
-    return m.start(1) if m else start
 
 
 def _not_an_offset(v: Any) -> str:
@@ -72,13 +161,16 @@ def _not_an_offset(v: Any) -> str:
     return "is not a non-negative integer"
 
 
-def _top(doc: Any, kind: str, path: str, text: str) -> tuple[dict[Any, Any], list[Problem]]:
+def _top(doc: Any, kind: str, path: str, keys: _Keys) -> tuple[dict[Any, Any], list[Problem]]:
     if not isinstance(doc, dict):
         raise ConfigParseError(path, 0, f"expected a JSON object at the top, found {type(doc).__name__}")
     required = _REQUIRED_TOP[kind]
     if required not in doc and not (kind == "consumer_offsets" and "lmqOffsetTable" in doc):
-        raise ConfigParseError(path, 0, f"no '{required}' in the file (keys: {sorted(map(str, doc))})")
-    problems = [Problem(path, _position(text, f'"{k}"'), f"unknown field '{k}' ignored")
+        found = sorted(map(str, doc))
+        listed = ", ".join(f"'{names.shown(k)}'" for k in found[:10]) + (", ..." if len(found) > 10 else "")
+        raise ConfigParseError(path, 0, f"no '{required}' in the file (keys: [{listed}])")
+    fields = _Cursor(keys)
+    problems = [Problem(path, fields.at(k), f"unknown field '{names.shown(k)}' ignored")
                 for k in doc if k not in _KNOWN_TOP[kind]]
     return doc, problems
 
@@ -93,41 +185,60 @@ def _table(doc: dict[Any, Any], name: str, path: str, text: str, problems: list[
     return {}
 
 
+def _topic_group(key: Any) -> tuple[str, str, str | None]:
+    """A consumerOffset.json key's topic and group, or why the entry is skipped."""
+    parts = str(key).split("@")
+    if len(parts) != 2 or not parts[0] or not parts[1]:
+        return "", "", (f"key '{names.shown(key)}' is not 'topic@group' with exactly one '@': entry skipped (as the "
+                        "broker's whichTopicByConsumer does)")
+    topic, group = parts
+    why = names.topic_problem(topic)
+    if why:
+        return topic, group, _bad_name("topic", topic, key, why)
+    why = names.group_problem(group)
+    return topic, group, _bad_name("group", group, key, why) if why else None
+
+
 def parse_consumer_offsets(text: str, source_path: str) -> tuple[Rows, list[Problem]]:
     """consumerOffset.json (4.x/5.x) or lmqConsumerOffset.json: ``{"topic@group": {queueId: offset}}``."""
-    doc, problems = _top(fastjson.loads(text, source_path=source_path), "consumer_offsets", source_path, text)
+    keys = _Keys(text)
+    doc, problems = _top(fastjson.loads(text, source_path=source_path), "consumer_offsets", source_path, keys)
     rows: Rows = []
     for table_name in ("offsetTable", "lmqOffsetTable"):
         table = doc.get(table_name) or {}
         if not isinstance(table, dict):
             problems.append(Problem(source_path, _position(text, f'"{table_name}"'), f"'{table_name}' is not a map"))
             continue
+        entries = _Cursor(keys)
         for key, queues in table.items():
-            pos = _position(text, json.dumps(str(key), ensure_ascii=False))
-            parts = str(key).split("@")
-            if len(parts) != 2 or not parts[0] or not parts[1]:
-                problems.append(Problem(source_path, pos, f"key '{key}' is not 'topic@group' with exactly one '@': "
-                                        "entry skipped (as the broker's whichTopicByConsumer does)"))
+            topic, group, why = _topic_group(key)
+            if why:
+                problems.append(Problem(source_path, entries.at(key), why))
                 continue
-            topic, group = parts
-            if table_name == "lmqOffsetTable":
-                queues = {0: queues} if not isinstance(queues, dict) else queues
+            single = table_name == "lmqOffsetTable" and not isinstance(queues, dict)  # an LMQ's one offset
+            if single:
+                queues = {0: queues}
             if not isinstance(queues, dict):
-                problems.append(Problem(source_path, pos, f"'{key}': expected a map of queueId to offset"))
+                problems.append(Problem(source_path, entries.at(key),
+                                        f"'{names.shown(key)}': expected a map of queueId to offset"))
                 continue
+            in_entry: _Cursor | None = None  # the entry's queues, found from its key on its first bad queue
             for qid, off in queues.items():
-                at = _entry_position(text, pos, qid)
-                if isinstance(qid, bool) or not isinstance(qid, int) or not 0 <= qid < (1 << 31):
-                    problems.append(Problem(source_path, at, f"'{key}': queue id {qid!r} is not a non-negative "
-                                            "integer: entry skipped"))
-                    continue
                 value = _offset_value(off)
-                if value is None:
-                    problems.append(Problem(source_path, at, f"'{key}' queue {qid}: offset {off!r} "
-                                            f"{_not_an_offset(off)}: entry skipped"))
+                good_qid = not isinstance(qid, bool) and isinstance(qid, int) and 0 <= qid < (1 << 31)
+                if good_qid and value is not None:
+                    rows.append({"consumer_group": group, "topic": topic, "queue_id": qid, "committed_offset": value,
+                                 "is_retry_topic": topic.startswith("%RETRY%")})
                     continue
-                rows.append({"consumer_group": group, "topic": topic, "queue_id": qid, "committed_offset": value,
-                             "is_retry_topic": topic.startswith("%RETRY%")})
+                if in_entry is None:
+                    in_entry = _Cursor(keys, entries.at(key))
+                at = in_entry.start if single else in_entry.at(qid)
+                if not good_qid:
+                    problems.append(Problem(source_path, at, f"'{names.shown(key)}': queue id {_value(qid)} is not a "
+                                            "non-negative integer: entry skipped"))
+                else:
+                    problems.append(Problem(source_path, at, f"'{names.shown(key)}' queue {qid}: offset {_value(off)} "
+                                            f"{_not_an_offset(off)}: entry skipped"))
     return rows, problems
 
 
@@ -156,15 +267,22 @@ def _policy_json(policy: Any) -> str:
 
 def parse_subscription_groups(text: str, source_path: str) -> tuple[Rows, list[Problem]]:
     """subscriptionGroup.json: ``SubscriptionGroupConfig`` per group, defaults of formats §1.4."""
-    doc, problems = _top(fastjson.loads(text, source_path=source_path), "subscription_groups", source_path, text)
+    keys = _Keys(text)
+    doc, problems = _top(fastjson.loads(text, source_path=source_path), "subscription_groups", source_path, keys)
     rows: Rows = []
+    entries = _Cursor(keys)
     for name, cfg in _table(doc, "subscriptionGroupTable", source_path, text, problems).items():
         if not isinstance(cfg, dict):
-            problems.append(Problem(source_path, _position(text, f'"{name}"'), f"group '{name}': not an object"))
+            problems.append(Problem(source_path, entries.at(name), f"group '{names.shown(name)}': not an object"))
+            continue
+        group = str(cfg.get("groupName") or name)
+        why = names.group_problem(group)
+        if why:
+            problems.append(Problem(source_path, entries.at(name), _bad_name("group", group, name, why)))
             continue
         policy = cfg.get("groupRetryPolicy")
         rows.append({
-            "consumer_group": str(cfg.get("groupName") or name),
+            "consumer_group": group,
             "retry_max_times": _int(cfg.get("retryMaxTimes"), 16),
             "retry_queue_nums": _int(cfg.get("retryQueueNums"), 1),
             "consume_enable": _bool(cfg.get("consumeEnable"), True),
@@ -178,14 +296,21 @@ def parse_subscription_groups(text: str, source_path: str) -> tuple[Rows, list[P
 
 def parse_topics(text: str, source_path: str) -> tuple[Rows, list[Problem]]:
     """topics.json: ``TopicConfig`` per topic (formats §1.5)."""
-    doc, problems = _top(fastjson.loads(text, source_path=source_path), "topics", source_path, text)
+    keys = _Keys(text)
+    doc, problems = _top(fastjson.loads(text, source_path=source_path), "topics", source_path, keys)
     rows: Rows = []
+    entries = _Cursor(keys)
     for name, cfg in _table(doc, "topicConfigTable", source_path, text, problems).items():
         if not isinstance(cfg, dict):
-            problems.append(Problem(source_path, _position(text, f'"{name}"'), f"topic '{name}': not an object"))
+            problems.append(Problem(source_path, entries.at(name), f"topic '{names.shown(name)}': not an object"))
+            continue
+        topic = str(cfg.get("topicName") or name)
+        why = names.topic_problem(topic)
+        if why:
+            problems.append(Problem(source_path, entries.at(name), _bad_name("topic", topic, name, why)))
             continue
         rows.append({
-            "topic": str(cfg.get("topicName") or name),
+            "topic": topic,
             "read_queue_nums": _int(cfg.get("readQueueNums"), 16),
             "write_queue_nums": _int(cfg.get("writeQueueNums"), 16),
             "perm": _int(cfg.get("perm"), 6),
@@ -197,36 +322,58 @@ def parse_topics(text: str, source_path: str) -> tuple[Rows, list[Problem]]:
 
 def parse_delay_offsets(text: str, source_path: str) -> tuple[Rows, list[Problem]]:
     """delayOffset.json: ``{delayLevel: offset}`` with bare integer keys (formats §1.6)."""
-    doc, problems = _top(fastjson.loads(text, source_path=source_path), "delay_offsets", source_path, text)
+    keys = _Keys(text)
+    doc, problems = _top(fastjson.loads(text, source_path=source_path), "delay_offsets", source_path, keys)
     rows: Rows = []
+    entries = _Cursor(keys)
     for level, off in _table(doc, "offsetTable", source_path, text, problems).items():
         value = _offset_value(off)
         if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level < (1 << 31) or value is None:
-            problems.append(Problem(source_path, _position(text, f"{level}:"),
-                                    f"delay level {level!r}: offset {off!r} is not a non-negative integer: skipped"))
+            problems.append(Problem(source_path, entries.at(level),
+                                    f"delay level {_value(level)}: offset {_value(off)} is not a non-negative integer: "
+                                    "skipped"))
             continue
         rows.append({"delay_level": level, "offset": value})
     return rows, problems
 
 
+def _message_queue_problem(broker: str, topic: str, qid: int) -> str | None:
+    """Why a client's MessageQueue key names no queue RocketMQ can have, or None."""
+    why = names.label_problem(broker)
+    if why:
+        return (f"brokerName '{names.shown(broker)}' of the MessageQueue key (topic '{names.shown(topic)}', queue "
+                f"{qid}) {why}: entry skipped")
+    why = names.topic_problem(topic)
+    if why:
+        return (f"topic '{names.shown(topic)}' of the MessageQueue key (brokerName '{names.shown(broker)}', queue "
+                f"{qid}) {why}: entry skipped")
+    return None
+
+
 def parse_client_offsets(text: str, source_path: str) -> tuple[Rows, list[Problem]]:
     """A broadcast client's offsets.json: MessageQueue objects as keys (formats §2)."""
-    doc, problems = _top(fastjson.loads(text, source_path=source_path), "client_offsets", source_path, text)
+    keys = _Keys(text)
+    doc, problems = _top(fastjson.loads(text, source_path=source_path), "client_offsets", source_path, keys)
     rows: Rows = []
+    entries = _Cursor(keys)
     for key, off in _table(doc, "offsetTable", source_path, text, problems).items():
         mq = key.as_dict() if isinstance(key, fastjson.ObjectKey) else None
         value = _offset_value(off)
         if (mq is None or not {"brokerName", "queueId", "topic"} <= set(mq) or isinstance(mq["queueId"], bool)
                 or not isinstance(mq["queueId"], int) or not 0 <= mq["queueId"] < (1 << 31)):
-            problems.append(Problem(source_path, 0, f"key {key!r} is not a MessageQueue "
+            problems.append(Problem(source_path, 0, f"key {_value(key)} is not a MessageQueue "
                                     "{brokerName, queueId, topic}: entry skipped"))
             continue
-        if value is None:
-            problems.append(Problem(source_path, 0, f"{mq['topic']} {mq['brokerName']} queue {mq['queueId']}: offset "
-                                    f"{off!r} is not a non-negative integer: entry skipped"))
+        broker, topic, qid = str(mq["brokerName"]), str(mq["topic"]), mq["queueId"]
+        why = _message_queue_problem(broker, topic, qid)
+        if why:
+            problems.append(Problem(source_path, entries.at(key), why))
             continue
-        rows.append({"broker": str(mq["brokerName"]), "topic": str(mq["topic"]), "queue_id": mq["queueId"],
-                     "committed_offset": value})
+        if value is None:
+            problems.append(Problem(source_path, 0, f"{names.shown(topic)} {names.shown(broker)} queue {qid}: offset "
+                                    f"{_value(off)} is not a non-negative integer: entry skipped"))
+            continue
+        rows.append({"broker": broker, "topic": topic, "queue_id": qid, "committed_offset": value})
     return rows, problems
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from jobs.problems import Problem  # noqa: F401 - re-exported for callers
+from jobs.problems import Problem, excerpt  # noqa: F401 - Problem re-exported for callers
 
 CONTENT_SPLITOR = "\x01"
 FIELD_SPLITOR = "\x02"
@@ -21,7 +21,7 @@ TYPES = ("Pub", "SubBefore", "SubAfter", "EndTransaction", "Recall")
 
 def _bool(text: str) -> bool:
     if text not in ("true", "false"):
-        raise ValueError(f"not a boolean: {text!r}")
+        raise ValueError(f"not a boolean ({excerpt(text)})")
     return text == "true"
 
 
@@ -34,9 +34,12 @@ _MS = (_INT64[0] // 1000 + 1, _INT64[1] // 1000)
 def _int(text: str, bounds: tuple[int, int] = _INT64) -> int:
     """``int(text)`` as the Java client parses it, within the column's range (a value outside it is undecodable,
     not a failed load)."""
-    v = int(text)
+    try:
+        v = int(text)
+    except ValueError:
+        raise ValueError(f"not an integer ({excerpt(text)})") from None
     if not bounds[0] <= v <= bounds[1]:
-        raise ValueError(f"{text!r} is out of range")
+        raise ValueError(f"an integer out of range ({excerpt(text)})")
     return v
 
 
@@ -114,7 +117,7 @@ def _width(tokens: list[str], i: int) -> int:
         if _ends(tokens, i + 14):
             return 14
         return 15
-    raise ValueError(f"unknown trace record type {kind!r}")
+    raise ValueError(f"unknown trace record type ({excerpt(kind)})")
 
 
 _PARSE = {"Pub": _pub, "SubBefore": _sub_before, "SubAfter": _sub_after, "EndTransaction": _end_tx,

@@ -1,10 +1,13 @@
 """Config parsers on every real broker/client file, and the broker's .bak fallback on bad input."""
 from __future__ import annotations
 
+import time
+from typing import Any, Callable
+
 import pytest
 
 from conftest import REAL
-from jobs.formats import configs
+from jobs.formats import configs, fastjson
 from jobs.problems import Problem
 
 
@@ -113,7 +116,7 @@ GOOD_ROWS = [{"consumer_group": "G", "topic": "T", "queue_id": 0, "committed_off
                      [Problem("c.json", 29, "not valid UTF-8 (byte 29: invalid start byte); loaded the .bak instead")],
                      id="non_utf8_bytes_fall_back"),
         pytest.param({"c.json": GOOD.replace(b"T@G", b"T@\\u00zzG"), "c.json.bak": GOOD}, True, GOOD_ROWS,
-                     [Problem("c.json", 24, "invalid \\u escape '\\\\u00zz'; loaded the .bak instead")],
+                     [Problem("c.json", 24, "invalid \\u escape (0x5c7530307a7a); loaded the .bak instead")],
                      id="bad_unicode_escape_falls_back"),
         pytest.param({"c.json": GOOD.replace(b"T@G", b"TG")}, False, [],
                      [Problem("c.json", 21, "key 'TG' is not 'topic@group' with exactly one '@': entry skipped "
@@ -126,6 +129,23 @@ GOOD_ROWS = [{"consumer_group": "G", "topic": "T", "queue_id": 0, "committed_off
                      id="non_numeric_offset_is_skipped_rest_lands"),
         pytest.param({"c.json": GOOD.replace(b'"offsetTable"', b'"extra":1,"offsetTable"')}, False, GOOD_ROWS,
                      [Problem("c.json", 3, "unknown field 'extra' ignored")], id="unknown_field_is_noted_data_lands"),
+        pytest.param({"c.json": b'{"offsetTable":{"T@G":{0:-1,1:7,2:-2},"U@G":{0:1,2:-3}}}'}, False,
+                     [GOOD_ROWS[1], {**GOOD_ROWS[0], "topic": "U", "committed_offset": 1}],
+                     [Problem("c.json", 23, "'T@G' queue 0: offset -1 is not a non-negative integer: entry skipped"),
+                      Problem("c.json", 32, "'T@G' queue 2: offset -2 is not a non-negative integer: entry skipped"),
+                      Problem("c.json", 49, "'U@G' queue 2: offset -3 is not a non-negative integer: entry skipped")],
+                     id="each_bad_queue_has_its_own_position"),
+        pytest.param({"c.json": b'{"offsetTable":{"T@G":{0:-1},"U@G":{0:1},"T@G":{0:-2}}}'}, False,
+                     [{**GOOD_ROWS[0], "topic": "U", "committed_offset": 1}],
+                     [Problem("c.json", 23, "'T@G' queue 0: offset -2 is not a non-negative integer: entry skipped")],
+                     id="a_key_written_twice_is_found_first_as_it_keeps_its_first_place"),
+        pytest.param({"c.json": b'{"offsetTable":{"T@G":{0:5,1:7},7:{0:1}},"lmqOffsetTable":{"%LMQ%x@G":-1}}'}, False,
+                     GOOD_ROWS,
+                     [Problem("c.json", 32, "key '7' is not 'topic@group' with exactly one '@': entry skipped (as the "
+                                            "broker's whichTopicByConsumer does)"),
+                      Problem("c.json", 59, "'%LMQ%x@G' queue 0: offset -1 is not a non-negative integer: entry "
+                                            "skipped")],
+                     id="a_number_key_and_an_lmq_offset_are_found_at_their_keys"),
     ],
 )
 def test_bad_input(files: dict[str, bytes], used_backup: bool, rows: list, problems: list) -> None:
@@ -217,3 +237,167 @@ def test_no_damage_to_a_real_config_file_makes_loading_raise(seed: int) -> None:
         loaded = configs.load(_mem({"f": bytes(data)}), "f", kind if rng.random() < 0.8 else rng.choice(configs.KINDS))
         outcomes["rows" if loaded.rows else "no rows"] += 1
     assert min(outcomes.values()) > 150  # both kinds of outcome are exercised
+
+
+def _mq(broker: str, qid: int, topic: str) -> fastjson.ObjectKey:
+    return fastjson.ObjectKey.of(brokerName=broker, queueId=qid, topic=topic)
+
+
+def _co_row(topic: str, group: str, qid: int, offset: int) -> dict[str, Any]:
+    return {"consumer_group": group, "topic": topic, "queue_id": qid, "committed_offset": offset,
+            "is_retry_topic": topic.startswith("%RETRY%")}
+
+
+def _group_row(group: str) -> dict[str, Any]:
+    return {"consumer_group": group, "retry_max_times": 16, "retry_queue_nums": 1, "consume_enable": True,
+            "consume_broadcast_enable": True, "consume_message_orderly": False, "consume_timeout_minute": 15,
+            "group_retry_policy": None}
+
+
+def _topic_row(topic: str, queues: int = 16) -> dict[str, Any]:
+    return {"topic": topic, "read_queue_nums": queues, "write_queue_nums": 16, "perm": 6, "topic_sys_flag": 0,
+            "order": False}
+
+
+PWNED = "g\ntouch /tmp/pwned\n#"
+HYPERLINK = '=HYPERLINK("http://x")'
+T127, T128, G255, G256 = "T" * 127, "T" * 128, "G" * 255, "G" * 256
+T_SHOWN, G_SHOWN = "T" * 64 + "...", "G" * 64 + "..."
+CHARS = "holds a character RocketMQ does not allow in a {} (^[%|a-zA-Z0-9_-]+$): entry skipped"
+
+
+@pytest.mark.parametrize("kind, doc, rows, problems", [
+    pytest.param("consumer_offsets", {"offsetTable": {f"T@{PWNED}": {0: 1}, "T@G": {0: 5, 1: 7}}}, GOOD_ROWS,
+                 [(21, "group 'g\\ntouch /tmp/pwned\\n#' of key 'T@g\\ntouch /tmp/pwned\\n#' "
+                       + CHARS.format("group"))],
+                 id="group_holding_a_shell_command"),
+    pytest.param("consumer_offsets", {"offsetTable": {"T@G": {0: 5, 1: 7}, f"{HYPERLINK}@G": {0: 2}}}, GOOD_ROWS,
+                 [(43, f"topic '{HYPERLINK}' of key '{HYPERLINK}@G' " + CHARS.format("topic"))],
+                 id="topic_holding_a_spreadsheet_formula"),
+    pytest.param("consumer_offsets", {"offsetTable": {"app$\\foo{$@G": {0: 3}, "T@G": {0: 5, 1: 7}}}, GOOD_ROWS,
+                 [(21, "topic 'app$\\\\foo{$' of key 'app$\\\\foo{$@G' " + CHARS.format("topic"))],
+                 id="topic_holding_a_backslash_and_braces"),
+    pytest.param("consumer_offsets", {"offsetTable": {"..@G": {0: 4}, "T@..": {0: 4}, "T@G": {0: 5, 1: 7}}}, GOOD_ROWS,
+                 [(21, "topic '..' of key '..@G' " + CHARS.format("topic")),
+                  (40, "group '..' of key 'T@..' " + CHARS.format("group"))],
+                 id="dot_dot_topic_and_group"),
+    pytest.param("consumer_offsets", {"offsetTable": {f"{T128}@G": {0: 1}, f"{T127}@G": {0: 2}, f"T@{G256}": {3: 4},
+                                                      f"T@{G255}": {5: 6}}},
+                 [_co_row(T127, "G", 0, 2), _co_row("T", G255, 5, 6)],
+                 [(21, f"topic '{T_SHOWN}' of key '{T_SHOWN}' is longer than 127 characters: entry skipped"),
+                  (310, f"group '{G_SHOWN}' of key 'T@{G_SHOWN[:-5]}...' is longer than 255 characters: entry "
+                        "skipped")],
+                 id="topic_of_128_and_group_of_256_characters_127_and_255_land"),
+    pytest.param("consumer_offsets", {"offsetTable": {"%RETRY%G+T@G": {0: 9}, "%DLQ%G@G": {0: 1}, "T@G": {0: 5}}},
+                 [_co_row("%RETRY%G+T", "G", 0, 9), _co_row("%DLQ%G", "G", 0, 1), _co_row("T", "G", 0, 5)], [],
+                 id="pop_retry_topic_and_dlq_topic_land"),
+    pytest.param("consumer_offsets", {"offsetTable": {"T@G": {0: 5, 1: 7}},
+                                      "lmqOffsetTable": {"%LMQ%x@g;rm": 4, "%LMQ%x@G": 3}},
+                 GOOD_ROWS + [_co_row("%LMQ%x", "G", 0, 3)],
+                 [(66, "group 'g;rm' of key '%LMQ%x@g;rm' " + CHARS.format("group"))], id="lmq_key"),
+    pytest.param("subscription_groups", {"subscriptionGroupTable": {
+        PWNED: {"groupName": PWNED}, "G": {"groupName": "G"}, "H": {"groupName": G256}, "K": {"groupName": "K;"},
+        "L": {}}},
+                 [_group_row("G"), _group_row("L")],
+                 [(32, f"group 'g\\ntouch /tmp/pwned\\n#' " + CHARS.format("group")),
+                  (138, f"group '{G_SHOWN}' of key 'H' is longer than 255 characters: entry skipped"),
+                  (425, "group 'K;' of key 'K' " + CHARS.format("group"))],
+                 id="subscription_groups_by_group_name"),
+    pytest.param("topics", {"topicConfigTable": {
+        "T": {"topicName": "T", "readQueueNums": 2}, "X": {"topicName": HYPERLINK}, T128: {"topicName": T128},
+        "%RETRY%G+T": {"topicName": "%RETRY%G+T"}, "a\nb": {}}},
+                 [_topic_row("T", 2), _topic_row("%RETRY%G+T")],
+                 [(80, f"topic '{HYPERLINK}' of key 'X' " + CHARS.format("topic")),
+                  (135, f"topic '{T_SHOWN}' is longer than 127 characters: entry skipped"),
+                  (471, "topic 'a\\nb' " + CHARS.format("topic"))],
+                 id="topics_by_topic_name"),
+    pytest.param("client_offsets", {"offsetTable": {
+        _mq("b", 0, "T"): 5, _mq("b", 1, "a\nb"): 6, _mq("..", 0, "T"): 7, _mq("b", 1, "T"): 8}},
+                 [{"broker": "b", "topic": "T", "queue_id": 0, "committed_offset": 5},
+                  {"broker": "b", "topic": "T", "queue_id": 1, "committed_offset": 8}],
+                 [(78, "topic 'a\\nb' of the MessageQueue key (brokerName 'b', queue 1) " + CHARS.format("topic")),
+                  (141, "brokerName '..' of the MessageQueue key (topic 'T', queue 0) is a relative path ('.' or "
+                        "'..'): entry skipped")],
+                 id="client_message_queue_topic_and_broker"),
+])
+def test_names_rocketmq_cannot_produce_are_skipped_rest_lands(kind: str, doc: dict[str, Any], rows: list,
+                                                              problems: list[tuple[int, str]]) -> None:
+    """Files as fastjson writes them (``fastjson.dumps``): each bad entry is a problem at its key, with its name
+    escaped (no line break reaches the quarantine), and every other entry lands."""
+    text = fastjson.dumps(doc)
+    parsed = configs.load(_mem({"c.json": text.encode()}), "c.json", kind)
+    assert (parsed.used_backup, parsed.rows, parsed.problems) == (
+        False, rows, [Problem("c.json", position, reason) for position, reason in problems])
+
+
+N = 100_000
+LINEAR: dict[str, tuple[str, Callable[[], Any], int, dict[int, dict[str, Any]]]] = {
+    # kind, the document, how many rows, some rows by index
+    "one_group_of_100000_queues": (
+        "consumer_offsets", lambda: {"offsetTable": {"T@G": {q: 3 * q for q in range(N)}}}, N,
+        {0: _co_row("T", "G", 0, 0), 54321: _co_row("T", "G", 54321, 162963), -1: _co_row("T", "G", 99999, 299997)}),
+    "one_group_of_20000_queues": (
+        "consumer_offsets", lambda: {"offsetTable": {"T@G": {q: 3 * q for q in range(20_000)}}}, 20_000,
+        {0: _co_row("T", "G", 0, 0), -1: _co_row("T", "G", 19999, 59997)}),
+    "100000_keys_of_one_queue": (
+        "consumer_offsets", lambda: {"offsetTable": {f"T{i}@G{i % 7}": {0: i} for i in range(N)}}, N,
+        {0: _co_row("T0", "G0", 0, 0), 12345: _co_row("T12345", "G4", 0, 12345),
+         -1: _co_row("T99999", "G4", 0, 99999)}),
+    "100000_subscription_groups": (
+        "subscription_groups", lambda: {"subscriptionGroupTable": {f"G{i}": {"groupName": f"G{i}"} for i in range(N)}},
+        N, {0: _group_row("G0"), -1: _group_row("G99999")}),
+    "100000_topics": (
+        "topics", lambda: {"topicConfigTable": {f"T{i}": {"topicName": f"T{i}", "readQueueNums": 2} for i in range(N)}},
+        N, {0: _topic_row("T0", 2), -1: _topic_row("T99999", 2)}),
+    "100000_client_offsets": (
+        "client_offsets", lambda: {"offsetTable": {_mq(f"broker-{i % 4}", i % 32, f"T{i // 32}"): i for i in range(N)}},
+        N, {0: {"broker": "broker-0", "topic": "T0", "queue_id": 0, "committed_offset": 0},
+            -1: {"broker": "broker-3", "topic": "T3124", "queue_id": 31, "committed_offset": 99999}}),
+}
+
+
+@pytest.mark.parametrize("shape", list(LINEAR))
+def test_100000_entries_parse_in_linear_time(shape: str) -> None:
+    """Before: a position search from the top of the file per key and a regex compiled per queue made parsing
+    quadratic (one group of 20,000 queues 36.9 s, 100,000 keys 45.5 s). Timed in CPU seconds, as another job may
+    share the machine."""
+    kind, doc, count, some = LINEAR[shape]
+    data = fastjson.dumps(doc()).encode()
+    start = time.process_time()
+    parsed = configs.load(_mem({"c.json": data}), "c.json", kind)
+    seconds = time.process_time() - start
+    assert (len(parsed.rows), parsed.problems) == (count, [])
+    assert {i: parsed.rows[i] for i in some} == some
+    assert seconds < 2.0
+
+
+@pytest.mark.parametrize("shape", ["every_queue", "every_key"])
+def test_100000_bad_entries_each_have_their_position_in_linear_time(shape: str) -> None:
+    """The positions of bad entries are found moving forward through the file, each at its own key."""
+    if shape == "every_queue":
+        text = fastjson.dumps({"offsetTable": {"T@G": {q: -1 for q in range(N)}}})
+        first, last = "'T@G' queue 0: offset -1", f"'T@G' queue {N - 1}: offset -1"
+        at_first, at_last = text.index("{0:") + 1, text.index(f",{N - 1}:") + 1
+    else:
+        text = fastjson.dumps({"offsetTable": {f"T{i}@G;": {0: i} for i in range(N)}})
+        first, last = "group 'G;' of key 'T0@G;'", f"group 'G;' of key 'T{N - 1}@G;'"
+        at_first, at_last = text.index('"T0@G;"'), text.index(f'"T{N - 1}@G;"')
+    start = time.process_time()
+    parsed = configs.load(_mem({"c.json": text.encode()}), "c.json", "consumer_offsets")
+    seconds = time.process_time() - start
+    assert (len(parsed.rows), len(parsed.problems), len({p.position for p in parsed.problems})) == (0, N, N)
+    assert (parsed.problems[0].position, parsed.problems[-1].position) == (at_first, at_last)
+    assert parsed.problems[0].reason.startswith(first) and parsed.problems[-1].reason.startswith(last)
+    assert seconds < 2.0
+
+
+def test_keys_found_nowhere_cannot_make_parsing_slow() -> None:
+    """100,000 bad keys written with escapes fastjson does not use: no key text matches, and the searches stop
+    after a few reads of the file (their positions are then the file's start)."""
+    text = "{\"offsetTable\":{" + ",".join(f'"T\\u0041{i}@G;":{{0:1}}' for i in range(N)) + "}}"
+    start = time.process_time()
+    parsed = configs.load(_mem({"c.json": text.encode()}), "c.json", "consumer_offsets")
+    seconds = time.process_time() - start
+    assert (len(parsed.rows), len(parsed.problems)) == (0, N)
+    assert parsed.problems[-1] == Problem("c.json", 0, f"group 'G;' of key 'TA{N - 1}@G;' " + CHARS.format("group"))
+    assert seconds < 2.0

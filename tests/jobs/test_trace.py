@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from jobs.formats import trace
+from jobs.problems import excerpt
 
 SB = {"type": "SubBefore", "timestamp_ms": 1000, "region_id": "R", "group": "G", "request_id": "rq1", "msg_id": "AB",
       "retry_times": 2, "keys": "k1 k2"}
@@ -63,9 +64,8 @@ def test_undecodable_record_is_a_problem_and_the_rest_decodes() -> None:
     records, problems = trace.decode_trace_body(body, source_path="seg", position=4096)
     assert records == [SA]
     assert [(p.source_path, p.position, p.reason) for p in problems] == [
-        ("seg", 4096, "trace message at byte 4096: record 0 undecodable (invalid literal for int() with base 10: "
-         "'notanumber'); skipped"),
-        ("seg", 4096, "trace message at byte 4096: record 1 undecodable (unknown trace record type 'Bogus'); skipped"),
+        ("seg", 4096, "trace message at byte 4096: record 0 undecodable (not an integer (0x6e6f74616e756d62...)); skipped"),
+        ("seg", 4096, "trace message at byte 4096: record 1 undecodable (unknown trace record type (0x426f677573)); skipped"),
     ]
 
 
@@ -172,4 +172,4 @@ def test_a_number_the_lake_cannot_hold_is_an_undecodable_record_not_a_failed_loa
     records, problems = trace.decode_trace_body(body, source_path="seg", position=0)
     assert records == [SA]
     assert [p.reason for p in problems] == [
-        f"trace message at byte 0: record 0 undecodable ({value!r} is out of range); skipped"]
+        f"trace message at byte 0: record 0 undecodable (an integer out of range ({excerpt(value)})); skipped"]
