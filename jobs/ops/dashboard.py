@@ -16,11 +16,14 @@ are left out and links to the whole table as CSV.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import html
 import io
+import json
 import logging
 import re
 import time
+import urllib.parse
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -466,6 +469,37 @@ def _esc(v: Any) -> str:
     return html.escape(str(v), quote=True)
 
 
+def _href(path: str) -> str:
+    """A relative link as an attribute value: URL-quoted (a name may hold '#', '?', '%' or a quote), then escaped."""
+    return _esc(urllib.parse.quote(path, safe="/"))
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def _digest(*parts: Any) -> str:
+    """64 bits of a hash of the parts as a JSON list: no two lists give one text, and a collision is out of reach."""
+    return hashlib.blake2b(json.dumps([str(p) for p in parts]).encode(), digest_size=8).hexdigest()
+
+
+def _readable(text: str) -> str:
+    return _UNSAFE.sub("_", text).lstrip(".")[:80]
+
+
+def file_stem(name: str) -> str:
+    """A file name for a table's CSV: the table name when it is a short run of safe characters, else its safe
+    characters and a hash (names hold topics and brokers from input files: '/', '..', newlines, any length)."""
+    readable = _readable(name)
+    return name if readable == name and name else f"{readable}-{_digest(name)}"
+
+
+def _drawn(text: Any) -> str:
+    """Text from data as matplotlib must draw it, literally: ``$`` escaped (else ``app$\\foo{$`` is mathtext and
+    the plot fails), control characters shown as escapes (a font has no glyph for them)."""
+    shown = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in str(text))
+    return shown.replace("$", r"\$")
+
+
 def _fmt(v: Any) -> str:
     """Whole numbers with thousands separators, percentages as given, timestamps ISO UTC, nulls empty."""
     if v is None or (isinstance(v, float) and v != v) or v is pd.NaT:
@@ -514,7 +548,7 @@ class Site:
             for i, c in enumerate(columns):
                 text = _esc(_fmt(r[c]))
                 if i == 0 and link is not None and link(r):
-                    text = f"<a href='{_esc(link(r))}'>{text}</a>"
+                    text = f"<a href='{_href(link(r))}'>{text}</a>"
                 num = isinstance(r[c], (int, float, np.integer, np.floating)) and not isinstance(r[c], bool)
                 cls = []
                 if c in classed:
@@ -526,11 +560,15 @@ class Site:
             out.append("<tr>" + "".join(cells) + "</tr>")
         out.append("</table>")
         if len(df) > max_rows:
-            csv_name = f"csv/{name}.csv"
+            stem, n = file_stem(name), 1
+            csv_name = f"csv/{stem}.csv"
+            while csv_name in self.files:  # two tables whose names give one file name: neither overwrites the other
+                n += 1
+                csv_name = f"csv/{stem}-{n}.csv"
             self.files[csv_name] = reports.to_csv(df, columns, columns[:1])
             out.append(f"<p class='muted' data-left-out='{len(df) - max_rows}'>showing the first {max_rows:,} of "
                        f"{len(df):,} rows; {len(df) - max_rows:,} left out: every row in "
-                       f"<a href='{'../' * depth}{csv_name}'>{_esc(csv_name)}</a></p>")
+                       f"<a href='{_href('../' * depth + csv_name)}'>{_esc(csv_name)}</a></p>")
         return "\n".join(out)
 
 
@@ -575,7 +613,7 @@ def plot_audit(by_hour: pd.DataFrame, title: str) -> str:
     ax.plot(x, by_hour["duplicate_pct"], marker="s", color="#b00020", label="duplicate %")
     ax.set_ylim(0, 105)
     ax.set_ylabel("%")
-    ax.set_title(title)
+    ax.set_title(_drawn(title))
     ax.legend(loc="lower left")
     fig.autofmt_xdate()
     return _svg(fig)
@@ -586,7 +624,7 @@ def plot_trends(trends: pd.DataFrame) -> str:
     plt = _mpl()
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.2))
     x = list(range(len(trends)))
-    labels = [reports.format_ts(t)[:16].replace("T", " ") for t in trends["as_of"]]
+    labels = [_drawn(reports.format_ts(t)[:16].replace("T", " ")) for t in trends["as_of"]]
     for col, color in (("duplicated", "#b00020"), ("unconsumed", "#a35200"), ("dlq", "#5b2a86")):
         a.plot(x, trends[col], marker="o", label=col, color=color)
     a.set_title("messages per run")
@@ -609,7 +647,7 @@ def plot_quality(trend: pd.DataFrame) -> str:
     ax.plot(x, trend["pass_rate_pct"], marker="o", color="#0a7d32")
     ax.set_ylim(0, 105)
     ax.set_ylabel("expectations passed %")
-    ax.set_xticks(x, [str(v)[:28] for v in trend["validation_id"]], rotation=30, ha="right")
+    ax.set_xticks(x, [_drawn(str(v)[:28]) for v in trend["validation_id"]], rotation=30, ha="right")
     ax.set_title("pass rate per validation run")
     return _svg(fig)
 
@@ -638,7 +676,7 @@ def plot_timeline(samples: pd.DataFrame, dup: pd.DataFrame, unc: pd.DataFrame, t
     exp = (s["committed_offset"] < s["min_offset"]).to_numpy()
     if exp.any():
         ax.scatter(x[exp], s["committed_offset"][exp], marker="X", s=50, color="#5b2a86", zorder=5, label="EXPIRED")
-    ax.set_title(title, fontsize=9)
+    ax.set_title(_drawn(title), fontsize=9)
     ax.set_ylabel("offset")
     ax.legend(fontsize=7, loc="upper left", ncols=3)
     fig.autofmt_xdate()
@@ -646,11 +684,10 @@ def plot_timeline(samples: pd.DataFrame, dup: pd.DataFrame, unc: pd.DataFrame, t
 
 
 def group_slug(cluster: str, group: str) -> str:
-    """A file name for a group's page: safe characters only, unique per (cluster, group)."""
-    import hashlib
-
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{cluster}__{group}")
-    return f"{safe}-{hashlib.blake2b(f'{cluster}/{group}'.encode(), digest_size=3).hexdigest()}"
+    """A file name for a group's page, whatever the names hold: at most 80 safe characters (no '/', no leading
+    '.') and a hash of the pair, so two groups never share a page (``a_``/``_/b`` and ``a_/_``/``b`` both read
+    ``a_____b``)."""
+    return f"{_readable(f'{cluster}__{group}')}-{_digest(cluster, group)}"
 
 
 def render(data: dict[str, Any]) -> dict[str, str]:
@@ -663,7 +700,7 @@ def render(data: dict[str, Any]) -> dict[str, str]:
     per_group_hour = audit(rows)
     per_hour = audit(rows, by=["hour"])
     trends = run_trends(data["runs"], **data["trend"])
-    report_href = f"../{run['run_id']}/"
+    report_href = f"../{urllib.parse.quote(str(run['run_id']), safe='')}/"
     summary = {s: int((overview["severity"] == s).sum()) for s in SEVERITIES}
     body = ["<div class='cards'>" + "".join(
         f"<div class='card {s}' data-card='{s}'><b>{summary[s]:,}</b>{s} groups</div>" for s in reversed(SEVERITIES))
@@ -681,7 +718,7 @@ def render(data: dict[str, Any]) -> dict[str, str]:
                            max_rows=max(MAX_ROWS, len(overview))))
     files_list = [f for f in _run_files(run) if f != "_SUCCESS"]
     body.append("<h2>This run's files</h2><ul>" + "".join(
-        f"<li><a href='{_esc(report_href + f)}'>{_esc(f)}</a></li>" for f in files_list) + "</ul>")
+        f"<li><a href='{_esc(report_href + urllib.parse.quote(f))}'>{_esc(f)}</a></li>" for f in files_list) + "</ul>")
     site.files["index.html"] = _page("Consumer groups by severity", run, body)
 
     # audit

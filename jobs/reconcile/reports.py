@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import datetime as dt
 import html
-import io
 import json
 import math
+import re
+import urllib.parse
 from typing import Any, Iterable
 
 import pandas as pd
 
+from jobs.formats import names
 from jobs.lake import failpoints, storage
 
 UTC = dt.timezone.utc
@@ -49,72 +51,150 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def to_csv(df: pd.DataFrame, columns: list[str], sort_key: list[str]) -> str:
-    """Rows as the §5 CSV: header row, UTF-8, sorted by the key columns, nulls empty, timestamps ISO UTC."""
-    import csv
+# A text cell starting with one of these is a formula to a spreadsheet (OWASP, CSV injection).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_QUOTED = re.compile(r'[,"\r\n]')
 
+
+def _csv_cell(value: Any) -> str:
+    text = _cell(value)
+    return "'" + text if isinstance(value, str) and text.startswith(FORMULA_STARTS) else text
+
+
+def _csv_line(cells: list[str]) -> str:
+    r"""One record, quoted as the csv module's QUOTE_MINIMAL does, and a cell holding a carriage return too: with
+    ``\n`` line ends the csv module leaves it bare, and readers and spreadsheets start a new row there (where a
+    name could put a formula first)."""
+    if cells == [""]:
+        return '""\n'
+    return ",".join('"' + c.replace('"', '""') + '"' if _QUOTED.search(c) else c for c in cells) + "\n"
+
+
+def to_csv(df: pd.DataFrame, columns: list[str], sort_key: list[str]) -> str:
+    """Rows as the §5 CSV: header row, UTF-8, sorted by the key columns, nulls empty, timestamps ISO UTC.
+
+    A text cell (a str value, never a number or a timestamp: a lag of -4 stays ``-4``) that starts with ``=``,
+    ``+``, ``-``, ``@``, a tab or a carriage return is written with a leading ``'``, as OWASP recommends: names come
+    from input files, and a spreadsheet opening the file would run such a cell as a formula.
+    """
     df = df[columns].copy()
     if len(df):
         df = df.sort_values(sort_key, kind="mergesort", na_position="first").reset_index(drop=True)
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(columns)
-    for row in df.itertuples(index=False, name=None):
-        w.writerow([_cell(v) for v in row])
-    return buf.getvalue()
+    lines = [_csv_line(list(columns))]
+    lines += [_csv_line([_csv_cell(v) for v in row]) for row in df.itertuples(index=False, name=None)]
+    return "".join(lines)
 
 
 def corrections_script(corrections: pd.DataFrame, run_id: str) -> str:
-    """An operator script that applies the offset corrections with mqadmin (RocketMQ 5.1+, formats §8)."""
+    """An operator script that applies the offset corrections with mqadmin (RocketMQ 5.1+, formats §8).
+
+    Names come from input files and none may become code: a comment line shows them escaped (no newline or control
+    character can end it), a command holds them only as quoted words, and addresses are read from variables whose
+    names are built from the cluster and broker names (:func:`_var_names`: one variable per cluster or broker).
+    """
     lines = [
         "#!/usr/bin/env bash",
-        f"# Offset corrections of reconcile run {run_id}: committed offsets outside [MinOffset, MaxOffset].",
+        f"# Offset corrections of reconcile run {_said(run_id)}: committed offsets outside [MinOffset, MaxOffset].",
         "# Uses mqadmin resetOffsetByTime -b <broker addr> -q <queueId> -o <offset> (RocketMQ 5.1+).",
-        "# Fill in the name server of every cluster and the address of every broker below (per cluster: two",
-        "# clusters can both have a broker-a), review, then run. Limits (formats §8):",
+        "# Set the variables below: the name server of every cluster and the address of every broker (per cluster:",
+        "# two clusters can both have a broker-a); review, then run. Limits (formats §8):",
         "#  - mqadmin skips a per-queue reset whose offset is <= 0;",
         "#  - an offline group falls back to resetOffsetByTimeOld (clients must restart);",
         "#  - broadcast offsets live on the clients (offsets.json): fix them there, see the comments.",
         "set -euo pipefail",
-        "declare -A NAMESRV=(",
     ]
     clusters = sorted(set(corrections["cluster"])) if len(corrections) else []
-    for c in clusters:
-        var = f"NAMESRV_{_env_name(c)}"
-        lines.append(f'  [{_sh(c)}]="${{{var}:?set {var}=host:9876}}"')
-    lines += [")", "declare -A BROKER_ADDR=("]
     brokers = sorted(set(zip(corrections["cluster"], corrections["broker"]))) if len(corrections) else []
+    namesrv = {c: f"NAMESRV_{v}" for c, v in _var_names([(c,) for c in clusters]).items()}
+    addr = {k: f"BROKER_ADDR_{v}" for k, v in _var_names(brokers).items()}
+    for c in clusters:
+        var = namesrv[(c,)]
+        lines += [f"# cluster {_said(c)}: name server in {var}", f': "${{{var}:?set {var}=host:9876}}"']
     for c, b in brokers:
-        var = f"BROKER_ADDR_{_env_name(c)}_{_env_name(b)}"
-        lines.append(f'  [{_sh(f"{c}/{b}")}]="${{{var}:?set {var}=host:port}}"')
-    lines.append(")")
+        var = addr[(c, b)]
+        lines += [f"# cluster {_said(c)}, broker {_said(b)}: address in {var}",
+                  f': "${{{var}:?set {var}=host:port}}"']
     if len(corrections):
         corrections = corrections.sort_values(["cluster", "broker", "consumer_group", "client_id", "topic", "queue_id"])
     for r in corrections.to_dict("records"):
-        what = (f"{r['reason']}: committed {r['committed_offset']} outside [{r['min_offset']}, {r['max_offset']}], "
-                f"lost {r['lost_messages']}")
+        what = (f"{_said(r['reason'])}: committed {_said(r['committed_offset'])} outside [{_said(r['min_offset'])}, "
+                f"{_said(r['max_offset'])}], lost {_said(r['lost_messages'])}")
+        where = f"{_said(r['cluster'])} {_said(r['consumer_group'])} {_said(r['topic'])} {_said(r['broker'])}"
         if r.get("client_id"):
-            lines.append(f"# broadcast client {r['client_id']}: {r['cluster']} {r['consumer_group']} {r['topic']} {r['broker']} "
-                         f"queue {r['queue_id']}: set {r['corrected_offset']} in its offsets.json ({what})")
+            lines.append(f"# broadcast client {_said(r['client_id'])}: {where} queue {_said(r['queue_id'])}: set "
+                         f"{_said(r['corrected_offset'])} in its offsets.json ({what})")
             continue
-        lines.append(f"# {r['cluster']} {r['consumer_group']} {r['topic']} {r['broker']} queue {r['queue_id']}: {what}")
-        prefix = "# skipped by mqadmin (offset <= 0): " if int(r["corrected_offset"]) <= 0 else ""
+        lines.append(f"# {where} queue {_said(r['queue_id'])}: {what}")
+        if "\x00" in f"{r['consumer_group']}{r['topic']}":
+            prefix = "# not run: a name holds a NUL character, which no shell argument can: "
+        elif str(r["consumer_group"]).startswith("-") or str(r["topic"]).startswith("-"):
+            # RocketMQ allows a leading '-'; mqadmin's option parser would read the name as an option
+            prefix = "# not run: a name starting with '-' is read by mqadmin as an option; reset it by hand: "
+        elif int(r["corrected_offset"]) <= 0:
+            prefix = "# skipped by mqadmin (offset <= 0): "
+        else:
+            prefix = ""
         lines.append(
-            f"{prefix}mqadmin resetOffsetByTime -n \"${{NAMESRV[{_sh(r['cluster'])}]}}\" -g {_sh(r['consumer_group'])} "
-            f"-t {_sh(r['topic'])} -b \"${{BROKER_ADDR[{_sh(r['cluster'] + '/' + r['broker'])}]}}\" "
+            f"{prefix}mqadmin resetOffsetByTime -n \"${namesrv[(r['cluster'],)]}\" -g {_sh(r['consumer_group'])} "
+            f"-t {_sh(r['topic'])} -b \"${addr[(r['cluster'], r['broker'])]}\" "
             f"-q {int(r['queue_id'])} -o {int(r['corrected_offset'])} -s now"
         )
     return "\n".join(lines) + "\n"
 
 
-def _sh(s: str) -> str:
+def _said(value: Any) -> str:
+    """A value as a script comment may quote it: escaped, so no newline or control character ends the comment."""
+    return names.shown(value, limit=10_000)
+
+
+def _sh(value: Any) -> str:
+    """One shell word on one line: single quotes, or bash's ``$'...'`` with escapes for text holding a character
+    that is not printable (a newline inside quotes would split the script's lines and hide the rest of a command)."""
     import shlex
 
-    return shlex.quote(str(s))
+    s = str(value)
+    if s.isprintable():
+        return shlex.quote(s)
+    out = []
+    for ch in s:
+        if ch in "\\'":
+            out.append("\\" + ch)
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            out.append("".join(f"\\x{b:02x}" for b in ch.encode("utf-8", "surrogatepass")))
+    return "$'" + "".join(out) + "'"
 
 
-def _env_name(s: str) -> str:
-    return "".join(ch if ch.isalnum() else "_" for ch in str(s)).upper()
+def _env_name(s: Any) -> str:
+    return "".join(ch if ch.isascii() and ch.isalnum() else "_" for ch in str(s)).upper()
+
+
+def _var_names(keys: Iterable[tuple[Any, ...]]) -> dict[tuple[Any, ...], str]:
+    """A shell variable name part per key ((cluster,) or (cluster, broker)), one per key.
+
+    The readable sanitized names joined by ``_`` when no other key gives the same; else each of the keys that
+    share it gets ``_`` + the first 8 hex digits of the sha1 of the key as a JSON list (all 40 if those clash too):
+    broker-a, broker_a and Broker-A would otherwise all read BROKER_A, and resets meant for one reach another.
+    """
+    import collections
+    import hashlib
+
+    keys = list(dict.fromkeys(keys))
+    base = {k: "_".join(_env_name(part) for part in k) for k in keys}
+    digest = {k: hashlib.sha1(json.dumps([str(part) for part in k]).encode()).hexdigest().upper() for k in keys}
+    width = dict.fromkeys(keys, 0)
+    out = dict(base)
+    while True:
+        seen = collections.Counter(out.values())
+        clashing = [k for k in keys if seen[out[k]] > 1]
+        if not clashing:
+            return out
+        for k in clashing:
+            if width[k] == 40:
+                raise ValueError(f"two names give the variable name {out[k]}")
+            width[k] = 8 if width[k] == 0 else 40
+            out[k] = f"{base[k]}_{digest[k][:width[k]]}"
 
 
 def corrected_offset_file(original_text: str | None, rows: Iterable[dict[str, Any]]) -> str:
@@ -168,6 +248,8 @@ def publish_folder(folder: str, files: dict[str, str]) -> None:
         write_text(storage.join(folder, SUCCESS), "")
         return
     parent, name = os.path.split(os.path.abspath(folder))
+    if name in ("", ".", "..") or os.path.basename(folder.rstrip("/")) in (".", ".."):
+        raise ValueError(f"{folder}: a report folder must be a named folder of its root, not '.' or '..'")
     os.makedirs(parent, exist_ok=True)
     for entry in os.listdir(parent):
         if entry.startswith((f".{name}.staging-", f".{name}.old-")):
@@ -205,7 +287,7 @@ def index_html(summary: dict[str, Any], frames: dict[str, pd.DataFrame], columns
              f"<b>{esc(summary['as_of'])}</b>, lake <code>{esc(summary['lake'])}</code></p>",
              "<h2>Files</h2><ul>"]
     for name in summary["files"]:
-        parts.append(f"<li><a href='{esc(name)}'>{esc(name)}</a></li>")
+        parts.append(f"<li><a href='{esc(urllib.parse.quote(name))}'>{esc(name)}</a></li>")
     parts.append("</ul><h2>Counts</h2><table><tr><th>report</th><th>rows</th><th>by kind</th></tr>")
     for name, info in summary["tables"].items():
         kinds = ", ".join(f"<span class='{esc(k)}'>{esc(k)}</span> {v}" for k, v in info.get("by_kind", {}).items())

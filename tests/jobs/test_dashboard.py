@@ -241,3 +241,114 @@ def test_the_site_is_written_to_s3_when_the_reports_root_is_s3(moto_s3: object, 
     assert "_SUCCESS" in remote_files and "index.html" in remote_files
     index = storage.read_bytes(storage.join(s3_root, "dashboard", "index.html"))
     assert index == (root / "reports" / "dashboard" / "index.html").read_bytes()
+
+
+# ------------------------------------------------------------------------------------------- hostile names
+
+
+MATHTEXT = "app$\\foo{$"  # matplotlib reads $...$ as mathtext: \foo is an unknown symbol
+HOSTILE_GROUPS = ["..", "../../escape", "g\n<script>alert(1)</script>'\"&", MATHTEXT, "a_", "a_/_"]
+HOSTILE_RUN = "r 1'#?%<$"
+
+
+def _hostile_site(tmp_path: object) -> tuple[dict[str, str], str]:
+    """The files :func:`render` makes from one run whose every name is hostile, and the run's report folder.
+
+    Each group has one lagging queue (plotted); ``MATHTEXT``'s queue has 201 samples in the status window (its "why"
+    table is cut and linked as CSV under a name built from its topic and broker); clusters ``a_`` and ``a_/_`` with
+    groups ``_/b`` and ``b`` would read alike once unsafe characters are replaced.
+    """
+    import pathlib
+
+    topic, broker, client = MATHTEXT, "b/../..\n</text><script>x</script>", "=HYPERLINK(\"http://x\")/.."
+    keys = [("c/..", g, "", topic, broker, 0) for g in HOSTILE_GROUPS[:4]]
+    keys += [("a_", "_/b", client, "T", "b", 0), ("a_/_", "b", client, "T", "b", 0)]
+    st = _frame([*d.SERIES_KEY, "committed_offset", "min_offset", "max_offset", "lag", "status"],
+                [(*k, 5, 0, 9, 4, "STALL") for k in keys])
+    samples = _frame([*d.SERIES_KEY, "snapshot_ts", "committed_offset", "min_offset", "max_offset", "lag", "in_window"],
+                     [(*k, T0 + pd.Timedelta(minutes=i), 5, 0, 9, 4, True) for k in keys
+                      for i in range(201 if k[1] == MATHTEXT else 2)])
+    dup = _frame([*d.SERIES_KEY, "start_offset", "end_offset", "messages", "evidence", "cause"],
+                 [(*k, 1, 2, 2, "TRACE", "CRASH") for k in keys])
+    unc = _frame([*d.SERIES_KEY, "start_offset", "end_offset", "messages", "kind"],
+                 [(*k, 5, 8, 4, "BACKLOG") for k in keys])
+    dlq_rows = _frame([*d.SERIES_KEY, "queue_offset", "uniq_key", "keys", "reconsume_times", "max_reconsume_times",
+                       "reason", "last_attempt_ts", "dlq_eta_ts"],
+                      [(*k, 3, "U", "=1+1", 16, 16, "IN_DLQ", T0, None) for k in keys])
+    hours = _frame([*d.SERIES_KEY, "hour", "first_offset", "last_offset", "stored", "delivered"],
+                   [(*k, T0, 0, 9, 10, 10) for k in keys])
+    current = {
+        "consumer_status": st, "duplicated_ranges": dup, "unconsumed_ranges": unc, "dlq_candidates": dlq_rows,
+        "offset_corrections": _frame([*d.SERIES_KEY], []), "status_samples": samples, "audit_hours": hours,
+    }
+    report_dir = pathlib.Path(str(tmp_path)) / "reports" / HOSTILE_RUN
+    (report_dir / "corrected" / "c?#'%41" / "b").mkdir(parents=True)
+    (report_dir / "corrected" / "c?#'%41" / "b" / "consumerOffset.json").write_text("{}")
+    (report_dir / "offset_corrections.csv").write_text("")
+    runs = _frame(["run_id", "as_of", "completed_at", "report_dir"], [(HOSTILE_RUN, T1, T1, str(report_dir))])
+    trend = {
+        "duplicated_ranges": dup.assign(run_id=HOSTILE_RUN), "unconsumed_ranges": unc.assign(run_id=HOSTILE_RUN),
+        "dlq_candidates": dlq_rows.assign(run_id=HOSTILE_RUN), "consumer_status": st.assign(run_id=HOSTILE_RUN),
+    }
+    validation = _frame(["validation_id", "layer", "table_name", "expectation", "column", "success", "observed_value",
+                         "element_count", "unexpected_count", "validated_at"],
+                        [(MATHTEXT, "gold", "gold/x<y>", "not_null", "-col", True, "=1", 1, 0, T1)])
+    data = {"run": runs.iloc[0].to_dict(), "runs": runs, "current": current, "trend": trend, "validation": validation}
+    return d.render(data), str(report_dir)
+
+
+def test_hostile_names_are_drawn_literally_escaped_in_the_pages_and_never_a_path(tmp_path: object) -> None:
+    import html
+    import pathlib
+    import posixpath
+    import re
+    import urllib.parse
+
+    from jobs.reconcile import reports
+
+    files, _ = _hostile_site(tmp_path)
+    segment = r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,120}"
+    assert [p for p in files if not re.fullmatch(rf"(?:{segment}/)*{segment}", p)] == []
+    pages = {p: t for p, t in files.items() if p.endswith(".html")}
+    slugs = {d.group_slug(c, g) for c, g in [("c/..", g) for g in HOSTILE_GROUPS[:4]] + [("a_", "_/b"), ("a_/_", "b")]}
+    assert len(slugs) == 6 and {f"groups/{s}.html" for s in slugs} == {p for p in pages if p.startswith("groups/")}
+    # the run's files, the groups and the long table's CSV are linked, every href quoted and inside the site
+    csvs = [p for p in files if p.startswith("csv/")]
+    assert len(csvs) == 1 and files[csvs[0]].count("\n") == 202
+    hrefs = {(page, html.unescape(h)) for page, text in pages.items() for h in re.findall(r"href='([^']*)'", text)}
+    assert [h for _, h in hrefs if not re.fullmatch(r"[A-Za-z0-9._~%/-]+", h)] == []
+    run_href = "../" + urllib.parse.quote(HOSTILE_RUN, safe="")
+    assert {h for page, h in hrefs if page == "index.html" and h.startswith("../")} == {
+        f"{run_href}/corrected/c%3F%23%27%2541/b/consumerOffset.json", f"{run_href}/offset_corrections.csv"}
+    for page, h in hrefs:
+        target = posixpath.normpath(posixpath.join(posixpath.dirname(page), h))
+        assert target.startswith(run_href + "/") or urllib.parse.unquote(target) in files, (page, h)
+    # names HTML-escaped, never markup; the mathtext name drawn as it is in the timeline and the quality plot
+    group_page = pages[f"groups/{d.group_slug('c/..', HOSTILE_GROUPS[2])}.html"]
+    assert "g\n&lt;script&gt;alert(1)&lt;/script&gt;&#x27;&quot;&amp; (c/..)</h1>" in group_page
+    assert [p for p, t in pages.items() if "<script" in t] == []
+    math_page = pages[f"groups/{d.group_slug('c/..', MATHTEXT)}.html"]
+    assert math_page.count("<svg") == 1 and f">{MATHTEXT} b/../..\\n&lt;/text&gt;&lt;script&gt;x&lt;/script&gt; q0<" \
+        in math_page
+    assert pages["quality.html"].count("<svg") == 1 and f">{MATHTEXT}<" in pages["quality.html"]
+    assert all(pages[f"groups/{s}.html"].count("<svg") == 1 for s in slugs)
+    # published, every file lands inside the site folder
+    root = pathlib.Path(str(tmp_path)) / "out"
+    reports.publish_folder(str(root / "dashboard"), files)
+    assert [p.name for p in root.iterdir()] == ["dashboard"]
+    written = sorted(p.relative_to(root / "dashboard").as_posix() for p in (root / "dashboard").rglob("*")
+                     if p.is_file())
+    assert written == sorted([*files, "_SUCCESS"])
+
+
+def test_a_table_cut_short_links_its_csv_under_a_safe_name_whatever_the_table_is_called() -> None:
+    site = d.Site()
+    df = _frame(["consumer_group", "messages"], [("=G1", -1), ("G2", 2)])
+    names = ["../../etc/passwd", "a/b\n<'\">", "..", "x" * 300, "../../etc/passwd", "t"]
+    texts = [site.table(df, ["consumer_group", "messages"], name=n, max_rows=1, depth=1) for n in names]
+    assert list(site.files) == [
+        "csv/_.._etc_passwd-63e8da65b0c6218d.csv", "csv/a_b_-a46ac68c74ae41ea.csv", "csv/-5f542bf076654010.csv",
+        f"csv/{'x' * 80}-aaddad3fd0a57ded.csv", "csv/_.._etc_passwd-63e8da65b0c6218d-2.csv", "csv/t.csv"]
+    assert set(site.files.values()) == {"consumer_group,messages\n'=G1,-1\nG2,2\n"}
+    assert "every row in <a href='../csv/a_b_-a46ac68c74ae41ea.csv'>csv/a_b_-a46ac68c74ae41ea.csv</a>" in texts[1]
+    assert "data-table='a/b\n&lt;&#x27;&quot;&gt;'" in texts[1]

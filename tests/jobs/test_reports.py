@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import pathlib
+import subprocess
 
 import pandas as pd
 
@@ -42,18 +44,54 @@ def _corrections() -> pd.DataFrame:
     ], columns=offset_corrections.REPORT_COLUMNS)
 
 
+def test_csv_puts_an_apostrophe_before_a_text_cell_a_spreadsheet_would_run_as_a_formula() -> None:
+    """OWASP's CSV injection rule, for text cells only (a negative lag stays a number); a carriage return inside a
+    cell is quoted, else a reader would start a new row there."""
+    ts = pd.Timestamp("2026-01-05T01:00:00Z")
+    df = pd.DataFrame([
+        ['=HYPERLINK("http://x","y")', "+T", "-10.0.0.5@DEFAULT", "@k", -4, ts],
+        ["g", "\tT", "\rcli", "k=1", 0, ts],
+        ["-1", "T", "c\r=1+1", None, -12, None],
+    ], columns=["consumer_group", "topic", "client_id", "keys", "lag", "snapshot_ts"])
+    assert reports.to_csv(df, list(df.columns), ["consumer_group"]) == (
+        "consumer_group,topic,client_id,keys,lag,snapshot_ts\n"
+        "'-1,T,\"c\r=1+1\",,-12,\n"
+        "\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\",'+T,'-10.0.0.5@DEFAULT,'@k,-4,2026-01-05T01:00:00.000Z\n"
+        "g,'\tT,\"'\rcli\",k=1,0,2026-01-05T01:00:00.000Z\n"
+    )
+
+
 def test_corrections_script_resets_each_clustering_queue_and_explains_broadcast_rows() -> None:
     text = reports.corrections_script(_corrections(), "run-1")
-    body = [line for line in text.splitlines() if not line.startswith("#") or "broadcast client" in line]
-    assert body[-3:] == [
-        "mqadmin resetOffsetByTime -n \"${NAMESRV[c]}\" -g g1 -t T -b \"${BROKER_ADDR[c/broker-a]}\" -q 0 -o 40 -s now",
-        "mqadmin resetOffsetByTime -n \"${NAMESRV[c]}\" -g g1 -t T -b \"${BROKER_ADDR[c/broker-a]}\" -q 1 -o 100 "
-        "-s now",
+    lines = text.splitlines()
+    assert lines[lines.index("set -euo pipefail"):] == [
+        "set -euo pipefail",
+        "# cluster c: name server in NAMESRV_C",
+        ': "${NAMESRV_C:?set NAMESRV_C=host:9876}"',
+        "# cluster c, broker broker-a: address in BROKER_ADDR_C_BROKER_A",
+        ': "${BROKER_ADDR_C_BROKER_A:?set BROKER_ADDR_C_BROKER_A=host:port}"',
+        "# c g1 T broker-a queue 0: BELOW_MIN: committed 10 outside [40, 90], lost 30",
+        'mqadmin resetOffsetByTime -n "$NAMESRV_C" -g g1 -t T -b "$BROKER_ADDR_C_BROKER_A" -q 0 -o 40 -s now',
+        "# c g1 T broker-a queue 1: ABOVE_MAX: committed 120 outside [0, 100], lost 0",
+        'mqadmin resetOffsetByTime -n "$NAMESRV_C" -g g1 -t T -b "$BROKER_ADDR_C_BROKER_A" -q 1 -o 100 -s now',
         "# broadcast client 10.0.0.5@DEFAULT: c g2 T broker-a queue 2: set 7 in its offsets.json "
         "(BELOW_MIN: committed 0 outside [7, 9], lost 7)",
     ]
-    assert '  [c/broker-a]="${BROKER_ADDR_C_BROKER_A:?set BROKER_ADDR_C_BROKER_A=host:port}"' in text.splitlines()
-    assert '  [c]="${NAMESRV_C:?set NAMESRV_C=host:9876}"' in text.splitlines()
+
+
+def _run_script(tmp_path: pathlib.Path, text: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The script under bash, in an empty folder, with a stand-in mqadmin first in PATH that prints each argument
+    in brackets (so one argument holding a space or a newline shows as one)."""
+    import os
+
+    (tmp_path / "bin").mkdir(exist_ok=True)
+    (tmp_path / "cwd").mkdir(exist_ok=True)
+    (tmp_path / "bin" / "mqadmin").write_text("#!/bin/sh\nprintf '[%s]' \"$@\"\necho\n")
+    (tmp_path / "bin" / "mqadmin").chmod(0o755)
+    script = tmp_path / "fix.sh"
+    script.write_text(text)
+    return subprocess.run(["bash", str(script)], env={"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", **env},
+                          cwd=tmp_path / "cwd", capture_output=True, text=True)
 
 
 def test_corrections_script_sends_each_reset_to_its_own_clusters_broker(tmp_path) -> None:  # noqa: ANN001
@@ -79,6 +117,100 @@ def test_corrections_script_sends_each_reset_to_its_own_clusters_broker(tmp_path
     r = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
     assert r.returncode != 0 and r.stdout == ""
     assert "BROKER_ADDR_C2_BROKER_A: set BROKER_ADDR_C2_BROKER_A=host:port" in r.stderr
+
+
+def test_corrections_script_runs_no_name_as_code(tmp_path: pathlib.Path) -> None:
+    """Names from input files (a group holding a newline and a command, $(...), backticks, ';', quotes, a formula,
+    mathtext) stay one quoted argument of mqadmin or an escaped comment: the script runs nothing else."""
+    ts = dt.datetime(2026, 1, 5, 1, 0, tzinfo=UTC)
+    hostile_cluster, hostile_broker = "c\n$(touch pwned1)", "b;touch pwned2"
+    rows = [
+        [hostile_cluster, "g\ntouch pwned3\n#", "", "`touch pwned4`;'\"", hostile_broker, 0, ts, 10, 40, 90, 40, 30,
+         "BELOW_MIN"],
+        ["c", "app$\\foo{$", "", '=HYPERLINK("http://x")', "broker-a", 1, ts, 10, 40, 90, 41, 30, "BELOW_MIN"],
+        ["c", "g2", "cli\r\ntouch pwned5\n#", "T\";touch pwned6", "broker-a", 2, ts, 0, 7, 9, 7, 7, "BELOW_MIN"],
+        ["c", "g\x00touch pwned7", "", "T", "broker-a", 3, ts, 0, 7, 9, 7, 7, "BELOW_MIN"],
+    ]
+    text = reports.corrections_script(pd.DataFrame(rows, columns=offset_corrections.REPORT_COLUMNS), "run\n1")
+    lines = text.splitlines()
+    assert lines[1] == ("# Offset corrections of reconcile run run\\n1: committed offsets outside "
+                        "[MinOffset, MaxOffset].")
+    assert lines[lines.index("set -euo pipefail") + 1:] == [
+        "# cluster c: name server in NAMESRV_C",
+        ': "${NAMESRV_C:?set NAMESRV_C=host:9876}"',
+        "# cluster c\\n$(touch pwned1): name server in NAMESRV_C___TOUCH_PWNED1_",
+        ': "${NAMESRV_C___TOUCH_PWNED1_:?set NAMESRV_C___TOUCH_PWNED1_=host:9876}"',
+        "# cluster c, broker broker-a: address in BROKER_ADDR_C_BROKER_A",
+        ': "${BROKER_ADDR_C_BROKER_A:?set BROKER_ADDR_C_BROKER_A=host:port}"',
+        "# cluster c\\n$(touch pwned1), broker b;touch pwned2: address in BROKER_ADDR_C___TOUCH_PWNED1__B_TOUCH_PWNED2",
+        ': "${BROKER_ADDR_C___TOUCH_PWNED1__B_TOUCH_PWNED2:?set '
+        'BROKER_ADDR_C___TOUCH_PWNED1__B_TOUCH_PWNED2=host:port}"',
+        "# c app$\\\\foo{$ =HYPERLINK(\"http://x\") broker-a queue 1: BELOW_MIN: committed 10 outside [40, 90], "
+        "lost 30",
+        "mqadmin resetOffsetByTime -n \"$NAMESRV_C\" -g 'app$\\foo{$' -t '=HYPERLINK(\"http://x\")' "
+        "-b \"$BROKER_ADDR_C_BROKER_A\" -q 1 -o 41 -s now",
+        "# c g\\x00touch pwned7 T broker-a queue 3: BELOW_MIN: committed 0 outside [7, 9], lost 7",
+        "# not run: a name holds a NUL character, which no shell argument can: mqadmin resetOffsetByTime "
+        "-n \"$NAMESRV_C\" -g $'g\\x00touch pwned7' -t T -b \"$BROKER_ADDR_C_BROKER_A\" -q 3 -o 7 -s now",
+        "# broadcast client cli\\r\\ntouch pwned5\\n#: c g2 T\";touch pwned6 broker-a queue 2: set 7 in its "
+        "offsets.json (BELOW_MIN: committed 0 outside [7, 9], lost 7)",
+        "# c\\n$(touch pwned1) g\\ntouch pwned3\\n# `touch pwned4`;'\" b;touch pwned2 queue 0: BELOW_MIN: committed 10 "
+        "outside [40, 90], lost 30",
+        "mqadmin resetOffsetByTime -n \"$NAMESRV_C___TOUCH_PWNED1_\" -g $'g\\x0atouch pwned3\\x0a#' "
+        "-t '`touch pwned4`;'\"'\"'\"' -b \"$BROKER_ADDR_C___TOUCH_PWNED1__B_TOUCH_PWNED2\" -q 0 -o 40 -s now",
+    ]
+    r = _run_script(tmp_path, text, {
+        "NAMESRV_C": "ns1:9876", "NAMESRV_C___TOUCH_PWNED1_": "ns2:9876", "BROKER_ADDR_C_BROKER_A": "10.0.0.1:10911",
+        "BROKER_ADDR_C___TOUCH_PWNED1__B_TOUCH_PWNED2": "10.0.0.2:10911"})
+    assert (r.returncode, r.stderr) == (0, "")
+    assert r.stdout == (
+        "[resetOffsetByTime][-n][ns1:9876][-g][app$\\foo{$][-t][=HYPERLINK(\"http://x\")][-b][10.0.0.1:10911][-q][1]"
+        "[-o][41][-s][now]\n"
+        "[resetOffsetByTime][-n][ns2:9876][-g][g\ntouch pwned3\n#][-t][`touch pwned4`;'\"][-b][10.0.0.2:10911][-q][0]"
+        "[-o][40][-s][now]\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "cwd", "fix.sh"]
+    assert list((tmp_path / "cwd").iterdir()) == []
+
+
+def test_corrections_script_gives_names_that_read_alike_their_own_variables(tmp_path: pathlib.Path) -> None:
+    """broker-a and broker_a (and Broker-A) all read BROKER_A, clusters c and C both read C: each of those names
+    gets a hash suffix (sha1 of the names as a JSON list, 8 hex digits), so every reset reaches its own broker."""
+    rows = [["c", "broker-a", 0, 40], ["c", "broker_a", 1, 41], ["C", "broker-a", 2, 42], ["d", "broker-a", 3, 43]]
+    base = _corrections().iloc[:1]
+    corr = pd.concat([base.assign(cluster=c, broker=b, queue_id=q, corrected_offset=o) for c, b, q, o in rows])
+    text = reports.corrections_script(corr, "run-1")
+    lines = text.splitlines()
+    assert [line for line in lines if line.startswith(":")] == [
+        ': "${NAMESRV_C_0155C37E:?set NAMESRV_C_0155C37E=host:9876}"',
+        ': "${NAMESRV_C_39FA1C1C:?set NAMESRV_C_39FA1C1C=host:9876}"',
+        ': "${NAMESRV_D:?set NAMESRV_D=host:9876}"',
+        ': "${BROKER_ADDR_C_BROKER_A_57F17C0A:?set BROKER_ADDR_C_BROKER_A_57F17C0A=host:port}"',
+        ': "${BROKER_ADDR_C_BROKER_A_DE3C167B:?set BROKER_ADDR_C_BROKER_A_DE3C167B=host:port}"',
+        ': "${BROKER_ADDR_C_BROKER_A_C78EB2FD:?set BROKER_ADDR_C_BROKER_A_C78EB2FD=host:port}"',
+        ': "${BROKER_ADDR_D_BROKER_A:?set BROKER_ADDR_D_BROKER_A=host:port}"',
+    ]
+    assert "# cluster c, broker broker_a: address in BROKER_ADDR_C_BROKER_A_C78EB2FD" in lines
+    r = _run_script(tmp_path, text, {
+        "NAMESRV_C_0155C37E": "ns-upper:9876", "NAMESRV_C_39FA1C1C": "ns-lower:9876", "NAMESRV_D": "ns-d:9876",
+        "BROKER_ADDR_C_BROKER_A_57F17C0A": "10.0.0.3:10911", "BROKER_ADDR_C_BROKER_A_DE3C167B": "10.0.0.1:10911",
+        "BROKER_ADDR_C_BROKER_A_C78EB2FD": "10.0.0.2:10911", "BROKER_ADDR_D_BROKER_A": "10.0.0.4:10911"})
+    assert (r.returncode, r.stderr) == (0, "")
+    assert r.stdout.splitlines() == [
+        "[resetOffsetByTime][-n][ns-upper:9876][-g][g1][-t][T][-b][10.0.0.3:10911][-q][2][-o][42][-s][now]",
+        "[resetOffsetByTime][-n][ns-lower:9876][-g][g1][-t][T][-b][10.0.0.1:10911][-q][0][-o][40][-s][now]",
+        "[resetOffsetByTime][-n][ns-lower:9876][-g][g1][-t][T][-b][10.0.0.2:10911][-q][1][-o][41][-s][now]",
+        "[resetOffsetByTime][-n][ns-d:9876][-g][g1][-t][T][-b][10.0.0.4:10911][-q][3][-o][43][-s][now]",
+    ]
+
+
+def test_variable_names_stay_one_per_key_when_a_hash_suffix_meets_a_real_name() -> None:
+    """A cluster literally named like another's suffixed name, and a split of the same characters between cluster and
+    broker: still one variable per key."""
+    keys = [("c",), ("C",), ("c_39fa1c1c",), ("a_b", "c"), ("a", "b_c")]
+    out = reports._var_names(keys)
+    assert len(set(out.values())) == len(keys)
+    assert out[("c_39fa1c1c",)].startswith("C_39FA1C1C_") and out[("a_b", "c")].startswith("A_B_C_")
 
 
 def _report_frames(rows_by_cluster: dict[str, list[str]]) -> dict[str, pd.DataFrame]:
@@ -107,3 +239,37 @@ def test_summary_counts_a_group_per_cluster_when_the_run_covers_several() -> Non
     assert one["groups"] == {"G": {"status": "OK", "corrections": 1}, "H": {"status": "OK", "corrections": 1}}
     two = reconcile.summarize("r", ts, "lake", _report_frames({"c": ["G"], "c2": ["G"]}), agreement, [])
     assert two["groups"] == {"c/G": {"status": "OK", "corrections": 1}, "c2/G": {"status": "STALL", "corrections": 1}}
+
+
+def test_index_links_each_file_url_quoted() -> None:
+    """A corrected file's path holds the cluster and broker names: '?', '#', a quote must not cut or leave the link."""
+    summary = {"run_id": "r", "as_of": "t", "lake": "l", "files": ["corrected/c?#'x/b/consumerOffset.json"],
+               "tables": {}, "groups": {}}
+    assert ("<li><a href='corrected/c%3F%23%27x/b/consumerOffset.json'>corrected/c?#&#x27;x/b/consumerOffset.json</a>"
+            "</li>") in reports.index_html(summary, {}, {})
+
+
+def test_corrections_script_runs_no_reset_for_a_name_mqadmin_would_read_as_an_option() -> None:
+    """RocketMQ allows a group or topic starting with '-'; mqadmin's option parser would take it for an option."""
+    ts = dt.datetime(2026, 1, 5, 1, 0, tzinfo=UTC)
+    rows = [["c", "-n", "", "T", "broker-a", 0, ts, 10, 40, 90, 40, 30, "BELOW_MIN"],
+            ["c", "g", "", "-T", "broker-a", 1, ts, 10, 40, 90, 40, 30, "BELOW_MIN"]]
+    lines = reports.corrections_script(pd.DataFrame(rows, columns=offset_corrections.REPORT_COLUMNS), "r").splitlines()
+    assert [line for line in lines if "mqadmin resetOffsetByTime -n" in line] == [
+        "# not run: a name starting with '-' is read by mqadmin as an option; reset it by hand: mqadmin "
+        "resetOffsetByTime -n \"$NAMESRV_C\" -g -n -t T -b \"$BROKER_ADDR_C_BROKER_A\" -q 0 -o 40 -s now",
+        "# not run: a name starting with '-' is read by mqadmin as an option; reset it by hand: mqadmin "
+        "resetOffsetByTime -n \"$NAMESRV_C\" -g g -t -T -b \"$BROKER_ADDR_C_BROKER_A\" -q 1 -o 40 -s now",
+    ]
+
+
+def test_publish_folder_refuses_a_relative_name_and_leaves_the_parent(tmp_path: pathlib.Path) -> None:
+    import pytest
+
+    (tmp_path / "reports" / "older").mkdir(parents=True)
+    (tmp_path / "keep").mkdir()
+    for name in ("..", "."):
+        with pytest.raises(ValueError, match="not '.' or '..'"):
+            reports.publish_folder(f"{tmp_path}/reports/{name}", {"a.csv": "x"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep", "reports"]
+    assert [p.name for p in (tmp_path / "reports").iterdir()] == ["older"]
