@@ -5,6 +5,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 from typing import Any, Callable, NoReturn
 
@@ -221,11 +222,43 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# Libraries whose debug logs print request headers (botocore's carry the access key id in Authorization): -v shows
+# their INFO, not their DEBUG.
+_CHATTY = ("botocore", "boto3", "s3transfer", "urllib3", "py4j", "aiobotocore", "fsspec", "s3fs")
+
+
+class RedactSecrets(logging.Filter):
+    """Keeps the S3 credentials out of every log line, whatever logs them: the values of the AWS key variables and
+    anything shaped like an access key id are replaced by ``<redacted>``."""
+
+    _KEY_ID = re.compile(r"\b(?:AKIA|ASIA|AIDA|AROA)[A-Z0-9]{12,}\b")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        clean = self._KEY_ID.sub("<redacted>", text)
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+            value = os.environ.get(name, "")
+            if len(value) >= 4:
+                clean = clean.replace(value, "<redacted>")
+        if clean != text:
+            record.msg, record.args = clean, None
+        return True
+
+
+def _logging(verbose: bool) -> None:
+    """Progress goes to stderr as plain lines; the log shows warnings (with -v, debug, libraries' INFO)."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RedactSecrets())
+    if verbose:
+        for name in _CHATTY:
+            logging.getLogger(name).setLevel(logging.INFO)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    # Progress goes to stderr as plain lines; the log shows warnings (everything with -v).
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _logging(args.verbose)
     from jobs.lake._spark import RUST_LOG_DEFAULT
 
     os.environ.setdefault("RUST_LOG", RUST_LOG_DEFAULT)
@@ -239,9 +272,11 @@ def main(argv: list[str] | None = None) -> int:
               "(every write is idempotent)", file=sys.stderr, flush=True)
         sys.stdout.flush()
         os._exit(stop.exit_code)  # no exit handler may wait on the engine now
-    except Exception as exc:  # noqa: BLE001 - one clear line for people, the traceback with -v
+    except Exception as exc:  # noqa: BLE001 - one clear line for people, the traceback too with -v
         if args.verbose:
-            raise
+            import traceback
+
+            traceback.print_exc()
         print(f"rmq-recon {args.command}: error: {' '.join(str(exc).split())[:2000]}", file=sys.stderr)
         return 2
 

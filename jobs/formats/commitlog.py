@@ -75,6 +75,7 @@ class SegmentDecode:
     end: int
     complete: bool
     problems: list[Problem] = field(default_factory=list)
+    cut: bool = False  # stopped at damage with no valid record after it: the next copy is read from ``end``
 
 
 def _as_array(data: bytes | memoryview | np.ndarray) -> np.ndarray:
@@ -404,6 +405,9 @@ def first_record_at(data: bytes | memoryview, segment_start: int) -> int:
     return int(_resync(_as_array(data), segment_start, 0))
 
 
+_CUT = Problem("", -1, "")  # _walk's last problem when nothing valid followed the damage
+
+
 def _walk(buf: np.ndarray, segment_start: int, segment: str, begin: int, final: bool
           ) -> tuple[np.ndarray, int, bool, list[Problem]]:
     """Follow the TOTALSIZE chain: record positions, where decoding stopped, end-of-file seen, problems.
@@ -448,10 +452,15 @@ def _walk(buf: np.ndarray, segment_start: int, segment: str, begin: int, final: 
                     pos = inner
                     continue
             reason = f"record at byte {pos}: bad magic code {magic & 0xFFFFFFFF:#010x} (size field {size})"
-        problems.append(Problem(segment, pos, reason + "; skipped to the next valid record"))
         nxt = int(_resync(buf, segment_start, pos + 1))
         if nxt < 0:
-            return out[:count], n if final else pos, False, problems
+            # Nothing valid follows: a copy cut short or damaged at its end (a sync that copied part of the file).
+            # Decoding resumes here with the next copy of the segment, which may hold these bytes intact: ending at
+            # the copy's end instead lost the records it held there (and blamed the intact copy for the cut).
+            problems.append(Problem(segment, pos, reason + "; no valid record after it in this copy: the segment's "
+                                    "next copy is read from here"))
+            return out[:count], pos, False, problems + [_CUT]
+        problems.append(Problem(segment, pos, reason + "; skipped to the next valid record"))
         pos = nxt
 
 
@@ -751,12 +760,15 @@ def decode_segment(data: bytes | memoryview | np.ndarray, *, segment_start: int,
     """
     buf = _as_array(data)
     positions, end, complete, problems = _walk(buf, segment_start, segment, begin, final)
+    cut = bool(problems) and problems[-1] is _CUT
+    if cut:
+        problems = problems[:-1]
     body_problems: list[Problem] = []
     tables = []
     for i in range(0, max(len(positions), 1), _BATCH):  # string offsets are int32: batches stay far below 2 GiB
         tables.append(_decode_records(buf, positions[i:i + _BATCH], segment, body_topics, problems, body_problems))
     table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-    return SegmentDecode(table, end, complete, problems + body_problems)
+    return SegmentDecode(table, end, complete, problems + body_problems, cut)
 
 
 _BATCH = 1 << 15  # records decoded together (their properties are < 64 KiB each: under 2 GiB of strings)

@@ -269,6 +269,45 @@ def _messages(tbl: pa.Table, cluster: str, broker: str, ts: dt.datetime, unit: i
     yield _batch(MESSAGE, unit, n, cols)
 
 
+def _without(tbl: pa.Table, rows: np.ndarray) -> pa.Table:
+    keep = np.ones(tbl.num_rows, dtype=bool)
+    keep[rows] = False
+    return tbl.filter(pa.array(keep))
+
+
+def _named_records(out: _Out, tbl: pa.Table, ts: str, path: str, segment_start: int) -> pa.Table:
+    """The records whose topic is one RocketMQ can write; the others quarantined (a crafted commitlog's topic would
+    reach the reports: the broker validates every topic it stores, TopicValidator)."""
+    from jobs.formats import names
+
+    rows, bad = names.bad_rows(tbl.column("topic").combine_chunks(), names.topic_problem)
+    if not len(rows):
+        return tbl
+    topics, phys = tbl.column("topic").take(rows).to_pylist(), tbl.column("physical_offset").take(rows).to_pylist()
+    for topic, p in zip(topics, phys):
+        at = int(p) - segment_start
+        out.problem(ts, path, at, f"record at byte {at}: topic '{names.shown(topic)}' {bad[topic]}: record skipped")
+    return _without(tbl, rows)
+
+
+def _named_traces(out: _Out, recs: pa.Table, positions: np.ndarray, ts: str, path: str) -> pa.Table:
+    """The trace records whose group and topic are names RocketMQ allows; the others quarantined (a trace body is
+    a message any client can write: a hostile host's group name would reach the reports)."""
+    from jobs.formats import names
+
+    for column, problem in (("group", names.group_problem), ("topic", names.topic_problem)):
+        rows, bad = names.bad_rows(recs.column(column).combine_chunks(), problem)
+        if not len(rows):
+            continue
+        cols = [recs.column(c).take(rows).to_pylist() for c in (column, "body", "record_index")]
+        for value, body, index in zip(*cols):
+            at = int(positions[body])
+            out.problem(ts, path, at, f"trace message at byte {at}: record {index}'s {column} "
+                        f"'{names.shown(value)}' {bad[value]}: record skipped")
+        recs = _without(recs, rows)
+    return recs
+
+
 def _trace_rows(out: _Out, tbl: pa.Table, ts: str, segment_path: str, segment_start: int) -> None:
     """Decode the trace message bodies of ``tbl`` into bronze/trace_records rows (problems in order)."""
     from jobs.formats import trace
@@ -283,6 +322,7 @@ def _trace_rows(out: _Out, tbl: pa.Table, ts: str, segment_path: str, segment_st
         sub.column("body").combine_chunks(), offsets.to_numpy() - segment_start, segment_path)
     for p in problems:
         out.problem(ts, p.source_path, p.position, p.reason)
+    recs = _named_traces(out, recs, offsets.to_numpy() - segment_start, ts, segment_path)
     n = recs.num_rows
     if not n:
         return
@@ -342,7 +382,7 @@ def decode_unit(unit: dict[str, Any]) -> Iterator[pa.RecordBatch]:
         pos = begin
         stop = piece["hi"] if piece else None  # records starting at or after it are the next piece's
         digest = hashlib.sha256()
-        complete = failed = False
+        complete = failed = cut_short = False
         end_abs = begin
         size = c["size"]
         if piece and piece["index"] > 0:
@@ -367,6 +407,7 @@ def decode_unit(unit: dict[str, Any]) -> Iterator[pa.RecordBatch]:
             final = hi >= size
             res = commitlog.decode_segment(data, segment_start=start + pos, segment=path, final=final)
             tbl, found, res_end, res_complete = res.table, res.problems, res.end, res.complete
+            cut_short = cut_short or (res.cut and final)
             if stop is not None:
                 cut = stop - pos
                 offs = tbl.column("physical_offset").to_numpy() - (start + pos)
@@ -382,6 +423,7 @@ def decode_unit(unit: dict[str, Any]) -> Iterator[pa.RecordBatch]:
                             p.reason.replace(f"at byte {p.position}", f"at byte {p.position + pos}"))
             lo, hi_abs = pos, pos + res_end
             digest.update(memoryview(data)[:res_end])  # no copy of the chunk
+            tbl = _named_records(out, tbl, ts, path, start)
             if tbl.num_rows:
                 ranges.append((ts, start + lo, start + hi_abs))
                 decoded.append((ts, start + lo, start + hi_abs))
@@ -414,9 +456,13 @@ def decode_unit(unit: dict[str, Any]) -> Iterator[pa.RecordBatch]:
             pending, pending_rows = [], 0
         if failed or piece:
             continue  # the segment's state stays as it was: a later copy is read from the same position
+        # A copy cut short or damaged at its end is not the segment's last word, even with a newer segment beside it:
+        # a later copy is read from where this one stopped. Unless this copy is that later one and stopped there
+        # too, no larger: the damage is the broker's own file, and reading every later copy again would find it again.
+        stalled = cut_short and end_abs <= begin and size <= st["segment_size"]
         st["decoded_to"] = max(st["decoded_to"], end_abs)
         st["segment_size"] = size
-        st["complete"] = complete or c["has_newer"]
+        st["complete"] = complete or (c["has_newer"] and (not cut_short or stalled))
         st["snapshot_ts"] = ts
         ranges.append((ts, start, start + st["decoded_to"]))
         if end_abs > begin or not c["seen"]:  # a re-read that found nothing new is not a new file version

@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from jobs.formats import configs
+from jobs.formats import configs, names
 from jobs.formats.consumequeue import CQ_STORE_UNIT_SIZE
 from jobs.ingest import cq_ledger, landing
 from jobs.lake import _delta, _spark, ledger, storage
@@ -152,11 +152,12 @@ def _say_missing(missing: dict[str, list[tuple[str, str]]], say: Callable[[str],
             say(f"ingest: {folder} lacks " + "; ".join(f"{rel} ({what})" for rel, what in m))
 
 
-def _reader(landing_root: str) -> Callable[[str], bytes | None]:
-    """``read(path)`` for configs.load: a landing-relative path -> bytes, or None when missing."""
+def _reader(landing_root: str, listed: set[str]) -> Callable[[str], bytes | None]:
+    """``read(path)`` for configs.load: a landing-relative path -> bytes, or None when missing. Only the files the
+    snapshot listed are read (regular files: a link found in the listing is quarantined by name, never followed)."""
 
     def read(path: str) -> bytes | None:
-        return storage.read_bytes(storage.join(landing_root, path))
+        return storage.read_bytes(storage.join(landing_root, path)) if path in listed else None
 
     return read
 
@@ -170,7 +171,7 @@ def _sha(data: bytes) -> str:
 
 def extract_configs(snap: Snapshot, landing_root: str, out: Extracted, now: dt.datetime) -> None:
     """Parse the snapshot's fastjson files (with the broker's .bak fallback) into silver rows."""
-    read = _reader(landing_root)
+    read = _reader(landing_root, {f.path for f in snap.files})
     base = {"cluster": snap.cluster, "broker": snap.broker, "snapshot_ts": snap.ts}
     seen_backup_only: set[str] = set()
     targets = [f for f in snap.files if f.kind in _CONFIG_TABLES]
@@ -323,6 +324,16 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
     from jobs.formats import consumequeue
 
     base = {"cluster": snap.cluster, "broker": snap.broker, "snapshot_ts": snap.ts}
+    empty = [f for f in fs if f.size == 0]
+    if empty:  # the broker preallocates every file at its full size: 0 bytes is a truncated copy, not an empty queue
+        for f in empty:
+            out.problem(snap.cluster, snap.broker, snap.ts, Problem(
+                f.path, 0, f"consume queue file of {names.shown(topic)}/{qid} is empty (0 bytes; the broker "
+                "preallocates each file at its full size): a truncated copy, so the queue's bounds are unknown in "
+                "this snapshot"))
+        # a row with null bounds: unknown (no row would read as an empty queue, Min = Max = 0: rule 5)
+        out.add(queue_bounds.NAME, {**base, "topic": topic, "queue_id": qid, "min_offset": None, "max_offset": None})
+        return {}, CQReads()
     stand_in: dict[str, cq_ledger.Entry] = {}
     found: dict[str, tuple[int, int]] = {}  # Min's position in an unchanged file the oldest segment starts inside
     for f in fs:

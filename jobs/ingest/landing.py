@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Literal
 
+from jobs.formats import names
 from jobs.lake import storage
 from jobs.problems import Problem
 
@@ -155,9 +156,31 @@ def folder_key(folder: str) -> tuple[str, str, str] | None:
     return None if m is None else (m["cluster"], m["broker"] or "", m["ts"])
 
 
+_SNAPSHOT_TS = re.compile(r"[0-9]{8}T[0-9]{6}Z")
+# Snapshot times a landing zone can hold: after RocketMQ existed, and not ahead of the clock by more than a day (a
+# host's skew). 99991231T235959Z parses, and then broke every reconcile's arithmetic on times.
+EARLIEST_SNAPSHOT = dt.datetime(2010, 1, 1, tzinfo=dt.timezone.utc)
+FUTURE_SLACK = dt.timedelta(days=1)
+
+
 def parse_snapshot_ts(text: str) -> dt.datetime:
-    """``YYYYMMDDTHHMMSSZ`` (UTC) -> an aware datetime; ValueError when malformed."""
+    """``YYYYMMDDTHHMMSSZ`` (UTC) -> an aware datetime; ValueError when malformed.
+
+    Exactly that spelling: ``strptime`` also takes ``20260105T0200Z`` and ``2026015T020000Z``, which would make two
+    folders of one time (two ledger keys, one set of offsets silently kept)."""
+    if _SNAPSHOT_TS.fullmatch(text) is None:
+        raise ValueError(f"{text!r} is not YYYYMMDDTHHMMSSZ")
     return dt.datetime.strptime(text, SNAPSHOT_FORMAT).replace(tzinfo=dt.timezone.utc)
+
+
+def implausible_ts(ts: dt.datetime, now: dt.datetime | None = None) -> str | None:
+    """Why a snapshot time cannot be real (before 2010, or more than a day ahead of the clock), or None."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    if ts < EARLIEST_SNAPSHOT:
+        return f"is before {EARLIEST_SNAPSHOT:%Y-%m-%d}"
+    if ts > now + FUTURE_SLACK:
+        return f"is more than a day after this host's clock ({now:%Y-%m-%dT%H:%M:%SZ})"
+    return None
 
 
 def format_snapshot_ts(ts: dt.datetime) -> str:
@@ -217,6 +240,36 @@ def misplaced(rel: str, *, clients: bool) -> str | None:
     return None
 
 
+def _bad_folder_name(cluster: str, broker: str) -> str | None:
+    """Why a snapshot's cluster or broker folder name cannot be RocketMQ's (``..`` would put a corrected
+    consumerOffset.json outside its folder), or None."""
+    why = names.label_problem(cluster)
+    if why:
+        return f"cluster folder name 'cluster={names.shown(cluster)}' {why}"
+    why = names.label_problem(broker) if broker else None
+    return f"broker folder name 'broker={names.shown(broker)}' {why}" if why else None
+
+
+def _bad_name_in(rel: str, *, clients: bool) -> str | None:
+    """Why a name a path inside a snapshot carries (a consume queue's topic, a client id and group) cannot be one
+    RocketMQ writes, or None: such a file is quarantined and never reaches the reports."""
+    parts = rel.split("/")
+    if clients:
+        if len(parts) == 3:
+            why = names.label_problem(parts[0])
+            if why:
+                return f"client id folder '{names.shown(parts[0])}' {why}: not read"
+            why = names.group_problem(parts[1])
+            if why:
+                return f"group folder '{names.shown(parts[1])}' {why}: not read"
+        return None
+    if len(parts) == 5 and parts[:2] == ["store", "consumequeue"]:
+        why = names.topic_problem(parts[2])
+        if why:
+            return f"consume queue topic folder '{names.shown(parts[2])}' {why}: not read"
+    return None
+
+
 def listing(landing: str, sealed: Callable[[str], bool] | None = None,
             skipped: list[str] | None = None) -> list[storage.FileInfo]:
     """Every file of the landing zone, but those of the snapshot folders ``sealed`` names (the folder's path,
@@ -261,6 +314,7 @@ def discover(landing: str, sealed: Callable[[str], bool] | None = None,
     problem_cluster: dict[str, str] = {}
     bad_folders: set[str] = set()
     parsed: dict[str, dt.datetime] = {}
+    now = dt.datetime.now(dt.timezone.utc)
     for info in listing(landing, sealed, skipped):
         path = storage.relative(info.uri, landing)
         if path.startswith("_truth/") or path.startswith("_") or "/." in "/" + path and path.split("/")[0].startswith("."):
@@ -273,17 +327,32 @@ def discover(landing: str, sealed: Callable[[str], bool] | None = None,
             continue
         cluster, broker = m["cluster"], m["broker"] or ""
         folder = path[: len(path) - len(m["rest"]) - 1]
+        bad_name = _bad_folder_name(cluster, broker)
+        if bad_name:
+            problems.append(Problem(path, 0, f"{bad_name}: this snapshot is skipped"))
+            problem_cluster[path] = names.shown(cluster)
+            bad_folders.add(folder)
+            continue
         try:
             ts = parsed[m["ts"]] if m["ts"] in parsed else parsed.setdefault(m["ts"], parse_snapshot_ts(m["ts"]))
         except ValueError:
-            problems.append(Problem(path, 0, f"malformed snapshot folder 'snapshot_ts={m['ts']}': expected "
-                                    f"snapshot_ts=YYYYMMDDTHHMMSSZ (UTC); this snapshot is skipped"))
+            problems.append(Problem(path, 0, f"malformed snapshot folder 'snapshot_ts={names.shown(m['ts'])}': "
+                                    "expected snapshot_ts=YYYYMMDDTHHMMSSZ (UTC); this snapshot is skipped"))
+            problem_cluster[path] = cluster
+            bad_folders.add(folder)
+            continue
+        odd = implausible_ts(ts, now)
+        if odd:
+            problems.append(Problem(path, 0, f"snapshot folder 'snapshot_ts={m['ts']}' {odd}: not a time a snapshot "
+                                    "was taken; this snapshot is skipped"))
             problem_cluster[path] = cluster
             bad_folders.add(folder)
             continue
         key = (cluster, broker, m["ts"])
+        wrong = (None if info.regular else "not a regular file (a symbolic link, a device or a pipe): not read; the "
+                 "sync job must copy the file, not link it") or misplaced(m["rest"], clients=m["clients"] is not None) \
+            or _bad_name_in(m["rest"], clients=m["clients"] is not None)
         snap = snapshots.setdefault(key, Snapshot(cluster, broker, ts, folder))
-        wrong = misplaced(m["rest"], clients=m["clients"] is not None)
         if wrong:
             problems.append(Problem(path, 0, wrong))
             problem_cluster[path] = cluster

@@ -24,6 +24,7 @@ import logging
 import os
 import pathlib
 import shutil
+import stat
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -70,6 +71,7 @@ class FileInfo:
     size: int
     mtime: float
     etag: str = ""
+    regular: bool = True  # False: a symbolic link, a device or a pipe (local listings), which is never read
 
 
 class StorageError(RuntimeError):
@@ -281,13 +283,10 @@ def _scan(folder: str) -> tuple[list[FileInfo], list[str]]:
             if not e.is_symlink():
                 dirs.append(e.path)
             continue
-        try:
-            st = e.stat()
-        except OSError:
-            # a symlink loop or a dangling link: listed (from the link itself), so that reading it fails and
-            # the file is quarantined by name instead of vanishing from the listing
-            st = e.stat(follow_symlinks=False)
-        files.append(FileInfo(e.path, st.st_size, st.st_mtime))
+        # A link (to a file, dangling or a loop) is listed from the link itself and marked: a landing zone holds
+        # copies, and a link could point anywhere (/etc/shadow); the ingest quarantines it by name, unread.
+        st = e.stat(follow_symlinks=False)
+        files.append(FileInfo(e.path, st.st_size, st.st_mtime, regular=stat.S_ISREG(st.st_mode)))
     return files, dirs
 
 

@@ -29,6 +29,7 @@ from jobs.lake import _delta, failpoints, storage
 from jobs.reconcile import offset_state, reports
 from jobs.rules import snapshots
 from jobs.problems import UsageError
+from jobs.formats import names
 from jobs.formats.topics import DLQ_PREFIX
 from schemas import (
     consumer_offsets,
@@ -84,10 +85,13 @@ def parse_as_of(value: str | dt.datetime | None) -> dt.datetime | None:
 AS_OF_FORMATS = "ISO-8601 UTC such as 2026-01-05T02:00:00Z, or the snapshot folder form 20260105T020000Z"
 
 
-def check_inputs(lake: str, reports_root: str, *, as_of: str | dt.datetime | None, window: int) -> None:
+def check_inputs(lake: str, reports_root: str, *, as_of: str | dt.datetime | None, window: int,
+                 run_id: str | None = None) -> None:
     """Refuse, before any engine starts, option values that cannot give a report (one line each, spec §6)."""
     import os
 
+    if run_id is not None:
+        sanitize_run_id(run_id)
     if window < 2:
         raise UsageError(f"--window {window}: the status needs at least 2 snapshots (Burrow's evaluator); "
                          "give --window 2 or more (default 10)")
@@ -128,9 +132,20 @@ def default_run_id(as_of: dt.datetime) -> str:
     return "asof-" + as_of.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
+# Folders of the report root that are not a run's: a run of that id would replace them.
+RESERVED_RUN_IDS = frozenset({"dashboard"})
+
+
 def sanitize_run_id(run_id: str) -> str:
-    """Run ids become folder names and SQL literals: keep them to ``[A-Za-z0-9._-]``."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", run_id).strip("_") or "run"
+    """Run ids become folder names (``<reports>/<run_id>``, replaced whole) and SQL literals: keep them to
+    ``[A-Za-z0-9._-]``, and refuse what would name another folder: ``.``, ``..`` (the report root or its parent,
+    which the run would replace), a hidden name, the dashboard's folder."""
+    rid = re.sub(r"[^A-Za-z0-9._-]+", "_", run_id).strip("_") or "run"
+    if rid.startswith(".") or rid in RESERVED_RUN_IDS:
+        raise UsageError(f"--run-id {names.shown(run_id)}: a run id names its report folder <reports>/<run_id>; "
+                         "give letters, digits, '_', '-' or '.', not starting with '.' and not "
+                         + ", ".join(sorted(RESERVED_RUN_IDS)))
+    return rid
 
 
 # --------------------------------------------------------------------------------------------- extract
@@ -343,7 +358,7 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
 
     say = progress or log.info
     t0 = time.time()
-    check_inputs(lake, reports_root, as_of=as_of, window=window)
+    check_inputs(lake, reports_root, as_of=as_of, window=window, run_id=run_id)
     hours = horizon.retention_hours(retention_h)
     with ExitStack() as stack:
         if _delta.table_format() == "parquet":

@@ -39,7 +39,8 @@ def offset_series(consumer_offsets: DataFrame, queue_bounds: DataFrame, *, as_of
     ``snapshot_ts <= as_of``; 4. a broadcast client's snapshot (``client_id != ''``) takes the bounds of the
     latest broker snapshot with known bounds at or before it; 5. a broker snapshot without any queue bounds
     has unknown bounds (``min_offset``/``max_offset`` null, ``bounds_known`` false), one with bounds but none
-    for q has ``Min = Max = 0``.
+    for q has ``Min = Max = 0``, one whose row for q has null bounds (its files could not give them) has unknown
+    bounds for q.
 
     ``snapshots_after`` (0 = latest) and ``is_latest`` count only the snapshots with known bounds, the ones every
     Min/Max-based output uses; they are null for the others.
@@ -144,13 +145,16 @@ def _with_bounds(offsets: DataFrame, bounds: DataFrame) -> DataFrame:
                      & (F.col("is_client") | (F.col("b_ts") == F.col("snapshot_ts"))))
               .select("cluster", "broker", "snapshot_ts", "is_client", "b_ts"))
     b = bounds.select("cluster", "broker", F.col("snapshot_ts").alias("b_ts"), "topic", "queue_id",
-                      F.col("min_offset").cast("long").alias("_min"), F.col("max_offset").cast("long").alias("_max"))
+                      F.col("min_offset").cast("long").alias("_min"), F.col("max_offset").cast("long").alias("_max"),
+                      F.lit(True).alias("_row"))
     joined = (
         offsets.withColumn("is_client", F.col("client_id") != "")
         .join(source, on=["cluster", "broker", "snapshot_ts", "is_client"], how="left")
         .join(b, on=["cluster", "broker", "b_ts", "topic", "queue_id"], how="left")
     )
-    has_bounds = F.col("b_ts").isNotNull()
+    # rule 5a: a row of q with null bounds says the snapshot's files could not give them (a 0-byte consume queue
+    # file): unknown, not the empty queue that no row for q means
+    has_bounds = F.col("b_ts").isNotNull() & ~(F.col("_row").isNotNull() & F.col("_max").isNull())
     return joined.select(
         *SERIES_KEY, "snapshot_ts", "committed_offset",
         F.when(has_bounds, F.coalesce(F.col("_min"), F.lit(0).cast("long"))).alias("min_offset"),

@@ -206,3 +206,72 @@ def test_pieces_of_a_damaged_segment_chain_or_fall_back_to_the_whole_decode(tmp_
     path.write_bytes(bytes(data))
     rows, merged, _ = _split_run(units[0], 20000)
     assert merged is None
+
+
+
+def _with_newer(root: pathlib.Path, ts: str) -> pathlib.Path:
+    """Segment 0 of the snapshot, with a newer (empty, preallocated) segment beside it: the broker had rolled."""
+    folder = root / "cluster=c" / "broker=b" / f"snapshot_ts={ts}" / "store" / "commitlog"
+    (folder / f"{SEG:020d}").write_bytes(b"\0" * SEG)
+    return folder / "00000000000000000000"
+
+
+def _cut(seg: pathlib.Path, keep: int, *, garbage_to_the_end: bool = False) -> None:
+    """The copy cut after ``keep`` bytes, its last 30 damaged (a sync that copied part of the file); or, at its full
+    size, garbage from there to the end (a file damaged on the broker)."""
+    data = bytearray(seg.read_bytes())
+    if garbage_to_the_end:
+        data[keep - 30:] = b"\xab" * (len(data) - keep + 30)
+    else:
+        data = data[:keep]
+        data[-30:] = b"\xab" * 30
+    seg.write_bytes(bytes(data))
+
+
+def _segment0(root: pathlib.Path) -> dict[str, pa.Table]:
+    snaps, _, _ = landing.discover(str(root))
+    units = decode_tasks.plan_units(snaps, {}, frozenset(), lambda s, p: None, chunk_bytes=SEG, batch_rows=100,
+                                    trace_batch_rows=10)
+    return _run(next(u for u in units if u["segment"] == "00000000000000000000"))
+
+
+def _problems(out: dict[str, pa.Table]) -> list[tuple[str, int, str]]:
+    cols = (out["problem"][c].to_pylist() for c in ("source_path", "position", "reason"))
+    return [(p.split("/")[2], pos, r) for p, pos, r in zip(*cols)]
+
+
+def test_a_copy_cut_short_is_not_the_segments_last_word(tmp_path: pathlib.Path) -> None:
+    """Issue 34: the records past the cut were lost for good (the segment had a newer one, so it was complete and
+    its later copies never read), and the next copy was blamed for a record starting inside the cut one."""
+    for ts in ("20260105T000000Z", "20260105T003000Z"):
+        _store(tmp_path, ts, 20)
+        seg = _with_newer(tmp_path, ts)
+    size = int.from_bytes(seg.read_bytes()[:4], "big")
+    _cut(_with_newer(tmp_path, "20260105T000000Z"), 10 * size + 80)
+    out = _segment0(tmp_path)
+    assert out["message"]["uniq_key"].to_pylist() == [f"K{i:04d}" for i in range(20)]
+    assert [t.isoformat()[11:16] for t in out["message"]["first_snapshot_ts"].to_pylist()] == \
+        ["00:00"] * 10 + ["00:30"] * 10
+    assert _problems(out) == [("snapshot_ts=20260105T000000Z", 10 * size, (
+        f"record at byte {10 * size}: size {size} runs past the end of the segment ({10 * size + 80} bytes); no valid "
+        "record after it in this copy: the segment's next copy is read from here"))]
+    state = json.loads(out["progress"]["info"][0].as_py())["state"]
+    assert (state["decoded_to"], state["complete"]) == (20 * size, True)
+
+
+def test_a_segment_damaged_the_same_in_two_copies_is_settled_at_the_damage(tmp_path: pathlib.Path) -> None:
+    """The damage is the broker's own file (full size, garbage to the end): the second copy that stops at the same
+    byte, no larger, settles the segment (a rolled segment is never read again), so later runs do not read every
+    copy again."""
+    for ts in ("20260105T000000Z", "20260105T003000Z"):
+        _store(tmp_path, ts, 20)
+        seg = _with_newer(tmp_path, ts)
+    size = int.from_bytes(seg.read_bytes()[:4], "big")
+    for ts in ("20260105T000000Z", "20260105T003000Z"):
+        _cut(_with_newer(tmp_path, ts), 10 * size + 30, garbage_to_the_end=True)  # garbage from record 10 on
+    out = _segment0(tmp_path)
+    assert out["message"]["uniq_key"].to_pylist() == [f"K{i:04d}" for i in range(10)]
+    assert [(folder, pos) for folder, pos, _ in _problems(out)] == [
+        ("snapshot_ts=20260105T000000Z", 10 * size), ("snapshot_ts=20260105T003000Z", 10 * size)]
+    state = json.loads(out["progress"]["info"][0].as_py())["state"]
+    assert (state["decoded_to"], state["complete"]) == (10 * size, True)
