@@ -63,14 +63,16 @@ GOLD_READY = (consumer_offsets.TABLE.asset(engine_config.default_lake())
 def rocketmq_reconcile() -> None:
     @task
     @fail_fast
-    def reconcile(params: dict | None = None, run_id: str | None = None, logical_date=None) -> dict:  # noqa: ANN001
+    def reconcile(params: dict | None = None, run_id: str | None = None, logical_date=None,  # noqa: ANN001
+                  dag_run=None) -> dict:  # noqa: ANN001
         from jobs.reconcile import reconcile
 
         engine_config.apply_spark_connection(params["spark_conn_id"])
         as_of = params["as_of"] or engine_config.as_of_for(logical_date)
         return reconcile.run(params["lake"], params["reports"], as_of=as_of, run_id=run_id,
                              window=params["window"], groups=params["groups"], full=params["full"],
-                             retention_h=params["retention_h"])
+                             retention_h=params["retention_h"],
+                             kind=reconcile.run_kind(getattr(dag_run, "run_type", None), params))
 
     @task
     @fail_fast

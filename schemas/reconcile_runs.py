@@ -2,7 +2,8 @@
 
 Readers of the gold tables take a run's rows at the versions its row records, so a run being re-run (or killed half
 way through its five gold tables) never shows a mix: the row of the last completed attempt still points at its
-rows. ``ingest_run_id`` is the ingest whose state the run read.
+rows. ``ingest_run_id`` is the ingest whose state the run read; ``kind`` what started it (scheduled, manual,
+backfill, ad-hoc, cli).
 """
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ SCHEMA = StructType(
         StructField("rows", MapType(StringType(), LongType()), True),
         StructField("table_versions", MapType(StringType(), LongType()), True),
         StructField("summary", StringType(), True),
+        StructField("kind", StringType(), True),  # jobs.reconcile.reconcile.RUN_KINDS; null in rows before it
+        # the newest snapshot the run judged (a scheduled run's as_of is its logical date, later than its snapshots)
+        StructField("newest_snapshot", TimestampType(), True),
     ]
 )
 KEY: tuple[str, ...] = ('run_id',)

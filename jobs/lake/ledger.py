@@ -158,9 +158,11 @@ def consistent_state(lake: str, tables: Iterable["Table"]) -> dict[str, Any]:
 
 def record_reconcile(spark: "SparkSession", lake: str, *, run_id: str, as_of: dt.datetime, report_dir: str,
                      ingest_run_id: str, rows: dict[str, int], gold_tables: Iterable["Table"],
-                     summary: dict[str, Any]) -> None:
+                     summary: dict[str, Any], kind: str = "cli") -> None:
     """Write (or replace) the completed reconcile run's row, after its gold rows and report folder."""
-    row = {"run_id": run_id, "as_of": as_of, "completed_at": dt.datetime.now(UTC).replace(microsecond=0),
+    newest = summary.get("newest_snapshot")
+    row = {"run_id": run_id, "kind": kind, "as_of": as_of, "completed_at": dt.datetime.now(UTC).replace(microsecond=0),
+           "newest_snapshot": dt.datetime.fromisoformat(newest.replace("Z", "+00:00")) if newest else None,
            "report_dir": report_dir, "ingest_run_id": ingest_run_id, "rows": rows,
            "table_versions": versions(lake, gold_tables),
            "summary": json.dumps(summary, sort_keys=True, default=str)}

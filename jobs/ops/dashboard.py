@@ -29,8 +29,32 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pandas as pd
 
+from jobs import progress as progress_lines
 from jobs.lake import _delta, storage
 from jobs.reconcile import reports
+from jobs.reconcile.verdict import (  # noqa: F401 - the vocabulary every output shares, used here and by tests
+    DLQ_BOUND,
+    DLQ_COLUMNS,
+    DLQ_REASONS,
+    GROUP,
+    LOST_KINDS,
+    OVERVIEW_COLUMNS,
+    SERIES_KEY,
+    SEVERITIES,
+    STATUS_RANK,
+    STATUSES,
+    UNCONSUMED_KINDS,
+    as_counts,
+    count_by,
+    group_overview,
+    has_duplicates_or_warnings,
+    has_lost_messages,
+    needs_a_human,
+    severity,
+    union_ranges,
+    why,
+    worst_status,
+)
 from schemas import (
     audit_hours,
     consumer_status,
@@ -49,16 +73,6 @@ RECENT_RUNS = 30
 RECENT_VALIDATIONS = 30
 MAX_ROWS = 200
 MAX_PLOTS_PER_GROUP = 16
-SERIES_KEY = ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id"]
-GROUP = ["cluster", "consumer_group"]
-LOST_KINDS = ("EXPIRED", "SKIPPED", "BROADCAST_DROPPED")
-UNCONSUMED_KINDS = ("BACKLOG", *LOST_KINDS)
-DLQ_REASONS = ("IN_DLQ", "BLOCKING_COMMIT", "RETRYING", "BROADCAST_DROPPED")
-# a DLQ candidate's reason BROADCAST_DROPPED is not the unconsumed kind of the same name: its own column
-DLQ_COLUMNS = ("IN_DLQ", "BLOCKING_COMMIT", "RETRYING", "DLQ_BROADCAST_DROPPED")
-STATUSES = ("OK", "WARN", "STALL", "REWIND")
-STATUS_RANK = {s: i for i, s in enumerate(STATUSES)}
-SEVERITIES = ("OK", "WARNING", "CRITICAL")
 CURRENT_TABLES = {
     "consumer_status": consumer_status.TABLE, "duplicated_ranges": duplicated_ranges.TABLE,
     "unconsumed_ranges": unconsumed_ranges.TABLE, "dlq_candidates": dlq_candidates.TABLE,
@@ -72,22 +86,77 @@ NO_VALIDATION = "no validation results yet"
 
 
 def _read(lake: str, table: Any, columns: list[str], filters: Any, at: int | None = None) -> pd.DataFrame:
-    """A bounded projection of a table (``filters`` in delta-rs form); an empty frame when it does not exist."""
+    """A bounded projection of a table (``filters`` in delta-rs form); an empty frame when it does not exist. A
+    column an older lake's table lacks reads as null (the dashboard only reads: it never alters a table)."""
     if not _delta.exists(lake, table):
         return pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
-    return _delta.read_pandas_columns(lake, table, columns, filters=filters, at=at)
+    have = columns
+    if _delta.table_format() == "delta":
+        stored = {f.name for f in _delta.delta_table(lake, table, version=at).schema().fields}
+        have = [c for c in columns if c in stored]
+    out = _delta.read_pandas_columns(lake, table, have, filters=filters, at=at)
+    for c in columns:
+        if c not in out.columns:
+            out[c] = None
+    return out[columns]
 
 
-def completed_runs(lake: str, *, limit: int = RECENT_RUNS) -> pd.DataFrame:
-    """The ``limit`` newest completed reconcile runs (by as-of time), oldest first, from gold/reconcile_runs."""
-    cols = ["run_id", "as_of", "completed_at", "report_dir", "table_versions"]
+def kind_of(kind: Any, run_id: Any) -> str:
+    """A run's kind (jobs.reconcile.reconcile.RUN_KINDS); for a ledger row written before kinds were recorded, read
+    from Airflow's run id (``scheduled__``, ``asset_triggered__``, ``manual__``, ``backfill__``), else ``cli``."""
+    if isinstance(kind, str) and kind:
+        return kind
+    rid = str(run_id)
+    for prefix, k in (("scheduled__", "scheduled"), ("asset_triggered__", "scheduled"),
+                      ("dataset_triggered__", "scheduled"), ("backfill__", "backfill"), ("manual__", "manual")):
+        if rid.startswith(prefix):
+            return k
+    return "cli"
+
+
+# The runs whose as-of is the state of the fleet, best first: scheduled runs; else runs that reconciled everything
+# at the newest snapshot of the time (by hand, from the command line).
+CURRENT_KINDS = (("scheduled",), ("manual", "cli"))
+
+
+def current_run_id(runs: pd.DataFrame) -> str:
+    """The run the overview shows as "now": the newest scheduled run by as-of time (then completion); without one,
+    the newest manual or command-line run; an ad-hoc or backfill run (an as-of in the past, some groups) never,
+    unless it is all there is."""
+    kinds = [kind_of(k, r) for k, r in zip(runs["kind"], runs["run_id"])]
+    ranked = runs.assign(_kind=kinds).sort_values(["as_of", "completed_at", "run_id"], kind="mergesort")
+    for wanted in CURRENT_KINDS:
+        hit = ranked[ranked["_kind"].isin(wanted)]
+        if len(hit):
+            return str(hit.iloc[-1]["run_id"])
+    return str(ranked.sort_values(["completed_at", "run_id"], kind="mergesort").iloc[-1]["run_id"])
+
+
+def run_label(run: dict[str, Any]) -> str:
+    """What a page says of the run it shows: ``scheduled run``, ``ad-hoc run as of 2026-...``, ``backfill run ...``."""
+    kind = kind_of(run.get("kind"), run.get("run_id"))
+    as_of = reports.format_ts(run.get("as_of"))
+    return {"scheduled": "scheduled run", "manual": "run triggered by hand", "cli": "run from the command line",
+            "ad-hoc": f"ad-hoc run as of {as_of}", "backfill": f"backfill run as of {as_of}"}.get(kind, kind)
+
+
+def completed_runs(lake: str, *, limit: int = RECENT_RUNS) -> tuple[pd.DataFrame, str | None]:
+    """The ``limit`` newest completed reconcile runs (by as-of time), oldest first, from gold/reconcile_runs, and the
+    current run's id (:func:`current_run_id`, chosen among every run), which is among them."""
+    cols = ["run_id", "kind", "as_of", "completed_at", "newest_snapshot", "report_dir", "table_versions"]
     # The ledger gains a row per run for the lake's life: its narrow columns are read whole, the wide ones of these.
-    runs = _read(lake, reconcile_runs.TABLE, cols[:3], None)
+    narrow = ["run_id", "kind", "as_of", "completed_at", "newest_snapshot"]
+    runs = _read(lake, reconcile_runs.TABLE, narrow, None)
     if not len(runs):
-        return _read(lake, reconcile_runs.TABLE, cols, None)
-    runs = runs.sort_values(["as_of", "completed_at", "run_id"], kind="mergesort").tail(limit)
-    wide = _read(lake, reconcile_runs.TABLE, ["run_id", *cols[3:]], [("run_id", "in", list(runs["run_id"]))])
-    return runs.merge(wide.drop_duplicates("run_id"), on="run_id", how="left")[cols].reset_index(drop=True)
+        return _read(lake, reconcile_runs.TABLE, cols, None), None
+    current = current_run_id(runs)
+    ordered = runs.sort_values(["as_of", "completed_at", "run_id"], kind="mergesort")
+    runs = pd.concat([ordered.tail(limit), ordered[ordered["run_id"] == current]]).drop_duplicates("run_id")
+    runs = runs.sort_values(["as_of", "completed_at", "run_id"], kind="mergesort")
+    wide = _read(lake, reconcile_runs.TABLE, ["run_id", *cols[5:]], [("run_id", "in", list(runs["run_id"]))])
+    out = runs.merge(wide.drop_duplicates("run_id"), on="run_id", how="left")[cols].reset_index(drop=True)
+    out["kind"] = [kind_of(k, r) for k, r in zip(out["kind"], out["run_id"])]
+    return out, current
 
 
 def extract(lake: str, *, run_id: str | None = None, recent_runs: int = RECENT_RUNS,
@@ -96,24 +165,27 @@ def extract(lake: str, *, run_id: str | None = None, recent_runs: int = RECENT_R
 
     Args:
         lake: the lake root.
-        run_id: the run the pages describe; default the newest completed one (by completion time).
+        run_id: the run the pages describe; default the current one (:func:`current_run_id`).
 
     Raises:
-        ValueError: the lake has no completed reconcile run, or not ``run_id``.
+        UsageError: the lake has no completed reconcile run, or not ``run_id`` (a retry would meet it again).
     """
     from jobs.lake import ledger
+    from jobs.problems import UsageError
 
-    runs = completed_runs(lake, limit=recent_runs)
+    runs, current_id = completed_runs(lake, limit=recent_runs)
     if not len(runs):
-        raise ValueError(f"no completed reconcile run in {lake} (gold/reconcile_runs is empty or missing): run "
+        raise UsageError(f"--lake {lake}: no completed reconcile run (gold/reconcile_runs is empty or missing): run "
                          "`rmq-recon reconcile --lake ... --reports ...` first")
     if run_id is None:
-        current = runs.sort_values(["completed_at", "run_id"], kind="mergesort").iloc[-1].to_dict()
+        current = runs[runs["run_id"] == current_id].iloc[-1].to_dict()
     else:
         current = ledger.completed_reconcile(lake, run_id)
         if current is None:
-            raise ValueError(f"run {run_id}: not a completed reconcile run of {lake}; give one of "
+            raise UsageError(f"--run-id {run_id}: not a completed reconcile run of {lake}; give one of "
                              f"{', '.join(runs['run_id'].tolist()[-5:])}")
+        known = runs[runs["run_id"] == run_id]
+        current["kind"] = known.iloc[-1]["kind"] if len(known) else kind_of(current.get("kind"), run_id)
         if run_id not in set(runs["run_id"]):
             runs = pd.concat([runs, pd.DataFrame([{k: current.get(k) for k in runs.columns}])], ignore_index=True)
     versions = ledger._as_dict(current["table_versions"])
@@ -124,16 +196,17 @@ def extract(lake: str, *, run_id: str | None = None, recent_runs: int = RECENT_R
         frames[name] = _read(lake, table, cols, [("run_id", "=", rid)], versions.get(table.qualified))
     ids = runs["run_id"].tolist()
     trend = {
-        "duplicated_ranges": _read(lake, duplicated_ranges.TABLE, ["run_id", *SERIES_KEY, "start_offset", "end_offset"],
-                                   [("run_id", "in", ids)]),
+        "duplicated_ranges": _read(lake, duplicated_ranges.TABLE, ["run_id", *SERIES_KEY, "start_offset", "end_offset",
+                                                                   "evidence"], [("run_id", "in", ids)]),
         "unconsumed_ranges": _read(lake, unconsumed_ranges.TABLE, ["run_id", *SERIES_KEY, "start_offset",
                                                                    "end_offset", "kind"], [("run_id", "in", ids)]),
         "dlq_candidates": _read(lake, dlq_candidates.TABLE, ["run_id", "consumer_group", "reason"],
                                 [("run_id", "in", ids)]),
         "consumer_status": _read(lake, consumer_status.TABLE, ["run_id", "status"], [("run_id", "in", ids)]),
     }
-    return {"run": current, "runs": runs[["run_id", "as_of", "completed_at", "report_dir"]], "current": frames,
-            "trend": trend, "validation": extract_validation(lake, limit=recent_validations)}
+    return {"run": current, "runs": runs[["run_id", "kind", "as_of", "completed_at", "newest_snapshot", "report_dir"]],
+            "current_id": current_id, "current": frames, "trend": trend,
+            "validation": extract_validation(lake, limit=recent_validations)}
 
 
 def extract_validation(lake: str, *, limit: int = RECENT_VALIDATIONS) -> pd.DataFrame | None:
@@ -153,144 +226,6 @@ def extract_validation(lake: str, *, limit: int = RECENT_VALIDATIONS) -> pd.Data
 
 
 # ------------------------------------------------------------------------------------------- transform
-
-
-def union_ranges(ranges: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """The union of ``[start_offset, end_offset]`` per key: overlapping or adjacent ranges merge, so an offset
-    counts once (a duplicated offset with both TRACE and REWIND evidence is one offset).
-
-    Returns:
-        ``keys`` + start_offset, end_offset, messages; sorted by key and start.
-    """
-    cols = [*keys, "start_offset", "end_offset", "messages"]
-    if not len(ranges):
-        return pd.DataFrame(columns=cols)
-    r = ranges[[*keys, "start_offset", "end_offset"]].astype({"start_offset": "int64", "end_offset": "int64"})
-    r = r.sort_values([*keys, "start_offset", "end_offset"], kind="mergesort").reset_index(drop=True)
-    prev_end = r.groupby(keys, sort=False, dropna=False)["end_offset"].transform(lambda s: s.cummax().shift())
-    new = prev_end.isna() | (r["start_offset"] > prev_end + 1)
-    r["_island"] = new.cumsum()
-    out = (r.groupby([*keys, "_island"], sort=False, dropna=False)
-           .agg(start_offset=("start_offset", "min"), end_offset=("end_offset", "max")).reset_index()
-           .drop(columns="_island"))
-    out["messages"] = out["end_offset"] - out["start_offset"] + 1
-    return out[cols].reset_index(drop=True)
-
-
-def worst_status(statuses: Iterable[str]) -> str:
-    """The most severe status of a group's queues (REWIND > STALL > WARN > OK)."""
-    found = [s for s in statuses if s in STATUS_RANK]
-    return max(found, key=STATUS_RANK.__getitem__) if found else "OK"
-
-
-def has_lost_messages(row: dict[str, Any]) -> bool:
-    """Messages the group will never consume: EXPIRED, SKIPPED or BROADCAST_DROPPED offsets."""
-    return sum(int(row[k]) for k in LOST_KINDS) > 0
-
-
-def needs_a_human(row: dict[str, Any]) -> bool:
-    """A message in the DLQ or blocking the commit, an offset to correct, or a rewound or stalled queue."""
-    return (int(row["IN_DLQ"]) + int(row["BLOCKING_COMMIT"]) + int(row["corrections"]) > 0
-            or row["status"] in ("REWIND", "STALL"))
-
-
-def has_duplicates_or_warnings(row: dict[str, Any]) -> bool:
-    """Duplicated offsets, messages retrying, or a queue whose lag never shrinks."""
-    return int(row["duplicated"]) + int(row["RETRYING"]) > 0 or row["status"] == "WARN"
-
-
-def severity(row: dict[str, Any]) -> str:
-    """CRITICAL when messages are lost or need a human, WARNING on duplicates or warnings, else OK.
-
-    Losses and duplicates count as much as lag: a group with 2,390 EXPIRED messages is CRITICAL even when every
-    queue's status is OK.
-    """
-    if has_lost_messages(row) or needs_a_human(row):
-        return "CRITICAL"
-    if has_duplicates_or_warnings(row):
-        return "WARNING"
-    return "OK"
-
-
-def _count_by(df: pd.DataFrame, keys: list[str], column: str, values: Iterable[str],
-              weight: str | None = None, names: Iterable[str] | None = None) -> pd.DataFrame:
-    """One column per value of ``column`` (named ``names``, default the values): rows (or sum of ``weight``) per key."""
-    values = list(values)
-    names = list(names) if names is not None else values
-    if not len(df):
-        return pd.DataFrame(columns=[*keys, *names])
-    w = df[weight] if weight else pd.Series(1, index=df.index)
-    t = df.assign(_w=w.astype("int64")).pivot_table(index=keys, columns=column, values="_w", aggfunc="sum",
-                                                    fill_value=0)
-    t = t.reindex(columns=values, fill_value=0)
-    t.columns = names
-    return t.reset_index()
-
-
-OVERVIEW_COLUMNS = ["cluster", "consumer_group", "severity", "status", "queues", "duplicated", "unconsumed",
-                    *UNCONSUMED_KINDS, "dlq", *DLQ_COLUMNS, "corrections", "why"]
-
-
-def group_overview(consumer_status: pd.DataFrame, duplicated_ranges: pd.DataFrame,
-                   unconsumed_ranges: pd.DataFrame, dlq_candidates: pd.DataFrame,
-                   offset_corrections: pd.DataFrame) -> pd.DataFrame:
-    """One row per group of the run, ranked most severe first.
-
-    ``duplicated`` counts offsets once (the union of the TRACE and REWIND ranges of each queue and client);
-    ``unconsumed`` is every unconsumed message (per kind beside it, BACKLOG included); ``dlq`` every DLQ candidate.
-    Ranking: severity, then lost, duplicated and DLQ messages, the worst status, then the name.
-    """
-    present = [df[GROUP] for df in (consumer_status, duplicated_ranges, unconsumed_ranges, dlq_candidates,
-                                    offset_corrections) if len(df)]
-    out = pd.concat(present, ignore_index=True).drop_duplicates() if present else pd.DataFrame(columns=GROUP)
-    if len(consumer_status):
-        st = consumer_status.groupby(GROUP).agg(status=("status", worst_status), queues=("status", "size")).reset_index()
-        out = out.merge(st, on=GROUP, how="left")
-    else:
-        out["status"], out["queues"] = "OK", 0
-    dup = union_ranges(duplicated_ranges, SERIES_KEY)
-    dup = dup.groupby(GROUP)["messages"].sum().rename("duplicated").reset_index() if len(dup) else \
-        pd.DataFrame(columns=[*GROUP, "duplicated"])
-    out = out.merge(dup, on=GROUP, how="left")
-    out = out.merge(_count_by(unconsumed_ranges, GROUP, "kind", UNCONSUMED_KINDS, "messages"), on=GROUP, how="left")
-    out = out.merge(_count_by(dlq_candidates, GROUP, "reason", DLQ_REASONS, names=DLQ_COLUMNS), on=GROUP, how="left")
-    corr = offset_corrections.groupby(GROUP).size().rename("corrections").reset_index() if len(offset_corrections) \
-        else pd.DataFrame(columns=[*GROUP, "corrections"])
-    out = out.merge(corr, on=GROUP, how="left")
-    for c in ["queues", "duplicated", *UNCONSUMED_KINDS, *DLQ_COLUMNS, "corrections"]:
-        out[c] = _ints(out[c])
-    out["status"] = out["status"].fillna("OK")
-    out["unconsumed"] = out[list(UNCONSUMED_KINDS)].sum(axis=1).astype("int64")
-    out["dlq"] = out[list(DLQ_COLUMNS)].sum(axis=1).astype("int64")
-    records = out.to_dict("records")
-    out["severity"] = [severity(r) for r in records]
-    out["why"] = [why(r) for r in records]
-    out["_sev"] = out["severity"].map(SEVERITIES.index)
-    out["_lost"] = out[list(LOST_KINDS)].sum(axis=1)
-    out["_st"] = out["status"].map(STATUS_RANK)
-    out = out.sort_values(["_sev", "_lost", "duplicated", "dlq", "_st", "cluster", "consumer_group"],
-                          ascending=[False, False, False, False, False, True, True], kind="mergesort")
-    return out[OVERVIEW_COLUMNS].reset_index(drop=True)
-
-
-def why(row: dict[str, Any]) -> str:
-    """The facts behind a group's severity, most severe first (``"2390 EXPIRED; 1200 duplicated"``)."""
-    parts = [f"{int(row[k])} {k}" for k in LOST_KINDS if int(row[k])]
-    parts += [f"{int(row[k])} {k}" for k in ("IN_DLQ", "BLOCKING_COMMIT") if int(row[k])]
-    if int(row["corrections"]):
-        parts.append(f"{int(row['corrections'])} offsets to correct")
-    if row["status"] != "OK":
-        parts.append(f"status {row['status']}")
-    if int(row["duplicated"]):
-        parts.append(f"{int(row['duplicated'])} duplicated")
-    if int(row["RETRYING"]):
-        parts.append(f"{int(row['RETRYING'])} RETRYING")
-    return "; ".join(parts)
-
-
-def _ints(values: pd.Series) -> pd.Series:
-    """Counts as int64, missing ones 0."""
-    return pd.to_numeric(values, errors="coerce").fillna(0).astype("int64")
 
 
 def _overlap(a: pd.Series, b: pd.Series, lo: pd.Series, hi: pd.Series) -> pd.Series:
@@ -367,8 +302,8 @@ TREND_COLUMNS = ["run_id", "as_of", "duplicated", "unconsumed", *UNCONSUMED_KIND
 
 def run_trends(runs: pd.DataFrame, duplicated_ranges: pd.DataFrame, unconsumed_ranges: pd.DataFrame,
                dlq_candidates: pd.DataFrame, consumer_status: pd.DataFrame) -> pd.DataFrame:
-    """One row per run (oldest as-of first): duplicated offsets (once), unconsumed messages per kind, DLQ
-    candidates and queues per status."""
+    """One row per run (oldest as-of first): duplicated offsets (once), unconsumed messages per kind, messages in or
+    on the way to a DLQ (a broadcast drop is lost, not DLQ-bound) and queues per status."""
     out = runs[["run_id", "as_of"]].copy()
     dup = union_ranges(duplicated_ranges, ["run_id", *SERIES_KEY])
     d = dup.groupby("run_id")["messages"].sum().rename("duplicated").reset_index() if len(dup) else \
@@ -376,13 +311,14 @@ def run_trends(runs: pd.DataFrame, duplicated_ranges: pd.DataFrame, unconsumed_r
     out = out.merge(d, on="run_id", how="left")
     u = unconsumed_ranges.assign(messages=unconsumed_ranges["end_offset"] - unconsumed_ranges["start_offset"] + 1) \
         if len(unconsumed_ranges) else unconsumed_ranges.assign(messages=[])
-    out = out.merge(_count_by(u, ["run_id"], "kind", UNCONSUMED_KINDS, "messages"), on="run_id", how="left")
-    q = dlq_candidates.groupby("run_id").size().rename("dlq").reset_index() if len(dlq_candidates) else \
+    out = out.merge(count_by(u, ["run_id"], "kind", UNCONSUMED_KINDS, "messages"), on="run_id", how="left")
+    bound = dlq_candidates[dlq_candidates["reason"].isin(DLQ_BOUND)] if len(dlq_candidates) else dlq_candidates
+    q = bound.groupby("run_id").size().rename("dlq").reset_index() if len(bound) else \
         pd.DataFrame(columns=["run_id", "dlq"])
     out = out.merge(q, on="run_id", how="left")
-    out = out.merge(_count_by(consumer_status, ["run_id"], "status", STATUSES), on="run_id", how="left")
+    out = out.merge(count_by(consumer_status, ["run_id"], "status", STATUSES), on="run_id", how="left")
     for c in ["duplicated", *UNCONSUMED_KINDS, "dlq", *STATUSES]:
-        out[c] = _ints(out[c])
+        out[c] = as_counts(out[c])
     out["unconsumed"] = out[list(UNCONSUMED_KINDS)].sum(axis=1).astype("int64")
     out = out.sort_values(["as_of", "run_id"], kind="mergesort")
     return out[TREND_COLUMNS].reset_index(drop=True)
@@ -431,15 +367,115 @@ def queue_table(consumer_status: pd.DataFrame, duplicated_ranges: pd.DataFrame,
     d = dup.groupby(SERIES_KEY)["messages"].sum().rename("duplicated").reset_index() if len(dup) else \
         pd.DataFrame(columns=[*SERIES_KEY, "duplicated"])
     out = out.merge(d, on=SERIES_KEY, how="left")
-    out = out.merge(_count_by(unconsumed_ranges, SERIES_KEY, "kind", UNCONSUMED_KINDS, "messages"), on=SERIES_KEY,
+    out = out.merge(count_by(unconsumed_ranges, SERIES_KEY, "kind", UNCONSUMED_KINDS, "messages"), on=SERIES_KEY,
                     how="left")
     for c in ["duplicated", *UNCONSUMED_KINDS]:
-        out[c] = _ints(out[c])
+        out[c] = as_counts(out[c])
     out["_st"] = out["status"].map(STATUS_RANK).fillna(0)
     out["_lost"] = out[list(LOST_KINDS)].sum(axis=1)
     out = out.sort_values(["_st", "_lost", "duplicated", "lag", *SERIES_KEY],
                           ascending=[False, False, False, False, True, True, True, True, True, True], kind="mergesort")
     return out[cols].reset_index(drop=True)
+
+
+def since_per_queue(samples: pd.DataFrame) -> pd.DataFrame:
+    """Per queue (and client): when its current trouble began, the first snapshot of the trailing run of samples
+    with lag or with the committed offset below Min (null when the newest sample has neither). The samples are the
+    run's stored window (gold/status_samples), so a trouble older than them shows their first snapshot."""
+    cols = [*SERIES_KEY, "since"]
+    if not len(samples):
+        return pd.DataFrame(columns=cols)
+    s = samples.sort_values([*SERIES_KEY, "snapshot_ts"], kind="mergesort").reset_index(drop=True)
+    lag = pd.to_numeric(s["lag"], errors="coerce").fillna(0)
+    below = pd.to_numeric(s["committed_offset"], errors="coerce") < pd.to_numeric(s["min_offset"], errors="coerce")
+    bad = (lag > 0) | below
+    key = s[SERIES_KEY].astype(str).agg("\x1f".join, axis=1)
+    # a run of equal "bad" values per key; the trailing one is the one that holds at the newest sample
+    run = (bad != bad.groupby(key).shift()).groupby(key).cumsum()
+    s = s.assign(_key=key, _bad=bad, _run=run)
+    last = s.groupby("_key").tail(1)
+    trailing = s.merge(last[["_key", "_run"]], on=["_key", "_run"])
+    out = trailing.groupby("_key").agg(**{c: (c, "first") for c in SERIES_KEY}, since=("snapshot_ts", "min"),
+                                       _bad=("_bad", "first")).reset_index(drop=True)
+    out.loc[~out["_bad"].astype(bool), "since"] = pd.NaT
+    return out[cols]
+
+
+def snapshot_time(runs: pd.DataFrame) -> pd.Series:
+    """Each run's newest snapshot judged, else (a ledger row written before it was recorded) its as-of time."""
+    newest = runs["newest_snapshot"] if "newest_snapshot" in runs.columns else pd.Series(None, index=runs.index)
+    return pd.to_datetime(newest, utc=True).fillna(pd.to_datetime(runs["as_of"], utc=True))
+
+
+def first_seen(ranges: pd.DataFrame, history: pd.DataFrame, runs: pd.DataFrame, kind: str) -> pd.DataFrame:
+    """``ranges`` (one run's) with ``first_seen``: the newest snapshot of the earliest of the recent runs that
+    reported a range of the same key and ``kind`` (evidence or kind) meeting it: when the finding first appeared."""
+    if not len(ranges):
+        return ranges.assign(first_seen=pd.Series(dtype="object"))
+    runs = runs.assign(as_of=snapshot_time(runs))
+    h = history.merge(runs[["run_id", "as_of"]], on="run_id", how="inner") if len(history) else \
+        pd.DataFrame(columns=[*SERIES_KEY, "start_offset", "end_offset", "as_of"])
+    cols = [*SERIES_KEY, *([kind] if kind in h.columns else [])]
+    r = ranges.reset_index(drop=True).reset_index()
+    m = r[["index", *cols, "start_offset", "end_offset"]].merge(
+        h[[*cols, "start_offset", "end_offset", "as_of"]].rename(columns={"start_offset": "_s", "end_offset": "_e"}),
+        on=cols, how="inner")
+    m = m[(m["_s"].astype("int64") <= m["end_offset"].astype("int64"))
+          & (m["_e"].astype("int64") >= m["start_offset"].astype("int64"))]
+    seen = pd.to_datetime(m.groupby("index")["as_of"].min(), utc=True)
+    return ranges.reset_index(drop=True).assign(first_seen=list(seen.reindex(range(len(ranges)))))
+
+
+def group_since(overview: pd.DataFrame, queue_since: pd.DataFrame, consumer_status: pd.DataFrame,
+                dup_seen: pd.DataFrame, unc_seen: pd.DataFrame, dlq: pd.DataFrame) -> pd.Series:
+    """Per overview row, when its trouble began: the earliest of its queues' :func:`since_per_queue` (for a status
+    other than OK), the first sighting of its lost or duplicated ranges, and the last attempt of its messages in or
+    blocking on the way to the DLQ. Null for a group with nothing to report."""
+    parts = []
+    if len(queue_since) and len(consumer_status):
+        bad = consumer_status[consumer_status["status"] != "OK"][SERIES_KEY].merge(queue_since, on=SERIES_KEY)
+        parts.append(bad[[*GROUP, "since"]])
+    if len(dup_seen):
+        parts.append(dup_seen[[*GROUP, "first_seen"]].rename(columns={"first_seen": "since"}))
+    if len(unc_seen):
+        lost = unc_seen[unc_seen["kind"].isin(LOST_KINDS)]
+        parts.append(lost[[*GROUP, "first_seen"]].rename(columns={"first_seen": "since"}))
+    if len(dlq):
+        held = dlq[dlq["reason"].isin(("IN_DLQ", "BLOCKING_COMMIT"))]
+        parts.append(held[[*GROUP, "last_attempt_ts"]].rename(columns={"last_attempt_ts": "since"}))
+    parts = [p for p in parts if len(p)]
+    if not parts or not len(overview):
+        return pd.Series([pd.NaT] * len(overview), index=overview.index, dtype="datetime64[ns, UTC]")
+    allp = pd.concat(parts, ignore_index=True)
+    allp["since"] = pd.to_datetime(allp["since"], utc=True)
+    first = allp.dropna(subset=["since"]).groupby(GROUP)["since"].min()
+    keys = pd.MultiIndex.from_frame(overview[GROUP])
+    return pd.Series(list(first.reindex(keys)), index=overview.index, dtype="datetime64[ns, UTC]")
+
+
+def short_time(value: Any) -> str:
+    """``2026-01-05 00:30`` (UTC, to the minute): a time in a narrow table column; empty for null."""
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
+        return ""
+    return reports.format_ts(value)[:16].replace("T", " ")
+
+
+def time_lag_text(seconds: Any) -> str:
+    """``2 h 05 min``, ``45 s``: a time lag people read at a glance."""
+    try:
+        s = int(seconds)
+    except (TypeError, ValueError):
+        return ""
+    if s <= 0:
+        return "0"
+    d, rest = divmod(s, 86400)
+    h, rest = divmod(rest, 3600)
+    m, sec = divmod(rest, 60)
+    if d:
+        return f"{d} d {h} h"
+    if h:
+        return f"{h} h {m:02d} min"
+    return f"{m} min {sec:02d} s" if m else f"{sec} s"
 
 
 def is_worth_plotting(row: dict[str, Any]) -> bool:
@@ -459,10 +495,13 @@ text-align:left;font-size:12px}th{background:#eef0f3}td.n{text-align:right;font-
 .CRITICAL,.REWIND,.STALL,.EXPIRED,.SKIPPED,.IN_DLQ,.BLOCKING_COMMIT,.fail{color:#b00020;font-weight:600}
 .WARNING,.WARN,.RETRYING{color:#a35200;font-weight:600}.OK,.pass{color:#0a7d32}.muted{color:#666}
 .plot svg{max-width:100%;height:auto}.cards{display:flex;gap:12px;flex-wrap:wrap}.card{background:#fff;
-border:1px solid #d0d0d0;padding:8px 14px;min-width:120px}.card b{display:block;font-size:20px}"""
+border:1px solid #d0d0d0;padding:8px 14px;min-width:120px}.card b{display:block;font-size:20px}
+td[data-col=why]{min-width:220px;max-width:420px;white-space:normal}.run{background:#fff;border:1px solid #d0d0d0;
+padding:6px 12px}.note{background:#fff4e5;border:1px solid #e0a800;padding:6px 12px}pre.cmd{background:#20232a;
+color:#e8e8e8;padding:8px 12px;overflow-x:auto;font-size:12px;user-select:all}.todo li{margin:4px 0}"""
 
-_PAGES = [("index.html", "Overview"), ("audit.html", "Audit"), ("trends.html", "Trends over runs"),
-          ("quality.html", "Data quality")]
+_PAGES = [("index.html", "Overview"), ("runs.html", "Runs"), ("audit.html", "Audit"),
+          ("trends.html", "Trends over runs"), ("quality.html", "Data quality")]
 
 
 def _esc(v: Any) -> str:
@@ -515,14 +554,42 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def _page(title: str, run: dict[str, Any], body: list[str], depth: int = 0) -> str:
+def freshness(run: dict[str, Any]) -> str:
+    """The newest snapshot the run judged (``newest_snapshot``, else its as-of time: a scheduled run's as-of is its
+    logical date, later than the snapshots) and how old it was when the run completed; the page then says how old it
+    is now (an inline script: the site is static and works offline, no network)."""
+    newest = run.get("newest_snapshot")
+    as_of = pd.Timestamp(newest if newest is not None and pd.notna(newest) else run["as_of"])
+    as_of = as_of.tz_localize("UTC") if as_of.tzinfo is None else as_of.tz_convert("UTC")
+    done = pd.Timestamp(run["completed_at"]) if run.get("completed_at") is not None else None
+    if done is not None:
+        done = done.tz_localize("UTC") if done.tzinfo is None else done.tz_convert("UTC")
+    iso = reports.format_ts(as_of)
+    when = (f"; {time_lag_text((done - as_of).total_seconds())} old when the run completed"
+            if done is not None and pd.notna(done) else "")
+    return (f"<span data-field='as_of'>newest snapshot judged {_esc(iso)}</span>{when}"
+            f"<span class='age' data-age-since='{_esc(iso)}'></span>")
+
+
+_AGE_SCRIPT = ("<script>for(const e of document.querySelectorAll('[data-age-since]')){const s=(Date.now()-"
+               "Date.parse(e.dataset.ageSince))/1000;const h=Math.floor(s/3600),m=Math.floor(s%3600/60);"
+               "e.textContent='; '+(h>=48?Math.floor(h/24)+' d':h?h+' h '+String(m).padStart(2,'0')+' min':m+' min')"
+               "+' old now';}</script>")
+
+
+def _page(title: str, run: dict[str, Any], body: list[str], depth: int = 0, note: str = "") -> str:
+    """A page: the navigation, which run it shows (its kind, as-of time and freshness), ``note`` (a run that is not
+    the current one says so and links the current one), the body."""
     up = "../" * depth
     nav = "".join(f"<a href='{up}{href}'>{_esc(name)}</a>" for href, name in _PAGES)
+    label = run_label(run)
     return ("<!doctype html><html lang='en'><head><meta charset='utf-8'>"
             f"<title>{_esc(title)} - rmq-recon</title><style>{_CSS}</style></head><body>"
-            f"<header><b>rmq-recon dashboard</b>{nav}<span class='muted'>run {_esc(run['run_id'])}, as of "
-            f"{_esc(reports.format_ts(run['as_of']))}</span></header><main><h1>{_esc(title)}</h1>"
-            + "\n".join(body) + "</main></body></html>\n")
+            f"<header><b>rmq-recon dashboard</b>{nav}</header><main>"
+            f"<p class='run' data-run='{_esc(run['run_id'])}' data-kind='{_esc(kind_of(run.get('kind'), run['run_id']))}'>"
+            f"<b data-field='run_label'>{_esc(label)}</b> <span class='muted'>{_esc(run['run_id'])}</span>; "
+            f"{freshness(run)}</p>{note}<h1>{_esc(title)}</h1>"
+            + "\n".join(body) + f"</main>{_AGE_SCRIPT}</body></html>\n")
 
 
 class Site:
@@ -600,70 +667,95 @@ def _naive(ts: pd.Series) -> pd.Series:
 
 
 def plot_audit(by_hour: pd.DataFrame, title: str) -> str:
-    """Headline: completeness % and duplicate % per store hour (bars: messages stored)."""
+    return _svg(audit_figure(by_hour, title))
+
+
+def audit_figure(by_hour: pd.DataFrame, title: str) -> Any:
+    """Headline: completeness % and duplicate % per store hour (bars: messages stored); the legend beside the
+    axes, never over the bars."""
     plt = _mpl()
     fig, ax = plt.subplots(figsize=(9, 3.2))
     x = _naive(by_hour["hour"])
     ax2 = ax.twinx()
-    ax2.bar(x, by_hour["stored"], width=1 / 24 * 0.8, color="#d9e2ef", label="stored", zorder=0)
+    bars = ax2.bar(x, by_hour["stored"], width=1 / 24 * 0.8, color="#d9e2ef", label="stored", zorder=0)
     ax2.set_ylabel("messages stored")
     ax.set_zorder(ax2.get_zorder() + 1)
     ax.patch.set_visible(False)
-    ax.plot(x, by_hour["completeness_pct"], marker="o", color="#0a7d32", label="completeness %")
-    ax.plot(x, by_hour["duplicate_pct"], marker="s", color="#b00020", label="duplicate %")
+    a = ax.plot(x, by_hour["completeness_pct"], marker="o", color="#0a7d32", label="completeness %")
+    b = ax.plot(x, by_hour["duplicate_pct"], marker="s", color="#b00020", label="duplicate %")
     ax.set_ylim(0, 105)
     ax.set_ylabel("%")
     ax.set_title(_drawn(title))
-    ax.legend(loc="lower left")
+    ax.legend(handles=[*a, *b, bars], loc="upper left", bbox_to_anchor=(1.12, 1.0), borderaxespad=0)
     fig.autofmt_xdate()
-    return _svg(fig)
+    return fig
 
 
 def plot_trends(trends: pd.DataFrame) -> str:
-    """Duplicated, unconsumed and DLQ counts per run, and queues per status per run."""
+    return _svg(trends_figure(trends))
+
+
+def trends_figure(trends: pd.DataFrame) -> Any:
+    """Duplicated, unconsumed and DLQ counts per run, and queues per status per run (legends below the axes)."""
     plt = _mpl()
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.2))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.6))
     x = list(range(len(trends)))
     labels = [_drawn(reports.format_ts(t)[:16].replace("T", " ")) for t in trends["as_of"]]
     for col, color in (("duplicated", "#b00020"), ("unconsumed", "#a35200"), ("dlq", "#5b2a86")):
         a.plot(x, trends[col], marker="o", label=col, color=color)
-    a.set_title("messages per run")
-    a.legend()
+    a.set_title("offsets and messages per run")
     bottom = pd.Series(0, index=trends.index)
     for st, color in zip(STATUSES, ("#0a7d32", "#e0a800", "#d9534f", "#6f1d1b")):
         b.bar(x, trends[st], bottom=bottom, label=st, color=color)
         bottom = bottom + trends[st]
     b.set_title("queues per status")
-    b.legend()
     for ax in (a, b):
         ax.set_xticks(x, labels, rotation=30, ha="right")
-    return _svg(fig)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.45), ncols=4, frameon=False)
+    return fig
 
 
 def plot_quality(trend: pd.DataFrame) -> str:
+    return _svg(quality_figure(trend))
+
+
+def quality_figure(trend: pd.DataFrame) -> Any:
+    """Pass rate per validation run, each labelled by its time in full (ids are long and were cut)."""
     plt = _mpl()
     fig, ax = plt.subplots(figsize=(9, 2.8))
     x = list(range(len(trend)))
-    ax.plot(x, trend["pass_rate_pct"], marker="o", color="#0a7d32")
+    ax.plot(x, trend["pass_rate_pct"], marker="o", color="#0a7d32", label="expectations passed %")
     ax.set_ylim(0, 105)
-    ax.set_ylabel("expectations passed %")
-    ax.set_xticks(x, [_drawn(str(v)[:28]) for v in trend["validation_id"]], rotation=30, ha="right")
-    ax.set_title("pass rate per validation run")
-    return _svg(fig)
+    ax.set_ylabel("passed %")
+    ax.set_xticks(x, [_drawn(reports.format_ts(t)[:19].replace("T", " ")) for t in trend["validated_at"]],
+                  rotation=30, ha="right")
+    ax.set_title("pass rate per validation run (by validation time)")
+    return fig
 
 
 def plot_timeline(samples: pd.DataFrame, dup: pd.DataFrame, unc: pd.DataFrame, title: str) -> str:
+    return _svg(timeline_figure(samples, dup, unc, title))
+
+
+def timeline_figure(samples: pd.DataFrame, dup: pd.DataFrame, unc: pd.DataFrame, title: str) -> Any:
     """Committed offset against Min and Max over the snapshots (lag shaded between), REWIND (a drop of the
-    committed offset) and EXPIRED (committed below Min) marked; duplicated and unconsumed ranges as bands."""
+    committed offset) and EXPIRED (committed below Min) marked; duplicated and unconsumed ranges as bands, each
+    kind of band in the legend (beside the axes)."""
+    from matplotlib.patches import Patch
+
     plt = _mpl()
     s = samples.sort_values("snapshot_ts", kind="mergesort")
     x = _naive(s["snapshot_ts"])
     fig, ax = plt.subplots(figsize=(8, 2.8))
+    bands: dict[str, str] = {}
     for r in dup.to_dict("records"):
         ax.axhspan(r["start_offset"], r["end_offset"] + 1, color="#b00020", alpha=0.15, lw=0)
+        bands["duplicated range"] = "#b00020"
     for r in unc.to_dict("records"):
-        color = "#e0a800" if r["kind"] == "BACKLOG" else "#5b2a86"
+        backlog = r["kind"] == "BACKLOG"
+        color = "#e0a800" if backlog else "#5b2a86"
         ax.axhspan(r["start_offset"], r["end_offset"] + 1, color=color, alpha=0.15, lw=0)
+        bands["BACKLOG range" if backlog else "lost range"] = color
     ax.plot(x, s["max_offset"], color="#1f77b4", label="Max", lw=1.2)
     ax.plot(x, s["min_offset"], color="#7f7f7f", label="Min", lw=1.2, ls="--")
     ax.plot(x, s["committed_offset"], color="#111", label="committed", marker=".", lw=1.5)
@@ -678,9 +770,11 @@ def plot_timeline(samples: pd.DataFrame, dup: pd.DataFrame, unc: pd.DataFrame, t
         ax.scatter(x[exp], s["committed_offset"][exp], marker="X", s=50, color="#5b2a86", zorder=5, label="EXPIRED")
     ax.set_title(_drawn(title), fontsize=9)
     ax.set_ylabel("offset")
-    ax.legend(fontsize=7, loc="upper left", ncols=3)
+    handles, _ = ax.get_legend_handles_labels()
+    handles += [Patch(color=color, alpha=0.3, label=name) for name, color in bands.items()]
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.autofmt_xdate()
-    return _svg(fig)
+    return fig
 
 
 def group_slug(cluster: str, group: str) -> str:
@@ -690,36 +784,101 @@ def group_slug(cluster: str, group: str) -> str:
     return f"{_readable(f'{cluster}__{group}')}-{_digest(cluster, group)}"
 
 
+# What an operator does about each kind of finding (the group page lists those its group has).
+WHAT_TO_DO = {
+    "EXPIRED": "Deleted by retention before the group consumed them: lost. Replay them from the producers or a backup "
+               "if the business needs them; the BELOW_MIN correction moves the group to Min.",
+    "SKIPPED": "The committed offset moved past them without consumption (a reset, skipAccumulatedMessage): reset the "
+               "group back to the range's start (mqadmin resetOffsetByTime) if they must be processed.",
+    "BROADCAST_DROPPED": "A broadcast client failed them and broadcast mode never retries: send them to that client "
+                         "again or process them by hand.",
+    "IN_DLQ": "Failed retryMaxTimes times and stored in %DLQ%<group>: look each one up (command below), fix the cause, "
+              "then resend it from the DLQ.",
+    "RETRYING": "Failing and retrying: it reaches the DLQ at the ETA shown unless it succeeds; read the consumer's "
+                "errors for its key.",
+    "BLOCKING_COMMIT": "In flight longer than consumeTimeout: it pins the committed offset, so a restart delivers "
+                       "everything after it again. Find the stuck consumer thread (jstack) or restart that client.",
+    "corrections": "Committed offsets outside [Min, Max]: run the mqadmin lines below (RocketMQ 5.1+; set the "
+                   "variables first), or offline replace the broker's consumerOffset.json with the corrected one.",
+    "REWIND": "The committed offset went back (a reset, a commit lost in a rebalance): the range is delivered again; "
+              "the consumers must be idempotent for it.",
+    "STALL": "The committed offset has not moved while messages wait: check that the group's consumers run and are "
+             "not blocked (a BLOCKING_COMMIT row names the message).",
+    "WARN": "Lag never shrank over the window: the consumers are slower than the producers; add consumers or queues.",
+    "duplicated": "Delivered twice: HEAD_BLOCKED and UNPERSISTED are RocketMQ's at-least-once semantics (make the "
+                  "consumers idempotent), REWIND an operator's reset.",
+}
+
+
+def findings(r: dict[str, Any]) -> list[str]:
+    """The kinds of finding an overview row has, in :data:`WHAT_TO_DO`'s order."""
+    counts = {"corrections": int(r["corrections"]), "duplicated": int(r["duplicated"]),
+              **{k: int(r[k]) for k in (*LOST_KINDS, "IN_DLQ", "RETRYING", "BLOCKING_COMMIT")}}
+    return [k for k in WHAT_TO_DO if counts.get(k, 0) > 0 or r["status"] == k]
+
+
+def lookup_command(r: dict[str, Any]) -> str:
+    """The mqadmin line that shows a DLQ candidate's stored copy: the DLQ's copy for IN_DLQ, else the original's."""
+    topic = f"%DLQ%{r['consumer_group']}" if r["reason"] == "IN_DLQ" else r["topic"]
+    return f"mqadmin queryMsgByUniqueKey -n \"$NAMESRV\" -t {reports._sh(topic)} -i {reports._sh(r['uniq_key'])}"
+
+
+OVERVIEW_SHOWN = ["consumer_group", "severity", "why", "since", "status", "time_lag", "duplicated", "lost", "BACKLOG",
+                  "dlq", "corrections", "queues", "cluster"]
+
+
 def render(data: dict[str, Any]) -> dict[str, str]:
     """Every file of the site (relative path -> text) from :func:`extract`'s frames."""
     site = Site()
-    run, cur = data["run"], data["current"]
+    run, cur = dict(data["run"]), data["current"]
+    runs = data["runs"]
+    if len(cur["consumer_status"]) and "snapshot_ts" in cur["consumer_status"].columns:
+        run["newest_snapshot"] = pd.to_datetime(cur["consumer_status"]["snapshot_ts"], utc=True).max()
     overview = group_overview(cur["consumer_status"], cur["duplicated_ranges"], cur["unconsumed_ranges"],
                               cur["dlq_candidates"], cur["offset_corrections"])
+    trend_runs = runs
+    dup_seen = first_seen(cur["duplicated_ranges"], data["trend"]["duplicated_ranges"], trend_runs, "evidence")
+    unc_seen = first_seen(cur["unconsumed_ranges"], data["trend"]["unconsumed_ranges"], trend_runs, "kind")
+    queue_since = since_per_queue(cur["status_samples"])
+    overview["since"] = [short_time(t) for t in group_since(overview, queue_since, cur["consumer_status"], dup_seen,
+                                                             unc_seen, cur["dlq_candidates"])]
+    st = cur["consumer_status"]
+    lag = st.groupby(GROUP)["time_lag_s"].max() if len(st) and "time_lag_s" in st.columns else \
+        pd.Series(dtype="int64")
+    overview["time_lag"] = [time_lag_text(lag.get((c, g), 0)) for c, g in zip(overview["cluster"],
+                                                                               overview["consumer_group"])]
     rows = audit_rows(cur["audit_hours"], cur["consumer_status"], cur["duplicated_ranges"], cur["unconsumed_ranges"])
     per_group_hour = audit(rows)
     per_hour = audit(rows, by=["hour"])
-    trends = run_trends(data["runs"], **data["trend"])
-    report_href = f"../{urllib.parse.quote(str(run['run_id']), safe='')}/"
-    summary = {s: int((overview["severity"] == s).sum()) for s in SEVERITIES}
+    trends = run_trends(runs, **data["trend"])
+    report_path = f"../{run['run_id']}/"  # the run's report folder, beside the dashboard's
+    note = _not_current_note(run, data.get("current_id"), runs)
+    counts = {s: int((overview["severity"] == s).sum()) for s in SEVERITIES}
     body = ["<div class='cards'>" + "".join(
-        f"<div class='card {s}' data-card='{s}'><b>{summary[s]:,}</b>{s} groups</div>" for s in reversed(SEVERITIES))
-        + f"<div class='card' data-card='duplicated'><b>{int(overview['duplicated'].sum()):,}</b>duplicated offsets</div>"
-        + f"<div class='card' data-card='lost'><b>{int(overview[list(LOST_KINDS)].sum().sum()):,}</b>messages lost</div>"
-        + f"<div class='card' data-card='dlq'><b>{int(overview['dlq'].sum()):,}</b>DLQ candidates</div></div>"]
+        f"<div class='card {s}' data-card='{s}'><b>{counts[s]:,}</b>{s} groups</div>" for s in reversed(SEVERITIES))
+        + f"<div class='card' data-card='duplicated'><b>{int(overview['duplicated'].sum()):,}</b>duplicated offsets"
+          "<br><span class='muted'>each counted once</span></div>"
+        + f"<div class='card' data-card='lost'><b>{int(overview['lost'].sum()):,}</b>messages lost</div>"
+        + f"<div class='card' data-card='dlq'><b>{int(overview['dlq'].sum()):,}</b>DLQ candidates<br>"
+          "<span class='muted'>in or on the way to a DLQ</span></div></div>"]
     if len(per_hour):
         body.append(plot_audit(per_hour, "all groups: completeness and duplicates per store hour"))
     body.append("<h2>Groups by severity</h2><p class='muted'>CRITICAL: messages lost (EXPIRED, SKIPPED, "
                 "BROADCAST_DROPPED), in the DLQ or blocking the commit, offsets to correct, or a REWIND/STALL queue; "
                 "WARNING: duplicated offsets (each counted once, whatever the evidence), RETRYING messages or a WARN "
-                "queue.</p>")
-    body.append(site.table(overview, OVERVIEW_COLUMNS[1:], name="overview",
+                "queue. <b>since</b>: when the trouble began (the first snapshot of a queue's lag or loss, the first "
+                "run that saw a range, a DLQ message's last attempt); <b>time lag</b>: how long the oldest waiting "
+                "message has waited; the status is Burrow's, per queue (the worst shown).</p>")
+    body.append(site.table(overview, OVERVIEW_SHOWN, name="overview",
                            link=lambda r: f"groups/{group_slug(r['cluster'], r['consumer_group'])}.html",
                            max_rows=max(MAX_ROWS, len(overview))))
     files_list = [f for f in _run_files(run) if f != "_SUCCESS"]
     body.append("<h2>This run's files</h2><ul>" + "".join(
-        f"<li><a href='{_esc(report_href + urllib.parse.quote(f))}'>{_esc(f)}</a></li>" for f in files_list) + "</ul>")
-    site.files["index.html"] = _page("Consumer groups by severity", run, body)
+        f"<li><a href='{_href(report_path + f)}'>{_esc(f)}</a></li>" for f in files_list) + "</ul>")
+    site.files["index.html"] = _page("Consumer groups by severity", run, body, note=note)
+
+    # runs
+    site.files["runs.html"] = _page("Runs", run, _runs_body(site, runs, run, data.get("current_id")), note=note)
 
     # audit
     body = []
@@ -729,21 +888,51 @@ def render(data: dict[str, Any]) -> dict[str, str]:
                 "(below the committed offset), consumed, duplicated and never consumed (EXPIRED, SKIPPED, "
                 "BROADCAST_DROPPED); completeness = consumed / stored, duplicates = duplicated / stored.</p>")
     body.append(site.table(per_group_hour, AUDIT_COLUMNS, name="audit"))
-    site.files["audit.html"] = _page("Audit per group and hour", run, body)
+    site.files["audit.html"] = _page("Audit per group and hour", run, body, note=note)
 
     # trends
     body = [plot_trends(trends) if len(trends) else "", site.table(trends, TREND_COLUMNS, name="trends")]
-    site.files["trends.html"] = _page(f"Trends over the last {len(trends)} runs", run, body)
+    site.files["trends.html"] = _page(f"Trends over the last {len(trends)} runs", run, body, note=note)
 
     # quality
-    site.files["quality.html"] = _page("Data quality", run, _quality_body(site, data["validation"]))
+    site.files["quality.html"] = _page("Data quality", run, _quality_body(site, data["validation"]), note=note)
 
     # groups
+    seen = {"dup": dup_seen, "unc": unc_seen, "queues": queue_since}
     for r in overview.to_dict("records"):
         slug = group_slug(r["cluster"], r["consumer_group"])
         site.files[f"groups/{slug}.html"] = _page(f"{r['consumer_group']} ({r['cluster']})", run,
-                                                  _group_body(site, r, cur, rows, slug), depth=1)
+                                                  _group_body(site, r, cur, rows, slug, seen, report_path),
+                                                  depth=1, note=note)
     return site.files
+
+
+def _not_current_note(run: dict[str, Any], current_id: str | None, runs: pd.DataFrame) -> str:
+    """A run that is not the current one says so on every page, and where the current state is."""
+    if current_id is None or run["run_id"] == current_id:
+        return ""
+    cur = runs[runs["run_id"] == current_id]
+    where = (f" The current state is the {_esc(run_label(cur.iloc[-1].to_dict()))} "
+             f"<span class='muted'>{_esc(current_id)}</span> as of {_esc(reports.format_ts(cur.iloc[-1]['as_of']))}."
+             if len(cur) else "")
+    return (f"<p class='note' data-note='not-current'>This site shows the {_esc(run_label(run))}, not the current "
+            f"state of the fleet.{where}</p>")
+
+
+def _runs_body(site: Site, runs: pd.DataFrame, shown: dict[str, Any], current_id: str | None) -> list[str]:
+    """Every recent run, newest first, with its kind and a link to its own report page."""
+    t = runs.sort_values(["as_of", "completed_at", "run_id"], ascending=False, kind="mergesort").copy()
+    t["run"] = [run_label(r) for r in t.to_dict("records")]
+    t["page"] = [f"../{r}/index.html" for r in t["run_id"]]  # quoted by the table's link
+    t["on this site"] = ["current" if r == current_id else ("shown" if r == shown["run_id"] else "")
+                         for r in t["run_id"]]
+    return ["<p class='muted'>The overview shows the current run: the newest scheduled run by as-of time (without "
+            "one, the newest run over every group at its newest snapshot). Ad-hoc runs (an as-of time or groups "
+            "asked for) and backfills keep their own report pages: follow the run id. <code>rmq-recon dashboard "
+            "--run-id ID</code> builds this site for another run.</p>",
+            site.table(t.assign(newest_snapshot=snapshot_time(t)),
+                       ["run_id", "run", "newest_snapshot", "as_of", "completed_at", "on this site"], name="runs",
+                       link=lambda r: r["page"], max_rows=max(MAX_ROWS, len(t)))]
 
 
 def _run_files(run: dict[str, Any]) -> list[str]:
@@ -775,7 +964,7 @@ def _quality_body(site: Site, results: pd.DataFrame | None) -> list[str]:
 
 
 def _group_body(site: Site, r: dict[str, Any], cur: dict[str, pd.DataFrame], rows: pd.DataFrame,
-                slug: str) -> list[str]:
+                slug: str, seen: dict[str, pd.DataFrame], report_path: str) -> list[str]:
     key = (r["cluster"], r["consumer_group"])
 
     def of_group(df: pd.DataFrame) -> pd.DataFrame:
@@ -785,13 +974,43 @@ def _group_body(site: Site, r: dict[str, Any], cur: dict[str, pd.DataFrame], row
 
     st, dup, unc = of_group(cur["consumer_status"]), of_group(cur["duplicated_ranges"]), of_group(cur["unconsumed_ranges"])
     samples = of_group(cur["status_samples"])
+    since = r.get("since") or ""
     body = [f"<p>severity <span class='{r['severity']}' data-field='severity'>{r['severity']}</span>; "
-            f"{_esc(r['why']) or 'nothing to report'}</p>"]
-    body.append(site.table(pd.DataFrame([r]), OVERVIEW_COLUMNS[2:-1], name=f"{slug}-counts"))
+            f"<span data-field='why'>{_esc(r['why']) or 'nothing to report'}</span>; Burrow status "
+            f"<span class='{_esc(r['status'])}' data-field='status'>{_esc(r['status'])}</span>"
+            + (f"; since <span data-field='since'>{_esc(since)}</span>" if since else "") + "</p>"]
+    body.append(site.table(pd.DataFrame([r]), ["since", "time_lag", "queues", "duplicated", "lost", *UNCONSUMED_KINDS,
+                                               *DLQ_BOUND, "corrections"], name=f"{slug}-counts"))
+    todo = findings(r)
+    if todo:
+        body.append("<h2>What to do</h2><ul class='todo' data-section='todo'>" + "".join(
+            f"<li data-finding='{_esc(k)}'><b>{_esc(k)}</b>: {_esc(WHAT_TO_DO[k])}</li>" for k in todo) + "</ul>")
+    body += _corrections_section(site, cur["offset_corrections"], key, slug, "../" + report_path)
+    dlq = of_group(cur["dlq_candidates"])
+    if len(dlq):
+        dlq = dlq.sort_values(dlq_candidates.SORT_KEY, kind="mergesort")
+        dlq = dlq.assign(look_up=[lookup_command(x) for x in dlq.to_dict("records")])
+    body.append(f"<h2>DLQ candidates ({len(dlq):,})</h2><p class='muted'>each message's stored copy: set NAMESRV to "
+                "the cluster's name server and run its look-up line (the DLQ's copy for IN_DLQ).</p>")
+    body.append(site.table(dlq, [*dlq_candidates.REPORT_COLUMNS[2:], "look_up"] if len(dlq) else
+                           dlq_candidates.REPORT_COLUMNS[2:], name=f"{slug}-DLQ_candidates", depth=1))
     queues = queue_table(st, dup, unc)
+    if len(queues) and len(seen["queues"]):
+        queues = queues.merge(seen["queues"], on=SERIES_KEY, how="left")
+    else:
+        queues = queues.assign(since=None)
     body.append("<h2>Queues</h2>")
-    body.append(site.table(queues, [*SERIES_KEY[2:], "status", "committed_offset", "min_offset", "max_offset", "lag",
-                                    "duplicated", *UNCONSUMED_KINDS], name=f"{slug}-queues", depth=1))
+    body.append(site.table(queues, [*SERIES_KEY[2:], "status", "since", "committed_offset", "min_offset", "max_offset",
+                                    "lag", "duplicated", *UNCONSUMED_KINDS], name=f"{slug}-queues", depth=1))
+    for name, df, cols in (("duplicated ranges", of_group(seen["dup"]), [*duplicated_ranges.REPORT_COLUMNS[2:],
+                                                                          "first_seen"]),
+                           ("unconsumed ranges", of_group(seen["unc"]), [*unconsumed_ranges.REPORT_COLUMNS[2:],
+                                                                          "first_seen"])):
+        sort = duplicated_ranges.SORT_KEY if name.startswith("dup") else unconsumed_ranges.SORT_KEY
+        df = df.sort_values(sort, kind="mergesort") if len(df) else df
+        body.append(f"<h2>{name} ({len(df):,})</h2><p class='muted'>first_seen: the as-of time of the first of the "
+                    "recent runs that reported it.</p>")
+        body.append(site.table(df, cols, name=f"{slug}-{name.replace(' ', '_')}", depth=1))
     hourly = audit(of_group(rows))
     body.append("<h2>Audit per hour</h2>")
     body.append(site.table(hourly, AUDIT_COLUMNS[2:], name=f"{slug}-audit", depth=1))
@@ -826,12 +1045,36 @@ def _group_body(site: Site, r: dict[str, Any], cur: dict[str, pd.DataFrame], row
         body.append(site.table(win, ["snapshot_ts", "committed_offset", "min_offset", "max_offset", "lag"],
                                name=f"{slug}-why-{q['topic']}-{q['broker']}-{q['queue_id']}-{q['client_id']}",
                                depth=1))
-    for name, df, cols in (("duplicated ranges", dup, duplicated_ranges.REPORT_COLUMNS[2:]),
-                           ("unconsumed ranges", unc, unconsumed_ranges.REPORT_COLUMNS[2:]),
-                           ("DLQ candidates", of_group(cur["dlq_candidates"]), dlq_candidates.REPORT_COLUMNS[2:])):
-        body.append(f"<h2>{name} ({len(df):,})</h2>")
-        body.append(site.table(df, cols, name=f"{slug}-{name.replace(' ', '_')}", depth=1))
     return body
+
+
+def _corrections_section(site: Site, corrections: pd.DataFrame, key: tuple[str, str], slug: str,
+                         report_path: str) -> list[str]:
+    """The group's offset corrections, their mqadmin lines ready to copy (the run's offset_corrections.sh's own, with
+    the variables they read), and links to the corrected consumerOffset.json of each broker. ``report_path``: the
+    run's report folder relative to the page."""
+    mine = corrections[(corrections["cluster"] == key[0]) & (corrections["consumer_group"] == key[1])] \
+        if len(corrections) else corrections
+    out = [f"<h2>Offset corrections ({len(mine):,})</h2>"]
+    if not len(mine):
+        return out + ["<p class='muted'>none</p>"]
+    out.append(site.table(mine.sort_values(offset_corrections.SORT_KEY, kind="mergesort"),
+                          offset_corrections.REPORT_COLUMNS[2:], name=f"{slug}-corrections", depth=1))
+    checks, rows = reports.correction_lines(corrections)  # the whole run's: the script's variable names
+    lines = [line for r, row_lines in rows if (r["cluster"], r["consumer_group"]) == key for line in row_lines]
+    used = set(re.findall(r"\$([A-Z0-9_]+)", "\n".join(line for line in lines if "mqadmin" in line)))
+    setup = [c for c in checks if set(re.findall(r"\b(NAMESRV_[A-Z0-9_]+|BROKER_ADDR_[A-Z0-9_]+)", c)) & used]
+    out.append("<p>With RocketMQ 5.1+, set the variables (each line names its cluster or broker) and run these lines, "
+               f"or the run's whole <a href='{_href(report_path + 'offset_corrections.sh')}'>offset_corrections.sh"
+               "</a>:</p>")
+    out.append("<pre class='cmd' data-section='commands'>" + _esc("\n".join(setup + lines)) + "</pre>")
+    brokers = sorted(set(mine[mine["client_id"].fillna("") == ""]["broker"]))
+    if brokers:
+        out.append("<p>Offline (broker stopped): the broker's consumerOffset.json with the run's corrections applied: "
+                   + ", ".join(f"<a data-corrected='{_esc(b)}' href='{_href(report_path)}"
+                               f"{_esc('/'.join(urllib.parse.quote(x, safe='') for x in ('corrected', key[0], b)))}"
+                               f"/consumerOffset.json'>{_esc(b)}</a>" for b in brokers) + ".</p>")
+    return out
 
 
 # ------------------------------------------------------------------------------------------------- run
@@ -847,7 +1090,7 @@ def run(lake: str, reports_root: str, *, run_id: str | None = None, recent_runs:
     Returns:
         ``{"dashboard": folder, "index": index uri, "run_id", "files", "seconds"}``.
     """
-    say = progress or log.info
+    say = progress_lines.reporter(progress, log)
     t0 = time.time()
     data = extract(lake, run_id=run_id, recent_runs=recent_runs)
     files = render(data)

@@ -29,6 +29,7 @@ from typing import Any
 
 import pandas as pd
 
+from jobs.reconcile import verdict
 from jobs.reconcile import gold_runs
 from schemas import consumer_status, dlq_candidates, duplicated_ranges, unconsumed_ranges
 
@@ -51,7 +52,7 @@ HELP = {
     "consumable_lag": "Max - max(committed, Min): the backlog still in the commitlog",
     "time_lag_seconds": "latest snapshot time - store time of the message at the committed offset",
     "status": "Burrow-style status (1 for the current one): OK, WARN, STALL or REWIND",
-    "duplicated_messages": "offsets delivered twice (gold/duplicated_ranges, TRACE and REWIND evidence)",
+    "duplicated_messages": "offsets delivered twice (gold/duplicated_ranges), each once whatever its evidence",
     "unconsumed_messages": "offsets never consumed, by kind (gold/unconsumed_ranges)",
     "expired_messages": "offsets deleted by retention before the group consumed them (kind EXPIRED)",
     "dlq_candidates": "messages that need a human, by reason (gold/dlq_candidates)",
@@ -75,7 +76,8 @@ def queue_figures(status: pd.DataFrame, duplicated: pd.DataFrame, unconsumed: pd
 
     Args:
         status: consumer_status rows (``QUEUE`` + lag, consumable_lag, time_lag_s, status).
-        duplicated, unconsumed: range rows (``QUEUE`` + messages; unconsumed also ``kind``).
+        duplicated: range rows (``QUEUE`` + start_offset, end_offset).
+        unconsumed: range rows (``QUEUE`` + kind, messages).
         dlq: dlq_candidates rows (``QUEUE`` + reason).
     """
     def norm(df: pd.DataFrame) -> pd.DataFrame:
@@ -87,8 +89,11 @@ def queue_figures(status: pd.DataFrame, duplicated: pd.DataFrame, unconsumed: pd
     status, duplicated, unconsumed, dlq = norm(status), norm(duplicated), norm(unconsumed), norm(dlq)
     keys = pd.concat([t[QUEUE] for t in (status, duplicated, unconsumed, dlq)]).drop_duplicates()
     out = keys.merge(status[QUEUE + ["lag", "consumable_lag", "time_lag_s", "status"]], on=QUEUE, how="left")
-    out["duplicated_messages"] = out[QUEUE].merge(
-        duplicated.groupby(QUEUE, as_index=False)["messages"].sum(), on=QUEUE, how="left")["messages"].fillna(0).values
+    # each offset once, whatever its evidence (jobs.reconcile.verdict: the number every other output shows)
+    dup = verdict.union_ranges(duplicated, QUEUE) if len(duplicated) else pd.DataFrame(columns=[*QUEUE, "messages"])
+    out["duplicated_messages"] = pd.to_numeric(out[QUEUE].merge(
+        dup.groupby(QUEUE, as_index=False)["messages"].sum(), on=QUEUE, how="left")["messages"],
+        errors="coerce").fillna(0).values
     for kind in UNCONSUMED_KINDS:
         part = unconsumed[unconsumed["kind"] == kind].groupby(QUEUE, as_index=False)["messages"].sum()
         out[f"unconsumed_{kind}"] = out[QUEUE].merge(part, on=QUEUE, how="left")["messages"].fillna(0).values
@@ -146,7 +151,7 @@ def extract(lake: str, run: dict[str, Any]) -> pd.DataFrame:
     return queue_figures(
         gold_runs.run_rows(lake, run, consumer_status.TABLE,
                            QUEUE + ["lag", "consumable_lag", "time_lag_s", "status"]),
-        gold_runs.run_rows(lake, run, duplicated_ranges.TABLE, QUEUE + ["messages"]),
+        gold_runs.run_rows(lake, run, duplicated_ranges.TABLE, QUEUE + ["start_offset", "end_offset"]),
         gold_runs.run_rows(lake, run, unconsumed_ranges.TABLE, QUEUE + ["kind", "messages"]),
         gold_runs.run_rows(lake, run, dlq_candidates.TABLE, QUEUE + ["reason"]),
     )

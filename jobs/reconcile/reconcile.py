@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import pandas as pd
 
+from jobs import progress as progress_lines
 from jobs.lake import _delta, failpoints, storage
-from jobs.reconcile import offset_state, reports
+from jobs.reconcile import offset_state, reports, verdict
 from jobs.rules import snapshots
 from jobs.problems import UsageError
 from jobs.formats import names
@@ -65,7 +66,6 @@ DASHBOARD_TABLES = {"status_samples": status_samples_schema.TABLE, "audit_hours"
 CARRIED_TABLES = offset_state.CARRIED_TABLES
 GOLD_TABLES = ([m.TABLE for m in REPORT_MODULES.values()] + list(DASHBOARD_TABLES.values())
                + list(CARRIED_TABLES.values()))
-_STATUS_RANK = {"OK": 0, "WARN": 1, "STALL": 2, "REWIND": 3}
 
 
 def parse_as_of(value: str | dt.datetime | None) -> dt.datetime | None:
@@ -105,6 +105,11 @@ def check_inputs(lake: str, reports_root: str, *, as_of: str | dt.datetime | Non
     if not storage.exists(lake):
         raise UsageError(f"--lake {lake}: no such lake; give the folder or s3:// URI that `rmq-recon ingest --lake` "
                          "wrote")
+    from jobs.ingest import landing
+
+    if landing.looks_like_a_landing_zone(lake):
+        raise UsageError(f"--lake {lake}: is a landing zone (cluster=<c>/... snapshot folders), not a lake; give the "
+                         "folder or s3:// URI that `rmq-recon ingest --lake` wrote")
 
 
 def check_groups(frames: dict[str, Any], groups: list[str] | None) -> None:
@@ -130,6 +135,23 @@ def check_groups(frames: dict[str, Any], groups: list[str] | None) -> None:
 
 def default_run_id(as_of: dt.datetime) -> str:
     return "asof-" + as_of.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+# What started a run. The dashboard shows the newest ``scheduled`` run by as-of time as the current state (else the
+# newest ``manual`` or ``cli`` run, which reconciled everything at the newest snapshot); ``ad-hoc`` (an as-of time or
+# groups were asked for) and ``backfill`` runs keep their own pages.
+RUN_KINDS = ("scheduled", "manual", "backfill", "ad-hoc", "cli")
+
+
+def run_kind(run_type: str | None, params: dict[str, Any]) -> str:
+    """The kind of a DAG run: Airflow's run type (scheduled, asset-triggered, manual, backfill), ``ad-hoc`` when the
+    run asked for an as-of time or groups."""
+    rt = str(getattr(run_type, "value", run_type) or "").lower()
+    if rt == "backfill":
+        return "backfill"
+    if params.get("as_of") or params.get("groups"):
+        return "ad-hoc"
+    return "manual" if rt == "manual" else "scheduled"
 
 
 # Folders of the report root that are not a run's: a run of that id would replace them.
@@ -249,8 +271,10 @@ def _original_offset_files(lake: str, latest: pd.DataFrame, version: int | None 
 
 
 def summarize(run_id: str, as_of: dt.datetime, lake: str, pdfs: dict[str, pd.DataFrame],
-              agreement: pd.DataFrame, file_names: list[str]) -> dict[str, Any]:
-    """summary.json: counts per table and per group, each group's worst status, and replay agreement."""
+              agreement: pd.DataFrame, file_names: list[str], kind: str = "cli") -> dict[str, Any]:
+    """summary.json: counts per table and per group (an offset counted once: ``offsets``; the breakdown by evidence
+    or kind beside it, labelled, whose parts may overlap), each group's severity with its reason and its worst
+    status (jobs.reconcile.verdict: the same numbers the dashboard and the terminal show), and replay agreement."""
     kind_col = {"duplicated_ranges": "evidence", "unconsumed_ranges": "kind", "offset_corrections": "reason",
                 "dlq_candidates": "reason", "consumer_status": "status"}
     tables: dict[str, Any] = {}
@@ -258,8 +282,9 @@ def summarize(run_id: str, as_of: dt.datetime, lake: str, pdfs: dict[str, pd.Dat
         info: dict[str, Any] = {"rows": int(len(df))}
         if len(df):
             info["by_kind"] = {str(k): int(v) for k, v in df.groupby(kind_col[name]).size().sort_index().items()}
-            if "messages" in df.columns:
-                info["messages"] = int(df["messages"].sum())
+        if name in ("duplicated_ranges", "unconsumed_ranges"):
+            info["offsets"] = verdict.distinct_offsets(df)
+            info[f"offsets_by_{kind_col[name]}"] = verdict.offsets_by(df, kind_col[name])
         tables[name] = info
     groups: dict[str, dict[str, Any]] = {}
     # A group is named by its name; when the run covers several clusters, by "cluster/group" (two clusters can
@@ -270,25 +295,23 @@ def summarize(run_id: str, as_of: dt.datetime, lake: str, pdfs: dict[str, pd.Dat
     def g(cluster: str, name: str) -> dict[str, Any]:
         return groups.setdefault(f"{cluster}/{name}" if several else name, {})
 
-    for r in pdfs["consumer_status"].to_dict("records"):
-        cur = g(r["cluster"], r["consumer_group"]).get("status", "OK")
-        if _STATUS_RANK.get(r["status"], 0) >= _STATUS_RANK.get(cur, 0):
-            g(r["cluster"], r["consumer_group"])["status"] = r["status"]
-    for name, key in (("duplicated_ranges", "duplicated_messages"), ("unconsumed_ranges", "unconsumed_messages")):
-        df = pdfs[name]
-        for (c, grp), n in (df.groupby(["cluster", "consumer_group"])["messages"].sum().items() if len(df) else []):
-            g(c, grp)[key] = int(n)
-    for name, key in (("offset_corrections", "corrections"), ("dlq_candidates", "dlq_candidates")):
-        df = pdfs[name]
-        for (c, grp), n in (df.groupby(["cluster", "consumer_group"]).size().items() if len(df) else []):
-            g(c, grp)[key] = int(n)
+    overview = verdict.group_overview(pdfs["consumer_status"], pdfs["duplicated_ranges"], pdfs["unconsumed_ranges"],
+                                      pdfs["dlq_candidates"], pdfs["offset_corrections"])
+    for r in overview.to_dict("records"):
+        g(r["cluster"], r["consumer_group"]).update({
+            "severity": r["severity"], "reason": r["why"], "status": r["status"],
+            "duplicated_offsets": int(r["duplicated"]), "unconsumed_offsets": int(r["unconsumed"]),
+            "lost_offsets": int(r["lost"]), "dlq_candidates": int(r["dlq"]), "corrections": int(r["corrections"])})
     for r in agreement.to_dict("records"):
         g(r["cluster"], r["consumer_group"])["replay_agreement"] = {
             "compared": int(r["compared"]), "agreeing": int(r["agreeing"]),
             "ratio": None if r["compared"] == 0 else round(float(r["agreeing"]) / float(r["compared"]), 4),
         }
-    return {"run_id": run_id, "as_of": reports.format_ts(as_of), "lake": lake, "tables": tables,
-            "groups": groups, "files": file_names}
+    severities = {s: sum(1 for x in groups.values() if x.get("severity") == s) for s in verdict.SEVERITIES}
+    st = pdfs["consumer_status"]
+    newest = reports.format_ts(pd.to_datetime(st["snapshot_ts"], utc=True).max()) if len(st) else None
+    return {"run_id": run_id, "kind": kind, "as_of": reports.format_ts(as_of), "newest_snapshot": newest,
+            "lake": lake, "tables": tables, "severities": severities, "groups": groups, "files": file_names}
 
 
 def missing_inputs(folders: SnapshotFolders, until: dt.datetime) -> list[dict[str, Any]]:
@@ -301,7 +324,7 @@ def missing_inputs(folders: SnapshotFolders, until: dt.datetime) -> list[dict[st
 def write_report_folder(folder: str, run_id: str, as_of: dt.datetime, lake: str, pdfs: dict[str, pd.DataFrame],
                         agreement: pd.DataFrame, latest_offsets: pd.DataFrame,
                         files_version: int | None = None, horizon_info: dict[str, Any] | None = None,
-                        missing: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                        missing: list[dict[str, Any]] | None = None, kind: str = "cli") -> dict[str, Any]:
     """Write every §5 file of one run into ``folder`` (local or s3://), published all at once. ``missing``:
     :func:`missing_inputs`, in summary.json and on the dashboard."""
     out: dict[str, str] = {}
@@ -314,7 +337,7 @@ def write_report_folder(folder: str, run_id: str, as_of: dt.datetime, lake: str,
     for (cluster, broker), rows in (clustering.groupby(["cluster", "broker"]) if len(clustering) else []):
         out[f"corrected/{cluster}/{broker}/consumerOffset.json"] = reports.corrected_offset_file(
             originals.get((cluster, broker)), rows.to_dict("records"))
-    summary = summarize(run_id, as_of, lake, pdfs, agreement, list(out) + ["summary.json", "index.html"])
+    summary = summarize(run_id, as_of, lake, pdfs, agreement, list(out) + ["summary.json", "index.html"], kind)
     if horizon_info is not None:
         summary["horizon"] = horizon_info
     summary["missing_inputs"] = missing or []
@@ -333,7 +356,7 @@ def write_report_folder(folder: str, run_id: str, as_of: dt.datetime, lake: str,
 def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None, run_id: str | None = None,
         window: int = 10, groups: list[str] | None = None, dlq_warn_retries: int = 3,
         blocking_min_age_s: int = 900, full: bool = False, retention_h: float | str | None = None,
-        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+        kind: str | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Reconcile the lake as of ``as_of`` and write gold tables and ``<reports_root>/<run_id>/``.
 
     Args:
@@ -346,6 +369,8 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
         full: recompute everything (an investigation, a backfill) instead of carrying the previous run's final
             rows (docs/semantics.md rule 24).
         retention_h: the horizon, hours before as-of (default ``RMQ_RECON_RETENTION_H`` or 72).
+        kind: what started the run (:data:`RUN_KINDS`; the DAG's :func:`run_kind`); default ``ad-hoc`` when
+            ``as_of`` or ``groups`` is given, else ``cli``. The dashboard's current view is the newest scheduled run.
 
     Returns:
         The summary (counts per table and group) plus ``report_dir`` and ``seconds``.
@@ -356,9 +381,12 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
 
     from jobs.reconcile import horizon
 
-    say = progress or log.info
+    say = progress_lines.reporter(progress, log)
     t0 = time.time()
     check_inputs(lake, reports_root, as_of=as_of, window=window, run_id=run_id)
+    kind = kind or ("ad-hoc" if as_of is not None or groups else "cli")
+    if kind not in RUN_KINDS:
+        raise ValueError(f"kind {kind!r}: expected one of {', '.join(RUN_KINDS)}")
     hours = horizon.retention_hours(retention_h)
     with ExitStack() as stack:
         if _delta.table_format() == "parquet":
@@ -427,7 +455,7 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
         folder = storage.join(reports_root, rid)
         summary = write_report_folder(folder, rid, as_of_ts, lake, r["pdfs"], r["agreement"], r["latest_offsets"],
                                       state["table_versions"].get(files.TABLE.qualified), horizon_info=info,
-                                      missing=missing_inputs(folders, as_of_ts))
+                                      missing=missing_inputs(folders, as_of_ts), kind=kind)
         failpoints.hit("reconcile.after_publish")
         held.check()
         # The ledger row also keeps the old records' maxima per queue, which the next run carries
@@ -437,7 +465,7 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
                                        "offsets": kept_offsets}}
         ledger.record_reconcile(spark, lake, run_id=rid, as_of=as_of_ts, report_dir=folder,
                                 ingest_run_id=state["run_id"], rows={n: len(df) for n, df in r["pdfs"].items()},
-                                gold_tables=GOLD_TABLES, summary=kept)
+                                gold_tables=GOLD_TABLES, summary=kept, kind=kind)
     summary["report_dir"] = folder
     summary["seconds"] = round(time.time() - t0, 2)
     say(f"reconcile: wrote {folder} in {summary['seconds']} s")

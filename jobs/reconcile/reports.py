@@ -85,13 +85,59 @@ def to_csv(df: pd.DataFrame, columns: list[str], sort_key: list[str]) -> str:
     return "".join(lines)
 
 
-def corrections_script(corrections: pd.DataFrame, run_id: str) -> str:
-    """An operator script that applies the offset corrections with mqadmin (RocketMQ 5.1+, formats §8).
+def correction_lines(corrections: pd.DataFrame) -> tuple[list[str], list[tuple[dict[str, Any], list[str]]]]:
+    """The script's variable checks, and per correction row (sorted) its lines: a comment saying what and why, and
+    the ``mqadmin`` reset (commented out where it cannot run), or for a broadcast client what to set in its
+    offsets.json. The script and the dashboard's group pages both show these lines.
 
     Names come from input files and none may become code: a comment line shows them escaped (no newline or control
     character can end it), a command holds them only as quoted words, and addresses are read from variables whose
     names are built from the cluster and broker names (:func:`_var_names`: one variable per cluster or broker).
     """
+    clusters = sorted(set(corrections["cluster"])) if len(corrections) else []
+    brokers = sorted(set(zip(corrections["cluster"], corrections["broker"]))) if len(corrections) else []
+    namesrv = {c: f"NAMESRV_{v}" for c, v in _var_names([(c,) for c in clusters]).items()}
+    addr = {k: f"BROKER_ADDR_{v}" for k, v in _var_names(brokers).items()}
+    checks: list[str] = []
+    for c in clusters:
+        var = namesrv[(c,)]
+        checks += [f"# cluster {_said(c)}: name server in {var}", f': "${{{var}:?set {var}=host:9876}}"']
+    for c, b in brokers:
+        var = addr[(c, b)]
+        checks += [f"# cluster {_said(c)}, broker {_said(b)}: address in {var}",
+                   f': "${{{var}:?set {var}=host:port}}"']
+    if len(corrections):
+        corrections = corrections.sort_values(["cluster", "broker", "consumer_group", "client_id", "topic", "queue_id"])
+    rows: list[tuple[dict[str, Any], list[str]]] = []
+    for r in corrections.to_dict("records"):
+        what = (f"{_said(r['reason'])}: committed {_said(r['committed_offset'])} outside [{_said(r['min_offset'])}, "
+                f"{_said(r['max_offset'])}], lost {_said(r['lost_messages'])}")
+        where = f"{_said(r['cluster'])} {_said(r['consumer_group'])} {_said(r['topic'])} {_said(r['broker'])}"
+        if r.get("client_id"):
+            rows.append((r, [f"# broadcast client {_said(r['client_id'])}: {where} queue {_said(r['queue_id'])}: set "
+                             f"{_said(r['corrected_offset'])} in its offsets.json ({what})"]))
+            continue
+        if "\x00" in f"{r['consumer_group']}{r['topic']}":
+            prefix = "# not run: a name holds a NUL character, which no shell argument can: "
+        elif str(r["consumer_group"]).startswith("-") or str(r["topic"]).startswith("-"):
+            # RocketMQ allows a leading '-'; mqadmin's option parser would read the name as an option
+            prefix = "# not run: a name starting with '-' is read by mqadmin as an option; reset it by hand: "
+        elif int(r["corrected_offset"]) <= 0:
+            prefix = "# skipped by mqadmin (offset <= 0): "
+        else:
+            prefix = ""
+        rows.append((r, [f"# {where} queue {_said(r['queue_id'])}: {what}",
+                         f"{prefix}mqadmin resetOffsetByTime -n \"${namesrv[(r['cluster'],)]}\" "
+                         f"-g {_sh(r['consumer_group'])} -t {_sh(r['topic'])} "
+                         f"-b \"${addr[(r['cluster'], r['broker'])]}\" -q {int(r['queue_id'])} "
+                         f"-o {int(r['corrected_offset'])} -s now"]))
+    return checks, rows
+
+
+def corrections_script(corrections: pd.DataFrame, run_id: str) -> str:
+    """An operator script that applies the offset corrections with mqadmin (RocketMQ 5.1+, formats §8), built from
+    :func:`correction_lines`."""
+    checks, rows = correction_lines(corrections)
     lines = [
         "#!/usr/bin/env bash",
         f"# Offset corrections of reconcile run {_said(run_id)}: committed offsets outside [MinOffset, MaxOffset].",
@@ -102,43 +148,10 @@ def corrections_script(corrections: pd.DataFrame, run_id: str) -> str:
         "#  - an offline group falls back to resetOffsetByTimeOld (clients must restart);",
         "#  - broadcast offsets live on the clients (offsets.json): fix them there, see the comments.",
         "set -euo pipefail",
+        *checks,
     ]
-    clusters = sorted(set(corrections["cluster"])) if len(corrections) else []
-    brokers = sorted(set(zip(corrections["cluster"], corrections["broker"]))) if len(corrections) else []
-    namesrv = {c: f"NAMESRV_{v}" for c, v in _var_names([(c,) for c in clusters]).items()}
-    addr = {k: f"BROKER_ADDR_{v}" for k, v in _var_names(brokers).items()}
-    for c in clusters:
-        var = namesrv[(c,)]
-        lines += [f"# cluster {_said(c)}: name server in {var}", f': "${{{var}:?set {var}=host:9876}}"']
-    for c, b in brokers:
-        var = addr[(c, b)]
-        lines += [f"# cluster {_said(c)}, broker {_said(b)}: address in {var}",
-                  f': "${{{var}:?set {var}=host:port}}"']
-    if len(corrections):
-        corrections = corrections.sort_values(["cluster", "broker", "consumer_group", "client_id", "topic", "queue_id"])
-    for r in corrections.to_dict("records"):
-        what = (f"{_said(r['reason'])}: committed {_said(r['committed_offset'])} outside [{_said(r['min_offset'])}, "
-                f"{_said(r['max_offset'])}], lost {_said(r['lost_messages'])}")
-        where = f"{_said(r['cluster'])} {_said(r['consumer_group'])} {_said(r['topic'])} {_said(r['broker'])}"
-        if r.get("client_id"):
-            lines.append(f"# broadcast client {_said(r['client_id'])}: {where} queue {_said(r['queue_id'])}: set "
-                         f"{_said(r['corrected_offset'])} in its offsets.json ({what})")
-            continue
-        lines.append(f"# {where} queue {_said(r['queue_id'])}: {what}")
-        if "\x00" in f"{r['consumer_group']}{r['topic']}":
-            prefix = "# not run: a name holds a NUL character, which no shell argument can: "
-        elif str(r["consumer_group"]).startswith("-") or str(r["topic"]).startswith("-"):
-            # RocketMQ allows a leading '-'; mqadmin's option parser would read the name as an option
-            prefix = "# not run: a name starting with '-' is read by mqadmin as an option; reset it by hand: "
-        elif int(r["corrected_offset"]) <= 0:
-            prefix = "# skipped by mqadmin (offset <= 0): "
-        else:
-            prefix = ""
-        lines.append(
-            f"{prefix}mqadmin resetOffsetByTime -n \"${namesrv[(r['cluster'],)]}\" -g {_sh(r['consumer_group'])} "
-            f"-t {_sh(r['topic'])} -b \"${addr[(r['cluster'], r['broker'])]}\" "
-            f"-q {int(r['queue_id'])} -o {int(r['corrected_offset'])} -s now"
-        )
+    for _, row_lines in rows:
+        lines += row_lines
     return "\n".join(lines) + "\n"
 
 
@@ -273,7 +286,8 @@ def publish_folder(folder: str, files: dict[str, str]) -> None:
 
 _CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222}h1{font-size:20px}h2{font-size:16px;margin-top:28px}
 table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;font-size:12px}
-th{background:#f3f3f3}.REWIND,.STALL,.BELOW_MIN,.IN_DLQ,.EXPIRED{color:#b00020;font-weight:600}.WARN,.RETRYING,.SKIPPED{color:#b36b00}
+th{background:#f3f3f3}.REWIND,.STALL,.BELOW_MIN,.IN_DLQ,.EXPIRED,.CRITICAL{color:#b00020;font-weight:600}
+.WARN,.RETRYING,.SKIPPED,.WARNING{color:#b36b00}
 .OK{color:#0a7d32}.muted{color:#777}"""
 
 
@@ -281,25 +295,47 @@ def index_html(summary: dict[str, Any], frames: dict[str, pd.DataFrame], columns
                max_rows: int = 500) -> str:
     """A self-contained dashboard (inline CSS, no scripts, no network) listing every report."""
     esc = html.escape
+    kind = summary.get("kind", "")
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>RocketMQ reconciliation {esc(summary['run_id'])}"
              f"</title><style>{_CSS}</style></head><body>",
-             f"<h1>RocketMQ consumer-progress reconciliation</h1><p>run <b>{esc(summary['run_id'])}</b>, as of "
-             f"<b>{esc(summary['as_of'])}</b>, lake <code>{esc(summary['lake'])}</code></p>",
+             f"<h1>RocketMQ consumer-progress reconciliation</h1><p>run <b>{esc(summary['run_id'])}</b>"
+             + (f" (<span data-field='kind'>{esc(kind)}</span>)" if kind else "")
+             + f", as of <b>{esc(summary['as_of'])}</b>"
+             + (f", newest snapshot judged <b data-field='newest_snapshot'>{esc(summary['newest_snapshot'])}</b>"
+                if summary.get("newest_snapshot") else "")
+             + f", lake <code>{esc(summary['lake'])}</code></p>",
              "<h2>Files</h2><ul>"]
     for name in summary["files"]:
         parts.append(f"<li><a href='{esc(urllib.parse.quote(name))}'>{esc(name)}</a></li>")
-    parts.append("</ul><h2>Counts</h2><table><tr><th>report</th><th>rows</th><th>by kind</th></tr>")
+    parts.append("</ul>")
+    sev = summary.get("severities") or {}
+    if sev:
+        parts.append("<p data-field='severities'>groups: " + ", ".join(
+            f"<span class='{esc(k)}'>{esc(k)}</span> {int(v)}" for k, v in reversed(list(sev.items()))) + "</p>")
+    parts.append("<h2>Counts</h2><p class='muted'>offsets: each (group, client, queue, offset) once, whatever "
+                 "its evidence or kind; the breakdown beside it counts an offset under each evidence it has.</p>"
+                 "<table><tr><th>report</th><th>rows</th><th>offsets</th><th>rows by kind</th>"
+                 "<th>offsets by evidence or kind</th></tr>")
     for name, info in summary["tables"].items():
         kinds = ", ".join(f"<span class='{esc(k)}'>{esc(k)}</span> {v}" for k, v in info.get("by_kind", {}).items())
-        parts.append(f"<tr><td>{esc(name)}</td><td>{info['rows']}</td><td>{kinds}</td></tr>")
-    parts.append("</table><h2>Groups</h2><table><tr><th>group</th><th>status</th><th>duplicated</th><th>unconsumed</th>"
-                 "<th>corrections</th><th>dlq</th><th>replay agreement</th></tr>")
-    for g, info in sorted(summary["groups"].items()):
+        by = info.get("offsets_by_evidence") or info.get("offsets_by_kind") or {}
+        offs = ", ".join(f"<span class='{esc(k)}'>{esc(k)}</span> {v}" for k, v in by.items())
+        parts.append(f"<tr><td>{esc(name)}</td><td>{info['rows']}</td><td data-offsets='{esc(name)}'>"
+                     f"{info.get('offsets', '')}</td><td>{kinds}</td><td>{offs}</td></tr>")
+    parts.append("</table><h2>Groups</h2><table><tr><th>group</th><th>severity</th><th>reason</th><th>status</th>"
+                 "<th>duplicated offsets</th><th>unconsumed offsets</th><th>lost</th><th>corrections</th>"
+                 "<th>dlq</th><th>replay agreement</th></tr>")
+    order = {"CRITICAL": 0, "WARNING": 1, "OK": 2}
+    for g, info in sorted(summary["groups"].items(), key=lambda kv: (order.get(kv[1].get("severity"), 3), kv[0])):
         agree = info.get("replay_agreement")
         agree_s = "" if agree is None else f"{agree['agreeing']}/{agree['compared']}"
-        parts.append(f"<tr><td>{esc(g)}</td><td class='{esc(info.get('status', ''))}'>{esc(info.get('status', ''))}</td>"
-                     f"<td>{info.get('duplicated_messages', 0)}</td><td>{info.get('unconsumed_messages', 0)}</td>"
-                     f"<td>{info.get('corrections', 0)}</td><td>{info.get('dlq_candidates', 0)}</td><td>{agree_s}</td></tr>")
+        severity = info.get("severity", "")
+        parts.append(f"<tr data-group='{esc(g)}'><td>{esc(g)}</td><td class='{esc(severity)}'>{esc(severity)}</td>"
+                     f"<td>{esc(info.get('reason', ''))}</td>"
+                     f"<td class='{esc(info.get('status', ''))}'>{esc(info.get('status', ''))}</td>"
+                     f"<td>{info.get('duplicated_offsets', 0)}</td><td>{info.get('unconsumed_offsets', 0)}</td>"
+                     f"<td>{info.get('lost_offsets', 0)}</td><td>{info.get('corrections', 0)}</td>"
+                     f"<td>{info.get('dlq_candidates', 0)}</td><td>{agree_s}</td></tr>")
     parts.append("</table>")
     if summary.get("missing_inputs"):
         parts.append("<h2>Missing input files</h2><p class='muted'>the newest snapshot of each broker that lacks files "

@@ -111,13 +111,14 @@ def test_group_overview_ranks_losses_and_duplicates_above_healthy_groups() -> No
                   ("D_stall", 0, 5, 8, "BACKLOG")], "kind")
     out = d.group_overview(st, dup, unc, dlq([("B_dup", "RETRYING"), ("D_stall", "BROADCAST_DROPPED")]),
                            corrections([]))
-    cols = ["consumer_group", "severity", "status", "queues", "duplicated", "unconsumed", "BACKLOG", "EXPIRED", "dlq",
-            "RETRYING", "DLQ_BROADCAST_DROPPED", "why"]
+    cols = ["consumer_group", "severity", "status", "queues", "duplicated", "unconsumed", "lost", "BACKLOG", "EXPIRED",
+            "dlq", "RETRYING", "DLQ_BROADCAST_DROPPED", "why"]
+    # a broadcast drop never reaches a DLQ: not in "dlq" (issue 38: the tile counted it)
     assert [tuple(r) for r in out[cols].itertuples(index=False, name=None)] == [
-        ("A_expired", "CRITICAL", "OK", 1, 0, 2490, 100, 2390, 0, 0, 0, "2390 EXPIRED"),
-        ("D_stall", "CRITICAL", "STALL", 2, 0, 4, 4, 0, 1, 0, 1, "status STALL"),
-        ("B_dup", "WARNING", "OK", 1, 1200, 0, 0, 0, 1, 1, 0, "1200 duplicated; 1 RETRYING"),
-        ("C_ok", "OK", "OK", 1, 0, 0, 0, 0, 0, 0, 0, ""),
+        ("A_expired", "CRITICAL", "OK", 1, 0, 2490, 2390, 100, 2390, 0, 0, 0, "2390 EXPIRED"),
+        ("D_stall", "CRITICAL", "STALL", 2, 0, 4, 0, 4, 0, 0, 0, 1, "status STALL"),
+        ("B_dup", "WARNING", "OK", 1, 1200, 0, 0, 0, 0, 1, 1, 0, "1200 duplicated; 1 RETRYING"),
+        ("C_ok", "OK", "OK", 1, 0, 0, 0, 0, 0, 0, 0, 0, ""),
     ]
 
 
@@ -326,7 +327,8 @@ def test_hostile_names_are_drawn_literally_escaped_in_the_pages_and_never_a_path
     # names HTML-escaped, never markup; the mathtext name drawn as it is in the timeline and the quality plot
     group_page = pages[f"groups/{d.group_slug('c/..', HOSTILE_GROUPS[2])}.html"]
     assert "g\n&lt;script&gt;alert(1)&lt;/script&gt;&#x27;&quot;&amp; (c/..)</h1>" in group_page
-    assert [p for p, t in pages.items() if "<script" in t] == []
+    # the one script of every page is the site's own (the snapshot's age, computed in the browser)
+    assert [p for p, t in pages.items() if t.count("<script") != 1 or d._AGE_SCRIPT not in t] == []
     math_page = pages[f"groups/{d.group_slug('c/..', MATHTEXT)}.html"]
     assert math_page.count("<svg") == 1 and f">{MATHTEXT} b/../..\\n&lt;/text&gt;&lt;script&gt;x&lt;/script&gt; q0<" \
         in math_page
@@ -352,3 +354,102 @@ def test_a_table_cut_short_links_its_csv_under_a_safe_name_whatever_the_table_is
     assert set(site.files.values()) == {"consumer_group,messages\n'=G1,-1\nG2,2\n"}
     assert "every row in <a href='../csv/a_b_-a46ac68c74ae41ea.csv'>csv/a_b_-a46ac68c74ae41ea.csv</a>" in texts[1]
     assert "data-table='a/b\n&lt;&#x27;&quot;&gt;'" in texts[1]
+
+
+# ------------------------------------------------------------------------------------ issue 38: runs, since, plots
+
+
+def _runs(rows: list[tuple]) -> pd.DataFrame:
+    """(run_id, kind, as_of minute, completed minute) rows of gold/reconcile_runs."""
+    return _frame(["run_id", "kind", "as_of", "completed_at"],
+                  [(r, k, T0 + pd.Timedelta(minutes=a), T0 + pd.Timedelta(minutes=c)) for r, k, a, c in rows])
+
+
+@pytest.mark.parametrize("rows, current", [
+    pytest.param([("s1", "scheduled", 60, 61), ("adhoc", "ad-hoc", 10, 90), ("bf", "backfill", 5, 95)], "s1",
+                 id="an_ad_hoc_or_backfill_run_completed_later_never_takes_over"),
+    pytest.param([("s1", "scheduled", 60, 61), ("s2", "scheduled", 120, 121), ("cli", "cli", 180, 181)], "s2",
+                 id="the_newest_scheduled_run_by_as_of_even_beside_a_newer_cli_run"),
+    pytest.param([("m1", "manual", 60, 61), ("cli", "cli", 120, 121), ("adhoc", "ad-hoc", 30, 200)], "cli",
+                 id="without_a_scheduled_run_the_newest_run_over_everything_at_its_newest_snapshot"),
+    pytest.param([("adhoc", "ad-hoc", 30, 200), ("adhoc2", "ad-hoc", 20, 300)], "adhoc2",
+                 id="only_ad_hoc_runs_the_newest_completed"),
+    pytest.param([("scheduled__2026-01-05T01:00:00+00:00", None, 60, 61), ("asof-x", None, 120, 121),
+                  ("backfill__2026-01-05T03:00:00+00:00", None, 180, 181)], "scheduled__2026-01-05T01:00:00+00:00",
+                 id="rows_written_before_kinds_read_the_kind_from_airflows_run_id"),
+])
+def test_current_run(rows: list[tuple], current: str) -> None:
+    assert d.current_run_id(_runs(rows)) == current
+
+
+def test_run_labels() -> None:
+    assert [d.run_label(r) for r in _runs([("a", "scheduled", 0, 1), ("b", "ad-hoc", 60, 61), ("c", "backfill", 0, 1),
+                                            ("manual__x", None, 0, 1), ("d", "cli", 0, 1)]).to_dict("records")] == [
+        "scheduled run", "ad-hoc run as of 2026-01-05T01:00:00.000Z", "backfill run as of 2026-01-05T00:00:00.000Z",
+        "run triggered by hand", "run from the command line"]
+
+
+def _samples(rows: list[tuple], key: tuple = KEY) -> pd.DataFrame:
+    """(minute, committed, min, max) samples of one queue."""
+    return _frame([*d.SERIES_KEY, "snapshot_ts", "committed_offset", "min_offset", "max_offset", "lag"],
+                  [(*key, T0 + pd.Timedelta(minutes=m), c, lo, hi, hi - c) for m, c, lo, hi in rows])
+
+
+def test_since_is_the_first_snapshot_of_the_trouble_that_holds_at_the_newest() -> None:
+    stalled = _samples([(0, 5, 0, 5), (10, 5, 0, 9), (20, 5, 0, 12), (30, 5, 0, 15)])
+    recovered = _samples([(0, 0, 0, 9), (10, 9, 0, 9)], ("c", "G", "", "T", "b", 1))
+    # lag gone at 20, then committed below Min (retention) from 30
+    expired = _samples([(0, 2, 0, 9), (10, 9, 0, 9), (20, 9, 0, 9), (30, 9, 12, 12), (40, 9, 14, 14)],
+                       ("c", "G", "", "T", "b", 2))
+    out = d.since_per_queue(pd.concat([stalled, recovered, expired], ignore_index=True))
+    got = {int(r["queue_id"]): r["since"] for r in out.to_dict("records")}
+    assert got[0] == T0 + pd.Timedelta(minutes=10)
+    assert pd.isna(got[1])
+    assert got[2] == T0 + pd.Timedelta(minutes=30)
+
+
+def test_first_seen_is_the_as_of_of_the_first_recent_run_with_a_meeting_range() -> None:
+    runs = _frame(["run_id", "as_of"], [("r1", T0), ("r2", T1)])
+    cur = ranges([("G", 0, 10, 19, "TRACE"), ("G", 0, 50, 59, "TRACE"), ("G", 0, 10, 19, "REWIND")], "evidence")
+    history = pd.concat([ranges([("G", 0, 15, 30, "TRACE")], "evidence").assign(run_id="r1"),
+                         cur.assign(run_id="r2")], ignore_index=True)
+    out = d.first_seen(cur, history, runs, "evidence")
+    assert list(out["first_seen"]) == [T0, T1, T1]
+
+
+def test_group_since_and_time_lag_text() -> None:
+    st = status([("G", 0, 5, 0, 9, "STALL"), ("H", 0, 9, 0, 9, "OK")])
+    qs = _frame([*d.SERIES_KEY, "since"], [(*KEY, T1)])
+    overview = _frame(["cluster", "consumer_group"], [("c", "G"), ("c", "H")])
+    dlq_rows = _frame(["cluster", "consumer_group", "reason", "last_attempt_ts"], [("c", "G", "IN_DLQ", T0)])
+    empty = ranges([], "kind").assign(first_seen=None)
+    out = d.group_since(overview, qs, st, empty, empty, dlq_rows)
+    assert out[0] == T0 and pd.isna(out[1])
+    assert [d.time_lag_text(v) for v in (0, 45, 125, 7500, 200000, None)] == [
+        "0", "45 s", "2 min 05 s", "2 h 05 min", "2 d 7 h", ""]
+
+
+def test_legends_sit_beside_or_below_the_axes_never_over_the_data() -> None:
+    """Issue 38: a legend covered the bars; the shaded bands had no legend entry."""
+    by_hour = _frame(["hour", "stored", "completeness_pct", "duplicate_pct"],
+                     [(T0 + pd.Timedelta(hours=h), 100, 90.0, 5.0) for h in range(6)])
+    trends = _frame(["as_of", "duplicated", "unconsumed", "dlq", "OK", "WARN", "STALL", "REWIND"],
+                    [(T0, 1, 2, 3, 4, 0, 1, 0), (T1, 2, 3, 4, 3, 1, 1, 0)])
+    samples = _samples([(0, 5, 0, 9), (10, 5, 0, 12)])
+    figs = [d.audit_figure(by_hour, "t"), d.trends_figure(trends),
+            d.timeline_figure(samples, ranges([("G", 0, 1, 2, "TRACE")], "evidence"),
+                              ranges([("G", 0, 5, 11, "BACKLOG"), ("G", 0, 0, 1, "EXPIRED")], "kind"), "t")]
+    for fig in figs:
+        fig.canvas.draw()
+        r = fig.canvas.get_renderer()
+        for ax in fig.axes:
+            legend = ax.get_legend()
+            if legend is None:
+                continue
+            assert not legend.get_window_extent(r).overlaps(ax.get_window_extent(r))
+    labels = [t.get_text() for t in figs[2].axes[0].get_legend().get_texts()]
+    assert labels == ["Max", "Min", "committed", "lag", "duplicated range", "BACKLOG range", "lost range"]
+    import matplotlib.pyplot as plt
+
+    for fig in figs:
+        plt.close(fig)

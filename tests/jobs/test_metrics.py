@@ -24,7 +24,9 @@ def _labels(**kw: str) -> tuple[tuple[str, str], ...]:
 def test_samples_of_one_queue_and_its_group() -> None:
     status = pd.DataFrame([(*QUEUE, 2, 115, 110, 460, "STALL")],
                           columns=metrics.QUEUE + ["lag", "consumable_lag", "time_lag_s", "status"])
-    duplicated = pd.DataFrame([(*QUEUE, 2, 10), (*QUEUE, 2, 5)], columns=metrics.QUEUE + ["messages"])
+    # 10 offsets of TRACE evidence, 5 of REWIND, 3 of them the same: 12 offsets (issue 38: each once)
+    duplicated = pd.DataFrame([(*QUEUE, 2, 100, 109), (*QUEUE, 2, 107, 111)],
+                              columns=metrics.QUEUE + ["start_offset", "end_offset"])
     unconsumed = pd.DataFrame([(*QUEUE, 2, "BACKLOG", 115), (*QUEUE, 2, "EXPIRED", 7)],
                               columns=metrics.QUEUE + ["kind", "messages"])
     dlq = pd.DataFrame([(*QUEUE, 2, "BLOCKING_COMMIT"), (*QUEUE, 2, "IN_DLQ"), (*QUEUE, 2, "IN_DLQ")],
@@ -40,7 +42,7 @@ def test_samples_of_one_queue_and_its_group() -> None:
             (prefix + "consumable_lag", _labels(**lab), 110.0),
             *[(prefix + "dlq_candidates", _labels(**lab, reason=r), v)
               for r, v in (("BLOCKING_COMMIT", 1.0), ("BROADCAST_DROPPED", 0.0), ("IN_DLQ", 2.0), ("RETRYING", 0.0))],
-            (prefix + "duplicated_messages", _labels(**lab), 15.0),
+            (prefix + "duplicated_messages", _labels(**lab), 12.0),
             (prefix + "expired_messages", _labels(**lab), 7.0),
             (prefix + "lag", _labels(**lab), 115.0),
             *[(prefix + "status", _labels(**lab, status=s), float(s == "STALL")) for s in ("OK", "REWIND", "STALL",
@@ -60,7 +62,7 @@ def test_a_group_sums_its_queues_and_takes_the_worst_status_and_largest_time_lag
     status = pd.DataFrame([(*QUEUE, 0, 1, 1, 3, "WARN"), (*QUEUE, 1, 0, 0, 0, "OK"), (*QUEUE, 2, 115, 110, 460, "STALL")],
                           columns=metrics.QUEUE + ["lag", "consumable_lag", "time_lag_s", "status"])
     empty = {c: [] for c in metrics.QUEUE}
-    queues = metrics.queue_figures(status, pd.DataFrame({**empty, "messages": []}),
+    queues = metrics.queue_figures(status, pd.DataFrame({**empty, "start_offset": [], "end_offset": []}),
                                    pd.DataFrame({**empty, "kind": [], "messages": []}),
                                    pd.DataFrame({**empty, "reason": []}))
     groups = metrics.group_figures(queues)

@@ -235,10 +235,43 @@ def test_summary_counts_a_group_per_cluster_when_the_run_covers_several() -> Non
 
     agreement = pd.DataFrame(columns=["cluster", "consumer_group", "compared", "agreeing"])
     ts = dt.datetime(2026, 1, 5, 1, 0, tzinfo=UTC)
+    def group(status: str, reason: str) -> dict:
+        return {"severity": "CRITICAL", "reason": reason, "status": status, "duplicated_offsets": 0,
+                "unconsumed_offsets": 0, "lost_offsets": 0, "dlq_candidates": 0, "corrections": 1}
+
     one = reconcile.summarize("r", ts, "lake", _report_frames({"c": ["G", "H"]}), agreement, [])
-    assert one["groups"] == {"G": {"status": "OK", "corrections": 1}, "H": {"status": "OK", "corrections": 1}}
+    assert one["groups"] == {"G": group("OK", "1 offsets to correct"), "H": group("OK", "1 offsets to correct")}
+    assert one["severities"] == {"OK": 0, "WARNING": 0, "CRITICAL": 2}
     two = reconcile.summarize("r", ts, "lake", _report_frames({"c": ["G"], "c2": ["G"]}), agreement, [])
-    assert two["groups"] == {"c/G": {"status": "OK", "corrections": 1}, "c2/G": {"status": "STALL", "corrections": 1}}
+    assert two["groups"] == {"c/G": group("OK", "1 offsets to correct"),
+                             "c2/G": group("STALL", "1 offsets to correct; status STALL")}
+
+
+def test_summary_counts_an_offset_once_with_the_breakdown_by_evidence_beside_it() -> None:
+    """Issue 38: an offset with TRACE and REWIND evidence was 2 in summary.json and 1 on the dashboard."""
+    from jobs.reconcile import reconcile
+
+    agreement = pd.DataFrame(columns=["cluster", "consumer_group", "compared", "agreeing"])
+    ts = dt.datetime(2026, 1, 5, 1, 0, tzinfo=UTC)
+    pdfs = _report_frames({"c": ["G"]})
+    pdfs["duplicated_ranges"] = pd.DataFrame(
+        [["c", "G", "", "T", "broker-a", 0, 10, 19, 10, "REWIND", "REWIND"],
+         ["c", "G", "", "T", "broker-a", 0, 15, 24, 10, "TRACE", "REWIND"],
+         ["c", "G", "", "T", "broker-a", 1, 15, 24, 10, "TRACE", "HEAD_BLOCKED"]],
+        columns=reconcile.REPORT_MODULES["duplicated_ranges"].REPORT_COLUMNS)
+    pdfs["unconsumed_ranges"] = pd.DataFrame(
+        [["c", "G", "", "T", "broker-a", 0, 30, 39, 10, "EXPIRED"], ["c", "G", "", "T", "broker-a", 0, 40, 44, 5,
+                                                                      "BACKLOG"]],
+        columns=reconcile.REPORT_MODULES["unconsumed_ranges"].REPORT_COLUMNS)
+    out = reconcile.summarize("r", ts, "lake", pdfs, agreement, [], kind="scheduled")
+    assert out["kind"] == "scheduled"
+    assert out["tables"]["duplicated_ranges"] == {"rows": 3, "by_kind": {"REWIND": 1, "TRACE": 2}, "offsets": 25,
+                                                  "offsets_by_evidence": {"REWIND": 10, "TRACE": 20}}
+    assert out["tables"]["unconsumed_ranges"] == {"rows": 2, "by_kind": {"BACKLOG": 1, "EXPIRED": 1}, "offsets": 15,
+                                                  "offsets_by_kind": {"BACKLOG": 5, "EXPIRED": 10}}
+    assert out["groups"]["G"] == {"severity": "CRITICAL", "reason": "10 EXPIRED; 1 offsets to correct; 25 duplicated",
+                                  "status": "OK", "duplicated_offsets": 25, "unconsumed_offsets": 15, "lost_offsets": 10,
+                                  "dlq_candidates": 0, "corrections": 1}
 
 
 def test_index_links_each_file_url_quoted() -> None:
