@@ -13,9 +13,9 @@ install: $(STAMP)
 $(STAMP): requirements.lock pyproject.toml
 	@echo "== installing $(VENV) from requirements.lock"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@$(PY) -m pip install -q --upgrade pip
-	@$(PY) -m pip install -q -r requirements.lock
-	@$(PY) -m pip install -q --no-deps -e .
+	@infra/with-heartbeat.sh "installing pip" $(PY) -m pip install -q --upgrade pip
+	@infra/with-heartbeat.sh "installing requirements.lock" $(PY) -m pip install -q -r requirements.lock
+	@infra/with-heartbeat.sh "installing rmq-recon" $(PY) -m pip install -q --no-deps -e .
 	@sha256sum requirements.lock pyproject.toml > $(STAMP)
 
 demo: install

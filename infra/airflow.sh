@@ -39,6 +39,15 @@ where() {
 start() {
   stop
   mkdir -p "$RUN" "$AIRFLOW_HOME/logs"
+  # Where `make demo` put its landing zone, lake and reports (written by jobs/demo.py): the services serve the demo's
+  # data unless RMQ_RECON_LANDING / _LAKE / _REPORTS are set.
+  if [ -f "$AIRFLOW_HOME/rmq-recon.env" ]; then
+    while IFS='=' read -r name value; do
+      case "$name" in
+        RMQ_RECON_LANDING|RMQ_RECON_LAKE|RMQ_RECON_REPORTS) [ -n "${!name:-}" ] || export "$name=$value" ;;
+      esac
+    done < "$AIRFLOW_HOME/rmq-recon.env"
+  fi
   local port secret
   port="${AIRFLOW_API_PORT:-$(freeport)}"
   secret="$("$BIN/python" -c 'import secrets;print(secrets.token_hex(16))')"

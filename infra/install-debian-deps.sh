@@ -35,6 +35,8 @@ fi
 
 echo "install-debian-deps: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq </dev/null >/dev/null
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null >/dev/null
+HB="$(dirname "$0")/with-heartbeat.sh"
+"$HB" "install-debian-deps: apt-get update" $SUDO apt-get update -qq </dev/null >/dev/null
+"$HB" "install-debian-deps: apt-get install" $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+    </dev/null >/dev/null
 echo "install-debian-deps: done" >&2

@@ -12,8 +12,10 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import threading
 import time
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -32,6 +34,58 @@ def airflow_env(airflow_home: pathlib.Path) -> dict[str, str]:
         "PYTHONPATH": str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
     })
     return env
+
+
+class Progress:
+    """Every line the demo prints goes through :meth:`say`; while a step runs, a line at least every ``every``
+    seconds (no step stays silent longer: an install, a simulation or a DAG run took minutes): for an Airflow run
+    the tasks' own progress lines as they come (jobs.progress), else a heartbeat naming the step and its time."""
+
+    def __init__(self, every: float = 8.0) -> None:
+        self.every = every
+        self.last = time.monotonic()
+        self.lock = threading.Lock()
+
+    def say(self, line: str) -> None:
+        with self.lock:
+            print(line, flush=True)
+            self.last = time.monotonic()
+
+    @contextmanager
+    def step(self, what: str, progress_file: pathlib.Path | None = None) -> Iterator[None]:
+        started = time.monotonic()
+        done = threading.Event()
+        shown = ""
+
+        def beat() -> None:
+            nonlocal shown
+            while not done.wait(1.0):
+                newest = _newest_line(progress_file) if progress_file is not None else ""
+                if newest and newest != shown:  # the tasks' own progress (jobs.progress), as it comes
+                    shown = newest
+                    self.say(f"  {newest}")
+                elif time.monotonic() - self.last >= self.every:
+                    self.say(f"demo: {what}: still running ({time.monotonic() - started:.0f} s)")
+
+        t = threading.Thread(target=beat, name="demo-heartbeat", daemon=True)
+        t.start()
+        try:
+            yield
+        finally:
+            done.set()
+            t.join()
+
+
+def _newest_line(path: pathlib.Path) -> str:
+    """The last line of a progress file (its tail only: it grows)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4096))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return ""
+    return lines[-1].strip()[:200] if lines else ""
 
 
 def _airflow(args: list[str], env: dict[str, str], log_path: pathlib.Path) -> None:
@@ -73,7 +127,8 @@ def offsets_table(lake: str, *, max_rows: int = 25) -> str:
     return "\n".join(lines)
 
 
-def make_landing(landing: pathlib.Path, scenario: str, seed: int, scale: int) -> dict[str, Any]:
+def make_landing(landing: pathlib.Path, scenario: str, seed: int, scale: int,
+                 progress: Any = None) -> dict[str, Any]:
     """``real``: the real broker stores of tests/fixtures/real; anything else: the fleet simulator."""
     if scenario == "real":
         from jobs.ingest import sample_landing
@@ -82,12 +137,14 @@ def make_landing(landing: pathlib.Path, scenario: str, seed: int, scale: int) ->
         return {"scenario": "real", "source": str(sample_landing.REAL)}
     from jobs import simulate
 
-    return simulate.run(scenario, str(landing), seed=seed, scale=scale)
+    return simulate.run(scenario, str(landing), seed=seed, scale=scale, progress=progress)
 
 
 def main(*, workdir: str = "var/demo", scenario: str = "mixed", seed: int = 7, scale: int = 1) -> int:
     """Build a landing zone, run the DAGs through Airflow, print the offsets, the summary and the report folder."""
     t0 = time.time()
+    out = Progress()
+    say = out.say
     work = (ROOT / workdir).resolve() if not os.path.isabs(workdir) else pathlib.Path(workdir)
     landing, lake, reports_root = work / "landing", work / "lake", work / "reports"
     # The Airflow home infra/airflow.sh serves: the UI it starts shows the demo's runs.
@@ -98,40 +155,73 @@ def main(*, workdir: str = "var/demo", scenario: str = "mixed", seed: int = 7, s
     work.mkdir(parents=True, exist_ok=True)
     log_path = work / "airflow.log"
     log_path.write_text("")
-    print(f"demo: landing zone '{scenario}' (seed {seed}, scale {scale}) -> {landing}", flush=True)
-    sim = make_landing(landing, scenario, seed, scale)
-    print(f"demo: {json.dumps({k: v for k, v in sim.items() if not isinstance(v, (dict, list))})}", flush=True)
+    say(f"demo: landing zone '{scenario}' (seed {seed}, scale {scale}) -> {landing}")
+    with out.step("simulating the fleet"):
+        sim = make_landing(landing, scenario, seed, scale, progress=say)
+    say(f"demo: {json.dumps({k: v for k, v in sim.items() if not isinstance(v, (dict, list))})}")
     env = airflow_env(airflow_home)
-    print("demo: preparing the Airflow metadata DB (SQLite)", flush=True)
-    _airflow(["db", "migrate"], env, log_path)
+    progress_file = work / "progress.log"
+    progress_file.write_text("")
+    env["RMQ_RECON_PROGRESS_FILE"] = str(progress_file)  # the tasks' progress lines (jobs.progress)
+    _write_deployment(airflow_home, landing, lake, reports_root)
+    say("demo: preparing the Airflow metadata DB (SQLite)")
+    with out.step("airflow db migrate"):
+        _airflow(["db", "migrate"], env, log_path)
     conf = {"landing": str(landing), "lake": str(lake)}
-    print("demo: airflow dags test rocketmq_snapshot", flush=True)
-    _airflow(["dags", "test", "rocketmq_snapshot", "-c", json.dumps(conf)], env, log_path)
-    print("\nCommitted offsets at the newest snapshot of each broker (lake: " + str(lake) + ")")
-    print(offsets_table(str(lake)))
+    say("demo: airflow dags test rocketmq_snapshot (ingest, then the silver expectation suites)")
+    with out.step("rocketmq_snapshot", progress_file):
+        _airflow(["dags", "test", "rocketmq_snapshot", "-c", json.dumps(conf)], env, log_path)
+    say("\nCommitted offsets at the newest snapshot of each broker (lake: " + str(lake) + ")")
+    say(offsets_table(str(lake)))
     rconf = {"lake": str(lake), "reports": str(reports_root)}
-    print("\ndemo: airflow dags test rocketmq_reconcile", flush=True)
-    _airflow(["dags", "test", "rocketmq_reconcile", "-c", json.dumps(rconf)], env, log_path)
+    say("\ndemo: airflow dags test rocketmq_reconcile (reconcile, gold expectation suites, dashboard)")
+    with out.step("rocketmq_reconcile", progress_file):
+        _airflow(["dags", "test", "rocketmq_reconcile", "-c", json.dumps(rconf)], env, log_path)
     runs = sorted(reports_root.glob("*/summary.json"), key=lambda p: p.stat().st_mtime)
     if not runs:
         raise RuntimeError(f"the reconcile DAG wrote no report under {reports_root}; see {log_path}")
     summary = json.loads(runs[-1].read_text())
-    print("\nReconciliation summary")
-    for name, info in summary["tables"].items():
-        kinds = ", ".join(f"{k} {v}" for k, v in info.get("by_kind", {}).items())
-        print(f"  {name:20} {info['rows']:6} rows  {kinds}")
-    print(f"\nGroups: {len(summary['groups'])}; worst status per group:")
-    for g, info in sorted(summary["groups"].items()):
-        print(f"  {g:40} {info.get('status', '-'):7} dup {info.get('duplicated_messages', 0):>6}  "
-              f"unconsumed {info.get('unconsumed_messages', 0):>7}  dlq {info.get('dlq_candidates', 0):>4}")
-    print(f"\nReport folder: {runs[-1].parent}")
+    say("\n" + summary_text(summary))
+    say(f"\nReport folder: {runs[-1].parent}")
     dashboard = reports_root / "dashboard" / "index.html"
     if not dashboard.exists():
         raise RuntimeError(f"the reconcile DAG wrote no dashboard ({dashboard}); see {log_path}")
-    print(f"Run's index:   {runs[-1].parent / 'index.html'}")
-    print(f"Dashboard:     {dashboard}  (open it in a browser: file://{dashboard})")
-    print(f"Lake:          {lake}")
-    print(f"Airflow UI:    infra/airflow.sh start, then open the URL it prints (AIRFLOW_HOME={airflow_home}; "
-          "the demo's DAG runs are there)")
-    print(f"demo: done in {time.time() - t0:.0f} s (Airflow log: {log_path})")
+    say(f"Run's index:   {runs[-1].parent / 'index.html'}")
+    say(f"Dashboard:     {dashboard}  (open it in a browser: file://{dashboard})")
+    say(f"Lake:          {lake}")
+    say(f"Airflow UI:    infra/airflow.sh start, then open the URL it prints (AIRFLOW_HOME={airflow_home}; the "
+        "demo's DAG runs are there, and its scheduled runs read this landing zone and lake)")
+    say(f"demo: done in {time.time() - t0:.0f} s (Airflow log: {log_path})")
     return 0
+
+
+def summary_text(summary: dict[str, Any]) -> str:
+    """What the terminal shows of a run: counts per report (an offset once, its breakdown labelled), then every
+    group with the severity and reason the dashboard shows and its Burrow status (jobs.reconcile.verdict)."""
+    lines = ["Reconciliation summary (offsets: each group, client, queue and offset once)"]
+    for name, info in summary["tables"].items():
+        kinds = ", ".join(f"{k} {v}" for k, v in info.get("by_kind", {}).items())
+        extra = ""
+        if "offsets" in info:
+            by = info.get("offsets_by_evidence") or info.get("offsets_by_kind") or {}
+            extra = f"  {info['offsets']:>7} offsets" + (f" (by {'evidence' if 'offsets_by_evidence' in info else 'kind'}: "
+                                                          + ", ".join(f"{k} {v}" for k, v in by.items()) + ")"
+                                                          if by else "")
+        lines.append(f"  {name:20} {info['rows']:6} rows  {kinds}{extra}")
+    sev = summary.get("severities", {})
+    lines.append(f"\nGroups: {len(summary['groups'])} (" + ", ".join(f"{k} {v}" for k, v in reversed(list(sev.items())))
+                 + "); severity, Burrow status, reason:")
+    order = {"CRITICAL": 0, "WARNING": 1, "OK": 2}
+    for g, info in sorted(summary["groups"].items(), key=lambda kv: (order.get(kv[1].get("severity"), 3), kv[0])):
+        lines.append(f"  {g:34} {info.get('severity', '-'):8} {info.get('status', '-'):6}  "
+                     f"{info.get('reason') or '-'}")
+    return "\n".join(lines)
+
+
+def _write_deployment(airflow_home: pathlib.Path, landing: pathlib.Path, lake: pathlib.Path,
+                      reports_root: pathlib.Path) -> None:
+    """Where the demo's data is, for ``infra/airflow.sh start`` (which reads this file when RMQ_RECON_LANDING, _LAKE
+    and _REPORTS are not set): the services the demo suggests then show and schedule the demo's lake."""
+    text = "".join(f"{k}={v}\n" for k, v in (("RMQ_RECON_LANDING", landing), ("RMQ_RECON_LAKE", lake),
+                                             ("RMQ_RECON_REPORTS", reports_root)))
+    (airflow_home / "rmq-recon.env").write_text(text)

@@ -190,3 +190,25 @@ def test_soak_options_of_simulate(tmp_path: pathlib.Path) -> None:
     assert (code, one_line(err)) == (2, "rmq-recon simulate: error: --hours, --rate and --every apply to the mixed "
                                         "scenario only, not 'blocked-head'")
     assert not (tmp_path / "x").exists()
+
+
+def test_landing_and_lake_swapped_are_refused(lake: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    """Issue 38: `ingest --landing <a lake>` quarantined 115 files and exited 0."""
+    code, out, err = cli("ingest", "--landing", str(lake / "lake"), "--lake", str(tmp_path / "new"))
+    assert (code, out) == (2, "")
+    assert one_line(err) == (f"rmq-recon ingest: error: --landing {lake / 'lake'}: is a lake (bronze/, silver/ or "
+                             "gold/ Delta tables), not a landing zone; did you swap --landing and --lake?")
+    assert not (tmp_path / "new").exists()
+    code, out, err = cli("ingest", "--landing", str(lake / "lake"), "--lake", str(lake / "landing"))
+    assert (code, out) == (2, "")
+    assert one_line(err).startswith(f"rmq-recon ingest: error: --landing {lake / 'lake'}: is a lake")
+    (tmp_path / "cluster=c").mkdir()
+    code, out, err = cli("ingest", "--landing", str(tmp_path / "cluster=c"), "--lake", str(lake / "landing"))
+    assert (code, out) == (2, "")
+    assert one_line(err) == (f"rmq-recon ingest: error: --lake {lake / 'landing'}: is a landing zone (cluster=<c>/... "
+                             "snapshot folders), not a lake; did you swap --landing and --lake?")
+    code, out, err = cli("reconcile", "--lake", str(lake / "landing"), "--reports", str(tmp_path / "r"))
+    assert (code, out) == (2, "")
+    assert one_line(err) == (f"rmq-recon reconcile: error: --lake {lake / 'landing'}: is a landing zone (cluster=<c>/"
+                             "... snapshot folders), not a lake; give the folder or s3:// URI that `rmq-recon ingest "
+                             "--lake` wrote")

@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
+from jobs import progress as progress_lines
 from jobs.formats import configs, names
 from jobs.formats.consumequeue import CQ_STORE_UNIT_SIZE
 from jobs.ingest import cq_ledger, landing
@@ -1319,6 +1320,14 @@ def check_inputs(landing_uri: str, lake: str) -> None:
     if not storage.exists(landing_uri):
         raise UsageError(f"--landing {landing_uri}: no such folder or prefix; give the landing zone's root (the sync "
                          "job's destination)")
+    if landing.looks_like_a_lake(landing_uri):
+        raise UsageError(f"--landing {landing_uri}: is a lake (bronze/, silver/ or gold/ Delta tables), not a landing "
+                         "zone; did you swap --landing and --lake?")
+    if storage.exists(lake) and landing.looks_like_a_landing_zone(lake):
+        raise UsageError(f"--lake {lake}: is a landing zone (cluster=<c>/... snapshot folders), not a lake; did you "
+                         "swap --landing and --lake?")
+
+
 
 
 LATE_WINDOW_ENV = "RMQ_RECON_LATE_WINDOW_H"
@@ -1475,7 +1484,7 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
 
     from jobs.lake import failpoints, lease
 
-    say = progress or log.info
+    say = progress_lines.reporter(progress, log)
     t0 = time.time()
     started = dt.datetime.now(UTC).replace(microsecond=0)
     now = now or started

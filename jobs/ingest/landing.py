@@ -362,3 +362,23 @@ def discover(landing: str, sealed: Callable[[str], bool] | None = None,
                                       etag=info.etag, **c))  # type: ignore[arg-type]
     ordered = sorted(snapshots.values(), key=lambda s: (s.cluster, s.broker, s.ts))
     return ordered, problems, problem_cluster
+
+
+def _top_folders(root: str) -> list[str]:
+    try:
+        return [d.rstrip("/").rsplit("/", 1)[-1] for d in storage.list_level(root)[1]]
+    except (OSError, storage.StorageError):
+        return []
+
+
+def looks_like_a_lake(root: str) -> bool:
+    """Whether ``root`` holds the lake's layers (a Delta table under bronze/, silver/ or gold/)."""
+    return any(storage.exists(storage.join(root, layer, table, "_delta_log"))
+               for layer, table in (("bronze", "files"), ("bronze", "snapshots"), ("silver", "messages"),
+                                    ("silver", "consumer_offsets"), ("gold", "reconcile_runs")))
+
+
+def looks_like_a_landing_zone(root: str) -> bool:
+    """Whether ``root`` holds snapshot folders (``cluster=<c>/``) and no lake layer."""
+    top = _top_folders(root)
+    return any(t.startswith("cluster=") for t in top) and not any(t in ("bronze", "silver", "gold") for t in top)

@@ -39,6 +39,7 @@ import time
 from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any, Callable
 
+from jobs import progress as progress_lines
 from jobs.lake import _delta, storage
 from jobs.problems import UsageError
 
@@ -196,7 +197,7 @@ def run(lake: str, *, retention_h: float | None = None, keep_runs: int = KEEP_RE
     from jobs.ops import dashboard, retention
     from schemas import ingest_runs
 
-    say = progress or log.info
+    say = progress_lines.reporter(progress, log)
     t0 = time.time()
     setting = retention_default() if retention_h is None else float(retention_h)
     if not storage.is_s3(lake) and not storage.exists(lake):

@@ -21,6 +21,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
+from jobs import progress as progress_lines
 from jobs.lake import _delta, storage
 from jobs.problems import FinalError, UsageError
 
@@ -245,7 +246,7 @@ def validate_layer(lake: str, layer: Layer, *, run_id: str | None = None, docs_d
         UsageError: no completed run to validate (or no run ``run_id``).
         QualityError: ``fail`` and an expectation failed; the message names each table and expectation.
     """
-    say = progress or log.info
+    say = progress_lines.reporter(progress, log)
     if layer not in ("silver", "gold"):
         raise UsageError(f"--layer {layer}: expected silver or gold")
     if not storage.exists(lake):

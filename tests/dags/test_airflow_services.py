@@ -72,15 +72,22 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     home = tmp / "airflow"
     landing = str(sample_landing.build(tmp / "landing"))
     lake = str(tmp / "lake")
-    env = dict(os.environ, AIRFLOW_HOME=str(home), RMQ_RECON_LANDING=landing, RMQ_RECON_LAKE=lake,
-               RMQ_RECON_REPORTS=str(tmp / "reports"))
-    for k in [k for k in env if k.startswith("AIRFLOW__")]:
+    env = dict(os.environ, AIRFLOW_HOME=str(home))
+    for k in [k for k in env if k.startswith(("AIRFLOW__", "RMQ_RECON_"))]:
         del env[k]
+    # where the data is, as `make demo` leaves it (jobs/demo.py): the services must serve it (issue 38: they pointed
+    # at var/landing and var/lake, which did not exist, and the first scheduled reconcile failed)
+    home.mkdir()
+    (home / "rmq-recon.env").write_text(f"RMQ_RECON_LANDING={landing}\nRMQ_RECON_LAKE={lake}\n"
+                                        f"RMQ_RECON_REPORTS={tmp / 'reports'}\n")
     t0 = time.time()
     subprocess.run(["bash", str(SCRIPT), "start"], env=env, check=True, capture_output=True, timeout=300)
     print(f"airflow services started in {time.time() - t0:.0f} s")
     try:
-        s = Services(home, {**_env_file(home), "RMQ_RECON_LANDING": landing, "RMQ_RECON_LAKE": lake}, landing, lake)
+        served = _env_file(home)
+        assert (served["RMQ_RECON_LANDING"], served["RMQ_RECON_LAKE"], served["RMQ_RECON_REPORTS"]) == (
+            landing, lake, str(tmp / "reports"))
+        s = Services(home, served, landing, lake)
         deadline = time.time() + 120
         while not {"rocketmq_snapshot", "rocketmq_reconcile"} <= set(s.airflow("dags", "list", "-o", "plain").split()):
             assert time.time() < deadline, "the dag-processor did not parse both DAGs in 120 s"
