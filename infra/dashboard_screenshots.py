@@ -15,7 +15,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def main() -> int:
-    site = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "var/demo/reports/dashboard")
+    site = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "var/demo/reports/dashboard").resolve()
     group = sys.argv[2] if len(sys.argv) > 2 else "GID_003_expired"
     pages = {"overview": site / "index.html", "quality": site / "quality.html"}
     found = sorted(site.rglob(f"*{group}*.html"))

@@ -52,7 +52,7 @@ MIMALLOC_DEFAULTS = {"MIMALLOC_PURGE_DELAY": "0", "MIMALLOC_PURGE_DECOMMITS": "1
 # found"; apache/arrow-rs#9239, #9516, #10733). A plain ingest of `mixed --scale 13 --seed 2` failed every time at
 # silver/deliveries (issue 33). Off, a horizon reconcile's look-ups of old records read every column of the hits'
 # files (10 M records: 18.4 -> 26.3 s); an ingest and a full reconcile are unchanged. The smallest reproduction is
-# tests/engine_cases.py (README "Known issues"); tests/test_sail_pushdown.py fails once an upgrade fixes it. Read
+# tests/sail_pushdown_case.py (README "Known issues"); tests/test_sail_pushdown.py fails once an upgrade fixes it. Read
 # when the server starts; the environment overrides it.
 SAIL_DEFAULTS = {"SAIL_PARQUET__PUSHDOWN_FILTERS": "false"}
 
