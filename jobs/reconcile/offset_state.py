@@ -81,9 +81,14 @@ def carried(spark: Any, lake: str, frames: dict[str, Any], previous: dict, *, as
         return None
     since = previous["as_of"]
 
+    from jobs.formats import topics
+
     def rows(table: Any) -> Any:
         at = versions[table.qualified] if _delta.table_format() == "delta" else None
-        return _delta.read(spark, lake, table, at=at).where(F.col("run_id") == F.lit(previous["run_id"]))
+        # a run before RocketMQ's own groups and topics were left out may have carried them (spec §4.2)
+        return _delta.read(spark, lake, table, at=at).where(
+            (F.col("run_id") == F.lit(previous["run_id"])) & ~topics.is_system_group_col(F.col("consumer_group"))
+            & ~topics.is_reserved_topic_col(F.col("topic")))
 
     tail = tail_of(rows(status_samples.TABLE), rows(series_tail.TABLE))
     falls_before = rows(offset_decreases.TABLE).select(*offset_decreases.COLUMNS)

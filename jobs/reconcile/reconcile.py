@@ -31,6 +31,7 @@ from jobs.reconcile import offset_state, reports, verdict
 from jobs.rules import snapshots
 from jobs.problems import UsageError
 from jobs.formats import names
+from jobs.formats import topics
 from jobs.formats.topics import DLQ_PREFIX
 from schemas import (
     consumer_offsets,
@@ -194,6 +195,15 @@ def extract(spark: Any, lake: str, groups: list[str] | None, versions: dict[str,
         return _delta.read(spark, lake, table, at=versions[table.qualified])
 
     frames = {name: read(table) for name, table in READ_TABLES.items()}
+    # RocketMQ's own groups and topics are never reported as findings (spec §4.2): their offsets (a revive or
+    # transaction checker's progress, TOOLS_CONSUMER's) are not a user's, nor are messages in their DLQs
+    system = topics.is_system_group_col(F.col("consumer_group"))
+    frames["consumer_offsets"] = frames["consumer_offsets"].where(
+        ~system & ~topics.is_reserved_topic_col(F.col("topic")))
+    for name in ("deliveries", "subscription_groups"):
+        frames[name] = frames[name].where(~system)
+    frames["messages"] = frames["messages"].where(~(F.col("topic").startswith(DLQ_PREFIX) & topics.is_system_group_col(
+        F.expr(f"substring(topic, {len(DLQ_PREFIX) + 1})"))))
     if groups:
         for name in ("consumer_offsets", "deliveries", "subscription_groups"):
             frames[name] = frames[name].where(F.col("consumer_group").isin(list(groups)))
