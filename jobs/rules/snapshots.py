@@ -39,8 +39,9 @@ def offset_series(consumer_offsets: DataFrame, queue_bounds: DataFrame, *, as_of
     ``snapshot_ts <= as_of``; 4. a broadcast client's snapshot (``client_id != ''``) takes the bounds of the
     latest broker snapshot with known bounds at or before it; 5. a broker snapshot without any queue bounds
     has unknown bounds (``min_offset``/``max_offset`` null, ``bounds_known`` false), one with bounds but none
-    for q has ``Min = Max = 0``, one whose row for q has null bounds (its files could not give them) has unknown
-    bounds for q.
+    for q has ``Min = Max = 0`` unless q's committed offset is above 0 (then unknown: no consume queue data for a
+    queue that held messages, spec §4.2), one whose row for q has null bounds (its files could not give them) has
+    unknown bounds for q.
 
     ``snapshots_after`` (0 = latest) and ``is_latest`` count only the snapshots with known bounds, the ones every
     Min/Max-based output uses; they are null for the others.
@@ -153,8 +154,13 @@ def _with_bounds(offsets: DataFrame, bounds: DataFrame) -> DataFrame:
         .join(b, on=["cluster", "broker", "b_ts", "topic", "queue_id"], how="left")
     )
     # rule 5a: a row of q with null bounds says the snapshot's files could not give them (a 0-byte consume queue
-    # file): unknown, not the empty queue that no row for q means
-    has_bounds = F.col("b_ts").isNotNull() & ~(F.col("_row").isNotNull() & F.col("_max").isNull())
+    # file): unknown, not the empty queue that no row for q means. Nor is q empty when it has no row but a committed
+    # offset above 0 (spec §4.2 NO_CONSUME_QUEUE: a BatchCQ or RocksDB consume queue, no consumequeue/<topic>): the
+    # broker keeps at least the newest file of every queue that ever held a message, so Min = Max = 0 there would
+    # be a guess, and an ABOVE_MAX reset of the group to 0.
+    unknown = (F.col("_row").isNotNull() & F.col("_max").isNull()) | (F.col("_row").isNull()
+                                                                      & (F.col("committed_offset") > 0))
+    has_bounds = F.col("b_ts").isNotNull() & ~unknown
     return joined.select(
         *SERIES_KEY, "snapshot_ts", "committed_offset",
         F.when(has_bounds, F.coalesce(F.col("_min"), F.lit(0).cast("long"))).alias("min_offset"),

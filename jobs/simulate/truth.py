@@ -179,6 +179,8 @@ class Truth:
                 commits[(group, "", topic, s.broker, qid)].append((s.ts, c))
                 if not s.bounds:
                     continue  # no consumequeue folder: bounds unknown (rule 5)
+                if (topic, qid) not in s.bounds and c > 0:
+                    continue  # no consume queue data for a queue that held messages: unknown (spec §4.2)
                 lo, hi = s.bounds.get((topic, qid), (0, 0))
                 by_key[(group, "", topic, s.broker, qid)].append((s.ts, c, lo, hi))
         by_broker = defaultdict(list)
@@ -188,7 +190,7 @@ class Truth:
             for (broker, topic, qid), c in cs.offsets.items():
                 commits[(cs.group, cs.client_id, topic, broker, qid)].append((cs.ts, c))
                 prior = [s for s in by_broker[broker] if s.ts <= cs.ts and s.bounds]
-                if not prior:
+                if not prior or ((topic, qid) not in prior[-1].bounds and c > 0):
                     continue
                 lo, hi = prior[-1].bounds.get((topic, qid), (0, 0))
                 by_key[(cs.group, cs.client_id, topic, broker, qid)].append((cs.ts, c, lo, hi))
