@@ -38,12 +38,12 @@ import numpy as np
 import pyarrow as pa
 
 from jobs import progress as progress_lines
-from jobs.formats import configs, names
+from jobs.formats import configs, fastjson, names
 from jobs.formats.consumequeue import CQ_STORE_UNIT_SIZE
 from jobs.ingest import cq_ledger, landing
 from jobs.lake import _delta, _spark, ledger, storage
 from jobs.ingest.landing import LandingFile, Snapshot
-from jobs.problems import Problem, UsageError
+from jobs.problems import ConfigParseError, Problem, UsageError
 from schemas import (
     consumer_offsets,
     cq_files,
@@ -208,7 +208,7 @@ def extract_configs(snap: Snapshot, landing_root: str, out: Extracted, now: dt.d
             out.problem(snap.cluster, snap.broker, snap.ts, Problem(
                 f.path, 0, "broker keeps consumer offsets in RocksDB (storeType=defaultRocksDB): not readable here; "
                 "export them with mqadmin or switch the sync job to the JSON config files"))
-        if f.kind in _CONFIG_TABLES or f.kind in ("backup", "other", "rocksdb"):
+        if f.kind in _CONFIG_TABLES or f.kind in ("backup", "other", "rocksdb", "tiered"):
             # Every file is recorded with its digest; bytes are kept for the JSON files (replayable raw layer).
             try:
                 data = read(f.path) or b""
@@ -270,13 +270,45 @@ def extract_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, now:
     entries: dict[str, Any] = {}
     reads = CQReads()
     items = sorted(by_queue.items())
+    first = len(out.rows.get(queue_bounds.NAME, []))
     for mine, got, n in (pool.map(one, items) if pool is not None else map(one, items)):
         for table, rows in mine.rows.items():
             out.rows.setdefault(table, []).extend(rows)
         out.problems.extend(mine.problems)
         entries.update(got)
         reads.add(n)
+    tiered = snap.of_kind("tiered")
+    if tiered:
+        with_tier(out.rows.get(queue_bounds.NAME, [])[first:], tiered[0], landing_root, snap, out)
     return entries, reads
+
+
+def with_tier(rows: list[dict[str, Any]], f: LandingFile, landing_root: str, snap: Snapshot, out: "Extracted") -> None:
+    """Min of each queue on a broker with tiered storage: min(local Min, the tier's ``minOffset`` of the queue)
+    (``TieredMessageStore.getMinOffsetInQueue``): offsets below the local Min are still served from the tier, so
+    they are neither EXPIRED nor a reason to move the group (spec §4.2 TIERED). A metadata file that cannot be read
+    leaves every bound of the snapshot unknown: the local Min alone would be a guess."""
+    tier: dict[tuple[str, int], int] = {}
+    try:
+        doc = fastjson.loads((storage.read_bytes(storage.join(landing_root, f.path)) or b"").decode("utf-8"),
+                             source_path=f.path)
+        for topic, queues in (doc.get("queueMetadataTable") or {}).items():
+            for qid, meta in (queues or {}).items():
+                lo = meta.get("minOffset") if isinstance(meta, dict) else None
+                if isinstance(qid, int) and isinstance(lo, int) and not isinstance(lo, bool) and lo >= 0:
+                    tier[(str(topic), qid)] = lo
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError, TypeError) as exc:
+        reason = exc.reason if isinstance(exc, ConfigParseError) else type(exc).__name__
+        out.problem(snap.cluster, snap.broker, snap.ts, Problem(
+            f.path, getattr(exc, "position", 0), f"tiered storage metadata not readable ({reason}): the queues' Min "
+            "may be below the local one, so this snapshot's bounds are unknown"))
+        for r in rows:
+            r["min_offset"] = r["max_offset"] = None
+        return
+    for r in rows:
+        lo = tier.get((r["topic"], r["queue_id"]))
+        if lo is not None and r["min_offset"] is not None:
+            r["min_offset"] = min(r["min_offset"], lo)
 
 
 def _stands_in(e: "cq_ledger.Entry", oldest: int | None, known: "_SnapshotRecords") -> bool:

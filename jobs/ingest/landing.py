@@ -32,6 +32,9 @@ def _segment_name(name: str) -> bool:
 def _queue_id(name: str) -> bool:
     """A consume queue folder: a queue id, a Java int (any other folder is not a queue's)."""
     return name.isascii() and name.isdigit() and int(name) < (1 << 31)
+# Tiered storage's metadata (5.1+, config/tieredStoreMetadata.json): where a broker has it, offsets below the local
+# Min are still served from the tier (rocketmq5.md §5).
+TIERED_METADATA = "tieredStoreMetadata.json"
 CONFIG_FILES = {
     "consumerOffset.json": "consumer_offsets",
     "lmqConsumerOffset.json": "consumer_offsets",
@@ -41,7 +44,7 @@ CONFIG_FILES = {
 }
 FileKind = Literal[
     "consumer_offsets", "subscription_groups", "topics", "delay_offsets", "client_offsets",
-    "commitlog", "consumequeue", "export", "backup", "rocksdb", "marker", "other",
+    "commitlog", "consumequeue", "export", "backup", "rocksdb", "tiered", "marker", "other",
 ]
 
 
@@ -205,6 +208,8 @@ def classify(rel: str, *, clients: bool) -> dict[str, object]:
         if len(parts) == 3:
             if name in CONFIG_FILES:
                 return {"kind": CONFIG_FILES[name]}
+            if name == TIERED_METADATA:
+                return {"kind": "tiered"}
             if name.endswith(".bak") and name[: -len(".bak")] in CONFIG_FILES:
                 return {"kind": "backup"}
         return {"kind": "other"}
@@ -217,7 +222,7 @@ def classify(rel: str, *, clients: bool) -> dict[str, object]:
     return {"kind": "other"}
 
 
-_FILE_KINDS = {"consumer_offsets", "subscription_groups", "topics", "delay_offsets", "client_offsets", "commitlog",
+_FILE_KINDS = {"consumer_offsets", "subscription_groups", "topics", "delay_offsets", "client_offsets", "commitlog", "tiered",
                "consumequeue", "backup", "marker"}
 
 
