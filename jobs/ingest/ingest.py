@@ -187,7 +187,10 @@ def extract_configs(snap: Snapshot, landing_root: str, out: Extracted, now: dt.d
                     seen_backup_only.add(main)
                     targets.append(LandingFile(uri=f.uri[: -len(".bak")], path=main, rel=f.rel[: -len(".bak")],
                                                size=0, kind=kind, client_id=f.client_id, group=f.group))
+    from_rocksdb = _rocksdb_configs(snap, read, out, base)
     for f in targets:
+        if f.kind in from_rocksdb:
+            continue  # the broker keeps this in RocksDB and no longer writes the JSON: it is stale (spec §4.2)
         parsed = configs.load(read, f.path, f.kind)
         for p in parsed.problems:
             out.problem(snap.cluster, snap.broker, snap.ts, p)
@@ -204,10 +207,6 @@ def extract_configs(snap: Snapshot, landing_root: str, out: Extracted, now: dt.d
             else:
                 out.add(table, {**base, **row, **extra})
     for f in snap.files:
-        if f.kind in ("rocksdb",):
-            out.problem(snap.cluster, snap.broker, snap.ts, Problem(
-                f.path, 0, "broker keeps consumer offsets in RocksDB (storeType=defaultRocksDB): not readable here; "
-                "export them with mqadmin or switch the sync job to the JSON config files"))
         if f.kind in _CONFIG_TABLES or f.kind in ("backup", "other", "rocksdb", "tiered"):
             # Every file is recorded with its digest; bytes are kept for the JSON files (replayable raw layer).
             try:
@@ -221,6 +220,35 @@ def extract_configs(snap: Snapshot, landing_root: str, out: Extracted, now: dt.d
             out.add(files.NAME, {**base, "source_path": f.path, "file_kind": f.kind, "size": len(data),
                                  "sha256": _sha(data), "content": data if is_json and f.kind != "rocksdb" else None,
                                  "used_backup": None, "read_from": 0, "read_to": len(data), "ingested_at": now})
+
+
+def _rocksdb_configs(snap: Snapshot, read: Callable[[str], bytes | None], out: Extracted,
+                     base: dict[str, Any]) -> set[str]:
+    """Rows from the snapshot's RocksDB config DBs (``store/config/consumerOffsets/``... v1, ``rdb/`` v2), and the
+    kinds they cover: the JSON file of such a kind is stale (the broker stopped writing it) and is not read, also
+    when the DB cannot be opened (then that kind has no rows in this snapshot, rather than the stale ones)."""
+    from jobs.formats import rocksdb_config
+
+    dbs: dict[str, list[LandingFile]] = {}
+    for f in snap.of_kind("rocksdb"):
+        db = rocksdb_config.db_of(f.rel)
+        if db is not None:
+            dbs.setdefault(db, []).append(f)
+    covered: set[str] = set()
+    for db, fs in sorted(dbs.items()):
+        folder = f"{snap.folder}/store/config/{db}"
+        files = {f.rel[len(f"store/config/{db}/"):]: read(f.path) or b"" for f in fs}
+        kinds = set(rocksdb_config.V1.values()) if db == rocksdb_config.V2 else {rocksdb_config.V1[db]}
+        covered |= kinds
+        rows, problems = rocksdb_config.load(db, files, folder)
+        for p in problems:
+            out.problem(snap.cluster, snap.broker, snap.ts, p)
+        for kind, got in rows.items():
+            table = _CONFIG_TABLES[kind].name
+            extra = {"source_file": folder, "used_backup": False}
+            for row in got:
+                out.add(table, {**base, **row, **({"client_id": ""} if kind == "consumer_offsets" else {}), **extra})
+    return covered
 
 
 @dataclass

@@ -70,7 +70,12 @@ def missing_files(snap: "Snapshot") -> list[tuple[str, str]]:
         return []
     if not any(f.rel.startswith("store/") for f in snap.files) and any(f.kind == "export" for f in snap.files):
         return []
-    out = [(rel, meaning) for rel, meaning in EXPECTED_STORE_FILES if rel not in have and f"{rel}.bak" not in have]
+    # a config the broker keeps in RocksDB (5.x, store/config/<db>/) is there, not missing (jobs.formats.rocksdb_config)
+    dbs = {f.rel.split("/")[2] for f in snap.files if f.kind == "rocksdb"}
+    in_db = {"store/config/consumerOffset.json": {"consumerOffsets", "rdb"}, "store/config/topics.json": {"topics", "rdb"},
+             "store/config/subscriptionGroup.json": {"subscriptionGroups", "rdb"}}
+    out = [(rel, meaning) for rel, meaning in EXPECTED_STORE_FILES
+           if rel not in have and f"{rel}.bak" not in have and not in_db.get(rel, set()) & dbs]
     if not snap.of_kind("commitlog"):
         out.append(("store/commitlog/", "no message is read from it, and Min is each queue's first valid entry "
                                         "(spec §4)"))
@@ -203,8 +208,8 @@ def classify(rel: str, *, clients: bool) -> dict[str, object]:
             return {"kind": kind, "client_id": parts[0], "group": parts[1]}
         return {"kind": "other"}
     if len(parts) >= 2 and parts[0] == "store" and parts[1] == "config":
-        if len(parts) >= 3 and parts[2] in ("consumerOffsets", "rocksdb"):
-            return {"kind": "rocksdb"}
+        if len(parts) >= 4 and parts[2] in ("consumerOffsets", "topics", "subscriptionGroups", "rdb", "rocksdb"):
+            return {"kind": "rocksdb"}  # RocketMQ 5.x config in RocksDB (jobs.formats.rocksdb_config)
         if len(parts) == 3:
             if name in CONFIG_FILES:
                 return {"kind": CONFIG_FILES[name]}
