@@ -8,10 +8,12 @@ and inline SVG plots drawn by matplotlib (no script, no font or file from the ne
 and offline). The folder is published all at once through :mod:`jobs.reconcile.reports` /
 :mod:`jobs.lake.storage`, so an ``s3://`` reports root works the same.
 
-Pages: ``index.html`` (the headline audit plot and the groups ranked by severity), ``groups/<group>.html`` (per
-queue: timeline, "why this status", ranges), ``audit.html`` (per group and hour), ``trends.html`` (over runs),
-``quality.html`` (stored validation results). A table longer than ``MAX_ROWS`` shows its first rows, says how many
-are left out and links to the whole table as CSV.
+Pages: ``index.html`` (the current run: the headline audit plot and the groups ranked by severity, since when),
+``runs.html`` (every recent run, labelled by kind, linked to its own report page), ``groups/<group>.html`` (what to
+do, the corrections and their mqadmin lines, the DLQ candidates and their look-ups, per queue a timeline and "why
+this status"), ``audit.html`` (per group and hour), ``trends.html`` (over runs), ``quality.html`` (stored validation
+results). A table longer than ``MAX_ROWS`` shows its first rows, says how many are left out and links to the whole
+table as CSV.
 """
 from __future__ import annotations
 
