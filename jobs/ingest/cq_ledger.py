@@ -3,7 +3,7 @@
 A broker keeps days of consume queue files and only the last file of each queue changes between snapshots, so
 reading every file of every snapshot grows with the broker's retained store. A file whose fingerprint
 (:meth:`LandingFile.fingerprint`) equals the one recorded for the same broker and path is summarised from here
-instead (jobs.ingest.ingest.extract_queue_bounds decides when the summary is not enough and reads it anyway).
+instead (jobs.ingest.bounds.extract_queue_bounds decides when the summary is not enough and reads it anyway).
 
 Within a run a broker's snapshots pass their entries on in memory; the table is written once, after the run's
 other small tables and before its ledger row, so a run killed and run again leaves what a clean run leaves.
@@ -38,7 +38,7 @@ class Entry:
     records_digest: str | None = None
     dangling: tuple[tuple[int, str], ...] = ()
     # sha256 of its valid entries' bytes, kept by the run that read it (not in the table): a later snapshot of the run
-    # tells the same entries in a grown copy without hashing the zeros of the earlier one (jobs.ingest.ingest)
+    # tells the same entries in a grown copy without hashing the zeros of the earlier one (jobs.ingest.bounds)
     prefix_sha256: str | None = field(default=None, compare=False)
 
     def same_file(self, f: LandingFile) -> bool:

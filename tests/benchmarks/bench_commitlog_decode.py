@@ -74,7 +74,7 @@ T0_MS = int(dt.datetime(2024, 5, 2, 8, 0, tzinfo=UTC).timestamp() * 1000)
 MONTH_START_MS = int(dt.datetime(2024, 5, 1, tzinfo=UTC).timestamp() * 1000)
 MSGS_PER_MS = 4  # store timestamps advance 1 ms every 4 messages
 STORE_HOST = ("10.0.0.11", 10911)
-CHUNK_BYTES = 64 << 20  # jobs.ingest.ingest.CHUNK_BYTES (checked against it in main; not imported in the workers)
+CHUNK_BYTES = 64 << 20  # jobs.ingest.decode.CHUNK_BYTES (checked against it in main; not imported in the workers)
 
 TARGET_RATE = 1_000_000
 TARGET_RATIO = 10.0
@@ -697,11 +697,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--samples", type=int, default=3000, help="records compared field by field with what was written")
     args = ap.parse_args(argv)
 
-    from jobs.ingest import ingest
+    from jobs.ingest import decode
 
-    if ingest.CHUNK_BYTES != CHUNK_BYTES:
-        print(f"note: jobs.ingest.ingest.CHUNK_BYTES is {ingest.CHUNK_BYTES}; using it", flush=True)
-    chunk = ingest.CHUNK_BYTES
+    if decode.CHUNK_BYTES != CHUNK_BYTES:
+        print(f"note: jobs.ingest.decode.CHUNK_BYTES is {decode.CHUNK_BYTES}; using it", flush=True)
+    chunk = decode.CHUNK_BYTES
 
     man = prepare(args)
     layout, small_layout = man["layout"], man["small_layout"]

@@ -8,7 +8,7 @@ Usage::
 The landing zone is one broker snapshot holding a full 1 GiB segment (the synthetic log of
 ``bench_commitlog_decode.py``: real producers' message shapes, written with the project's ``CommitLogWriter``) and
 the first 16 MiB of the next one, as a broker leaves them after a roll. Each run is a fresh process that runs
-ingest's decode step (``jobs.ingest.ingest.decode_commitlogs``: plan, ``mapInArrow`` decode tasks on embedded Sail,
+ingest's decode step (``jobs.ingest.decode.decode_commitlogs``: plan, ``mapInArrow`` decode tasks on embedded Sail,
 the staging folder) pinned to 1 or 2 CPUs (``taskset``, ``SAIL_EXECUTION__DEFAULT_PARALLELISM``), with
 ``RMQ_RECON_DECODE_SPLIT_MB=0`` (the segment is one task) and ``--split-mb`` (it is cut in pieces). Outside the timed
 region each run checks what it staged: the records' count, physical offsets (count, sum, lowest, highest) and the

@@ -62,7 +62,7 @@ def test_a_growing_segment_is_one_unit_read_on_from_where_each_copy_stopped(tmp_
 
 def test_a_segment_decoded_to_its_end_is_settled_without_reading(tmp_path: pathlib.Path) -> None:
     """The ledger says the segment is complete: no task, no read (the file may even be gone by now)."""
-    from jobs.ingest.ingest import SegmentState
+    from jobs.ingest.segment_ledger import SegmentState
 
     _store(tmp_path, "20260105T000000Z", 5)
     snaps, _, _ = landing.discover(str(tmp_path))

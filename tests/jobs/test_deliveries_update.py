@@ -1,5 +1,5 @@
-"""Ingest's update of silver/deliveries (jobs.ingest.ingest.build_deliveries): derived again only for what was added
-since the last completed ingest, yet the same rows as a derivation from the whole lake."""
+"""Ingest's update of silver/deliveries (jobs.ingest.deliveries_update.build_deliveries): derived again only for
+what was added since the last completed ingest, yet the same rows as a derivation from the whole lake."""
 from __future__ import annotations
 
 import datetime as dt

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from jobs.ingest import ingest, sample_landing
+from jobs.ingest import decode, ingest, sample_landing
 from jobs.lake import _delta
 from jobs.problems import UsageError
 from schemas import (consumer_offsets, delay_offsets, files, messages, quarantine, queue_bounds, segments, snapshots,
@@ -210,7 +210,7 @@ def test_the_newest_segment_s_zero_filled_tail_ends_decoding_quietly(tmp_path: p
         w.append(topic="T", queue_id=0, queue_offset=i, body=b"x" * 100, properties={"UNIQ_KEY": f"K{i:04d}"},
                  born_ts_ms=1, store_ts_ms=2, born_host=("10.0.0.1", 1), store_host=("10.0.0.2", 10911))
     w.close()
-    monkeypatch.setattr(ingest, "CHUNK_BYTES", 2048)  # 40 records of ~200 bytes, then 56 KiB of zeros
+    monkeypatch.setattr(decode, "CHUNK_BYTES", 2048)  # 40 records of ~200 bytes, then 56 KiB of zeros
     lake = str(tmp_path / "lake")
     summary = ingest.run(str(tmp_path / "landing"), lake, now=NOW)
     rows = _delta.read_pandas(lake, messages.TABLE).sort_values("physical_offset")
@@ -219,7 +219,7 @@ def test_the_newest_segment_s_zero_filled_tail_ends_decoding_quietly(tmp_path: p
 
 def test_a_record_larger_than_the_read_window_is_quarantined_not_fatal(tmp_path: pathlib.Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ingest, "CHUNK_BYTES", 2048)
+    monkeypatch.setattr(decode, "CHUNK_BYTES", 2048)
     # TOTALSIZE 4096 with the v1 magic: a plausible header whose record does not fit one window.
     _segment(tmp_path, (4096).to_bytes(4, "big") + bytes.fromhex("DAA320A7") + bytes(4088), 16 * 1024)
     lake = str(tmp_path / "lake")
@@ -387,7 +387,7 @@ def test_a_batch_is_split_by_broker_exactly_whatever_its_order_and_encoding() ->
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from jobs.ingest.ingest import _of_brokers
+    from jobs.ingest.known_records import _of_brokers
 
     rng = random.Random(3)
     wanted = [("c1", "a"), ("c2", "b"), ("c1", "c"), ("zz", "a")]
@@ -421,7 +421,7 @@ def test_records_spilled_per_broker_come_back_whole_and_a_killed_runs_folder_is_
 
     import numpy as np
 
-    from jobs.ingest.ingest import _Spilled
+    from jobs.ingest.known_records import _Spilled
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)

@@ -1,0 +1,362 @@
+"""The queue bounds step: Min and Max of every consume queue of each snapshot (spec §4) and the entries that point
+at no record, reading only the consume queue files that changed (jobs.ingest.cq_ledger)."""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import os
+from contextlib import ExitStack, nullcontext
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import pyarrow as pa
+
+from jobs.formats import configs, fastjson, names
+from jobs.formats.consumequeue import CQ_STORE_UNIT_SIZE
+from jobs.ingest import cq_ledger
+from jobs.ingest.decode import Decoded
+from jobs.ingest.extracted import Extracted
+from jobs.ingest.known_records import KnownRecords, _SnapshotRecords, _Spilled, lake_records, staged_records
+from jobs.ingest.landing import LandingFile, Snapshot
+from jobs.lake import storage
+from jobs.problems import ConfigParseError, Problem
+from schemas import files, queue_bounds
+
+
+@dataclass
+class CQReads:
+    """Consume queue files read and not read (their ledger entry stood in), for the progress line."""
+
+    read: int = 0
+    skipped: int = 0
+
+    def add(self, other: "CQReads") -> None:
+        self.read += other.read
+        self.skipped += other.skipped
+
+
+def extract_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, now: dt.datetime,
+                         known: "_SnapshotRecords", prior: dict[str, "cq_ledger.Entry"] | None = None,
+                         pool: Any = None, read_all: bool = False) -> tuple[dict[str, "cq_ledger.Entry"], CQReads]:
+    """Min and Max of every consume queue of the snapshot (spec §4), and CQ entries that point at nothing.
+
+    ``prior``: the CQ file ledger's entries of the broker (jobs.ingest.cq_ledger); a file it holds unchanged is not
+    read unless its commit offsets straddle what the snapshot checks (:func:`_stands_in`): the rows and problems
+    are those of reading every file. ``pool``: an executor the queues are worked side by side in (in queue order).
+    ``read_all``: every file is read (``--retake``); ``prior`` still gives the dangling entries an unchanged file's
+    entry holds when this snapshot cannot check all of them, so the entries written equal those of a run without it.
+
+    Returns:
+        The ledger entries of the snapshot's files (those of queues that could be read) and how many were read.
+    """
+    queue_files = snap.of_kind("consumequeue")
+    if not queue_files:
+        return {}, CQReads()
+
+    commitlogs = snap.of_kind("commitlog")
+    oldest = min((f.start for f in commitlogs if f.start is not None), default=None)
+    by_queue: dict[tuple[str, int], list[LandingFile]] = {}
+    for f in queue_files:
+        by_queue.setdefault((f.topic or "", f.queue_id or 0), []).append(f)
+    prior = prior or {}
+
+    def one(item: tuple[tuple[str, int], list[LandingFile]]) -> tuple[Extracted, dict[str, Any], CQReads]:
+        (topic, qid), fs = item
+        mine = Extracted()
+        entries, reads = _queue_bounds(snap, topic, qid, sorted(fs, key=lambda f: f.start or 0), mine, now, known,
+                                       prior, oldest, read_all)
+        return mine, entries, reads
+
+    entries: dict[str, Any] = {}
+    reads = CQReads()
+    items = sorted(by_queue.items())
+    first = len(out.rows.get(queue_bounds.NAME, []))
+    for mine, got, n in (pool.map(one, items) if pool is not None else map(one, items)):
+        for table, rows in mine.rows.items():
+            out.rows.setdefault(table, []).extend(rows)
+        out.problems.extend(mine.problems)
+        entries.update(got)
+        reads.add(n)
+    tiered = snap.of_kind("tiered")
+    if tiered:
+        with_tier(out.rows.get(queue_bounds.NAME, [])[first:], tiered[0], landing_root, snap, out)
+    return entries, reads
+
+
+def with_tier(rows: list[dict[str, Any]], f: LandingFile, landing_root: str, snap: Snapshot, out: "Extracted") -> None:
+    """Min of each queue on a broker with tiered storage: min(local Min, the tier's ``minOffset`` of the queue)
+    (``TieredMessageStore.getMinOffsetInQueue``): offsets below the local Min are still served from the tier, so
+    they are neither EXPIRED nor a reason to move the group (spec §4.2 TIERED). A metadata file that cannot be read
+    leaves every bound of the snapshot unknown: the local Min alone would be a guess."""
+    tier: dict[tuple[str, int], int] = {}
+    try:
+        doc = fastjson.loads((storage.read_bytes(storage.join(landing_root, f.path)) or b"").decode("utf-8"),
+                             source_path=f.path)
+        for topic, queues in (doc.get("queueMetadataTable") or {}).items():
+            for qid, meta in (queues or {}).items():
+                lo = meta.get("minOffset") if isinstance(meta, dict) else None
+                if isinstance(qid, int) and isinstance(lo, int) and not isinstance(lo, bool) and lo >= 0:
+                    tier[(str(topic), qid)] = lo
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError, TypeError) as exc:
+        reason = exc.reason if isinstance(exc, ConfigParseError) else type(exc).__name__
+        out.problem(snap.cluster, snap.broker, snap.ts, Problem(
+            f.path, getattr(exc, "position", 0), f"tiered storage metadata not readable ({reason}): the queues' Min "
+            "may be below the local one, so this snapshot's bounds are unknown"))
+        for r in rows:
+            r["min_offset"] = r["max_offset"] = None
+        return
+    for r in rows:
+        lo = tier.get((r["topic"], r["queue_id"]))
+        if lo is not None and r["min_offset"] is not None:
+            r["min_offset"] = min(r["min_offset"], lo)
+
+
+def _stands_in(e: "cq_ledger.Entry", oldest: int | None, known: "_SnapshotRecords") -> bool:
+    """Whether an unchanged file's ledger entry gives what reading it would: not when its commit offsets straddle
+    ``oldest`` (Min is inside it: the caller passes None when it searches the file for Min instead,
+    :func:`jobs.formats.consumequeue.search`),
+    nor when they meet the range of records the snapshot checks entries against, unless all of them are inside it
+    and the records they span are those the entry's dangling entries were found against."""
+    s = e.summary
+    if not s.entries:
+        return True
+    first, last = s.first_commit_offset or 0, s.last_commit_offset or 0
+    if oldest is not None and first < oldest <= last:
+        return False
+    if not known.meets(first, last):
+        return True
+    return e.records_digest is not None and known.covers(first, last) and known.digest(first, last) == e.records_digest
+
+
+def _tail_agrees(f: LandingFile, e: "cq_ledger.Entry") -> bool:
+    """Whether a file that is not full still ends where its entry says (its last valid entry, then an invalid one):
+    40 bytes read. The broker only appends to a queue's last file, which is preallocated at its full size, so a sync
+    job that sets the times of the files it copies (instead of keeping them) would give a grown file the
+    fingerprint of its earlier copy. An ETag names the bytes: nothing to check then; a full file takes no more."""
+    s = e.summary
+    if f.etag or s.full:
+        return True
+    unit = 20  # bytes of a consume queue entry
+    try:
+        tail = storage.read_bytes(f.uri, max(s.entries - 1, 0) * unit, (s.entries + 1) * unit) or b""
+    except OSError:
+        return False  # read as a whole: the error is quarantined there
+    if s.entries:
+        if len(tail) < unit or int.from_bytes(tail[:8], "big", signed=True) != s.last_commit_offset:
+            return False
+        tail = tail[unit:]
+    if len(tail) < unit:
+        return False
+    return int.from_bytes(tail[:8], "big", signed=True) < 0 or int.from_bytes(tail[8:12], "big", signed=True) <= 0
+
+
+def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], out: Extracted, now: dt.datetime,
+                  known: "_SnapshotRecords", prior: dict[str, "cq_ledger.Entry"], oldest: int | None,
+                  read_all: bool = False) -> tuple[dict[str, "cq_ledger.Entry"], CQReads]:
+    """One queue of :func:`extract_queue_bounds`: its files rows, bounds row and problems; its files' entries."""
+    from jobs.formats import consumequeue
+
+    base = {"cluster": snap.cluster, "broker": snap.broker, "snapshot_ts": snap.ts}
+    empty = [f for f in fs if f.size == 0]
+    if empty:  # the broker preallocates every file at its full size: 0 bytes is a truncated copy, not an empty queue
+        for f in empty:
+            out.problem(snap.cluster, snap.broker, snap.ts, Problem(
+                f.path, 0, f"consume queue file of {names.shown(topic)}/{qid} is empty (0 bytes; the broker "
+                "preallocates each file at its full size): a truncated copy, so the queue's bounds are unknown in "
+                "this snapshot"))
+        # a row with null bounds: unknown (no row would read as an empty queue, Min = Max = 0: rule 5)
+        out.add(queue_bounds.NAME, {**base, "topic": topic, "queue_id": qid, "min_offset": None, "max_offset": None})
+        return {}, CQReads()
+    stand_in: dict[str, cq_ledger.Entry] = {}
+    found: dict[str, tuple[int, int]] = {}  # Min's position in an unchanged file the oldest segment starts inside
+    for f in fs:
+        e = prior.get(f.rel)
+        if read_all or e is None or not e.stands_for(f):
+            continue
+        s = e.summary
+        inside = oldest is not None and s.entries > 0 and (s.first_commit_offset or 0) < oldest \
+            <= (s.last_commit_offset or 0)
+        if not _stands_in(e, None if inside else oldest, known) or not _tail_agrees(f, e):
+            continue
+        if inside:  # every queue's oldest file until the broker deletes it: searched, not read (~13 reads of 8 bytes)
+            try:
+                found[f.rel] = (oldest, consumequeue.search(
+                    lambda a, b, f=f: storage.read_bytes(f.uri, a, b) or b"", s.entries, oldest))
+            except OSError:
+                continue  # read whole below: its error is quarantined there
+        stand_in[f.rel] = e
+    try:
+        raw = {f.rel: storage.read_bytes(f.uri) or b"" for f in fs if f.rel not in stand_in}
+    except OSError as exc:
+        out.problem(snap.cluster, snap.broker, snap.ts, Problem(
+            fs[0].path, 0, f"a file of queue {topic}/{qid} is unreadable ({configs.unreadable(exc)}): the queue's "
+            f"bounds are not taken from this snapshot; fix it, then run ingest --retake"))
+        return {}, CQReads()
+    entries: dict[str, cq_ledger.Entry] = {}
+    parts: list[consumequeue.QueueFile] = []
+    # per file: its decoded entries as the bounds see them and those that dangle (None: not read), or, not read, the
+    # dangling entries its ledger entry holds (if the file is not zero-filled here and meets the checked range)
+    checks: list[tuple[LandingFile, consumequeue.CQDecode | None, Iterable[tuple[int, str]]]] = []
+    for f in fs:
+        start = f.start or 0
+        if f.rel in stand_in:
+            e = entries[f.rel] = stand_in[f.rel]
+            s = e.summary
+            parts.append(consumequeue.QueueFile(start // 20, s.entries, s.full, None, s.first_commit_offset,
+                                                s.last_commit_offset, found.get(f.rel)))
+            meets = s.entries and known.meets(s.first_commit_offset or 0, s.last_commit_offset or 0)
+            checks.append((f, None, e.dangling if meets else ()))
+            out.add(files.NAME, {**base, "source_path": f.path, "file_kind": "consumequeue", "size": f.size,
+                                 "sha256": e.sha256, "content": None, "used_backup": None,
+                                 "read_from": 0, "read_to": f.size, "ingested_at": now})
+            continue
+        # Every valid entry counts, also one pointing past the end of this snapshot's commitlog files: a sync copies
+        # store/commitlog before store/consumequeue, and the live broker's maxOffset counts the entries written since
+        # (ConsumeQueue.getMaxOffsetInQueue; only a restart's recovery, truncateDirtyLogicFiles, drops such entries,
+        # and after it the files hold none).
+        data = raw[f.rel]
+        before = prior.get(f.rel)
+        cq = consumequeue.decode_cq(data, file_start_byte=start)
+        plain = not cq.problems  # the bytes are the entries as read
+        sha, prefix, grown = _sha_grown(data, cq.count if plain else None, before if plain else None)
+        summary = consumequeue.summarize(data, cq)
+        if len(data) != f.size:  # it changed since the listing: its fingerprint does not name these bytes
+            summary = dataclasses.replace(summary, problems=True)
+        if grown and not summary.problems and _findings_hold(before, known):
+            # the entries the earlier copy had are these bytes, checked against these records: only the new ones
+            n0 = before.summary.entries
+            dangling = list(before.dangling) + known.dangling(snap.cluster, snap.broker, cq, n0)
+        else:
+            dangling = known.dangling(snap.cluster, snap.broker, cq)
+        entries[f.rel] = _entry(f, sha, summary, dangling, known,
+                                before if before is not None and before.same_file(f) else None, prefix)
+        parts.append(consumequeue.QueueFile.of(cq, len(data)))
+        checks.append((f, cq, dangling))
+        out.add(files.NAME, {**base, "source_path": f.path, "file_kind": "consumequeue", "size": len(data),
+                             "sha256": sha, "content": None, "used_backup": None,
+                             "read_from": 0, "read_to": len(data), "ingested_at": now})
+    mn, mx = consumequeue.bounds(parts, oldest)
+    out.add(queue_bounds.NAME, {**base, "topic": topic, "queue_id": qid, "min_offset": mn, "max_offset": mx})
+    for f, cq, dangling in checks:
+        for p in cq.problems if cq is not None else ():  # a file not read has none (its ledger entry says so)
+            out.problem(snap.cluster, snap.broker, snap.ts, Problem(f.path, p.position, p.reason))
+        for pos, reason in dangling:
+            out.problem(snap.cluster, snap.broker, snap.ts, Problem(f.path, pos, reason))
+    return entries, CQReads(len(raw), len(stand_in))
+
+
+def _sha_grown(data: bytes, entries: int | None, before: "cq_ledger.Entry | None") -> tuple[str, str | None, bool]:
+    """The sha256 of a consume queue file's bytes and of its first ``entries`` entries (None: not asked), and whether
+    the copy ``before`` was read from, earlier in this run, held these bytes' first ``before.summary.entries``
+    entries (the hash of its entries, kept by the run, is that of these bytes' first ones): the broker appends to a
+    queue's last file, so a grown copy's earlier entries need not be checked again. One pass over the bytes, the
+    hash read off at each of the two lengths.
+
+    An entry of the ledger table has no such hash: a later run checks only the entries pointing into the records it
+    decoded (the old ones point below them)."""
+    unit = CQ_STORE_UNIT_SIZE
+    n0 = before.summary.entries * unit if before is not None and before.prefix_sha256 is not None else 0
+    mine = None if entries is None else entries * unit
+    if n0 > len(data) or (mine is not None and mine < n0):
+        n0 = 0  # not a grown copy of it
+    view, h, at, seen = memoryview(data), hashlib.sha256(), 0, {}
+    for cut in sorted({c for c in (n0 or None, mine) if c is not None}):
+        h.update(view[at:cut])
+        seen[cut], at = h.hexdigest(), cut
+    h.update(view[at:])
+    grown = bool(n0) and before is not None and seen[n0] == before.prefix_sha256
+    return h.hexdigest(), None if mine is None else seen[mine], grown
+
+
+def _findings_hold(before: "cq_ledger.Entry", known: "_SnapshotRecords") -> bool:
+    """Whether ``before``'s dangling entries are what checking its entries against this snapshot's records gives:
+    all of them are inside the checked range and the records they span are those they were found against."""
+    first, last = before.summary.first_commit_offset or 0, before.summary.last_commit_offset or 0
+    return known.covers(first, last) and known.digest(first, last) == before.records_digest
+
+
+def _entry(f: LandingFile, sha: str, summary: Any, dangling: list[tuple[int, str]] | None,
+           known: "_SnapshotRecords", before: "cq_ledger.Entry | None", prefix: str | None = None
+           ) -> "cq_ledger.Entry":
+    """The ledger entry of a file just read. Its dangling entries are kept when every entry was checked (``dangling``
+    of the file as it is, all inside the decoded range), with a digest of the records they were checked against;
+    else those of its unchanged earlier copy, still tied to their own records. ``prefix``: the sha256 of its
+    entries' bytes (:func:`_sha_grown`)."""
+    first, last = summary.first_commit_offset, summary.last_commit_offset
+    if dangling is not None and not summary.problems and summary.entries and known.covers(first, last):
+        return cq_ledger.Entry(f.size, f.mtime, f.etag, sha, summary, known.digest(first, last), tuple(dangling),
+                               prefix)
+    if before is not None:
+        return cq_ledger.Entry(f.size, f.mtime, f.etag, sha, summary, before.records_digest, before.dangling)
+    return cq_ledger.Entry(f.size, f.mtime, f.etag, sha, summary)
+
+
+def extract_all_queue_bounds(snaps: list[Snapshot], landing_root: str, lake: str, staged: "Decoded", out: Extracted,
+                             now: dt.datetime, ledger: "cq_ledger.CQLedger | None" = None,
+                             read_all: bool = False, lake_read: Callable[[], None] | None = None) -> CQReads:
+    """:func:`extract_queue_bounds` of every broker snapshot, a broker's in time order: each passes its files' CQ
+    ledger entries on to the next (``ledger`` is updated in place; None or ``read_all``: every file is read, as
+    :func:`extract_queue_bounds` says). On S3 a snapshot's queues are worked side by side on the driver's threads
+    (the reads wait on the network), their rows and problems added in queue order; a local landing zone's in one
+    thread. ``lake_read`` is called once silver/messages has been read (the records it held before this run): from
+    then on the run may load into it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    ledger = ledger if ledger is not None else cq_ledger.CQLedger()
+    by_broker: dict[tuple[str, str], list[Snapshot]] = {}
+    for snap in snaps:
+        if not snap.is_clients:
+            by_broker.setdefault((snap.cluster, snap.broker), []).append(snap)
+    with ExitStack() as spills:
+        held = _Spilled((np.int64, np.int32))  # offsets, sizes
+        spills.callback(held.remove)
+        overlap = lake_records(lake, staged, list(by_broker), held)
+        if overlap is not None:
+            staged.lake_overlap = overlap
+        if lake_read is not None:
+            lake_read()
+        fresh = _Spilled((np.int64, np.int32, np.int64))  # offsets, sizes, first snapshot times
+        spills.callback(fresh.remove)
+        staged_records(staged, list(by_broker), fresh)
+        pa.default_memory_pool().release_unused()  # the Parquet reader's buffers: not held through the bounds
+        # A local file is read in microseconds: threads would only pass the interpreter lock to and fro (scale 8,
+        # 4,925 files: 4 threads 1.57 s and 1.9 CPU-s, one 0.95 s and 0.95 CPU-s). S3 reads wait on the network.
+        threads = (ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) if storage.is_s3(landing_root)
+                   else nullcontext())
+        with threads as pool:
+            return _queue_bounds_by_broker(by_broker, landing_root, staged, out, now, ledger, read_all, held, fresh,
+                                           pool)
+
+
+def _queue_bounds_by_broker(by_broker: dict[tuple[str, str], list[Snapshot]], landing_root: str, staged: "Decoded",
+                            out: Extracted, now: dt.datetime, ledger: "cq_ledger.CQLedger", read_all: bool,
+                            held: _Spilled, fresh: _Spilled, pool: Any) -> CQReads:
+    """:func:`extract_all_queue_bounds` of the brokers one by one, each with its own records loaded."""
+    reads = CQReads()
+    order = [snap for group in by_broker.values() for snap in sorted(group, key=lambda s: s.ts)]
+    local = not storage.is_s3(landing_root)
+
+    def prefetch(i: int) -> None:
+        """The kernel reads ahead the local files snapshot ``i`` will read (those the ledger does not stand in for,
+        as known now), while this one is worked: a cold page cache cost 2.6 against 1.0 s at scale 8."""
+        if local and i < len(order):
+            snap, prior = order[i], ledger.of(order[i].cluster, order[i].broker)
+            storage.prefetch(f.uri for f in snap.of_kind("consumequeue")
+                             if read_all or (e := prior.get(f.rel)) is None or not e.stands_for(f))
+
+    i = 0
+    prefetch(0)
+    for (cluster, broker), group in by_broker.items():
+        known = KnownRecords.load(staged, cluster, broker, held.pop((cluster, broker)), fresh.pop((cluster, broker)))
+        for snap in sorted(group, key=lambda s: s.ts):
+            i += 1
+            prefetch(i)
+            entries, n = extract_queue_bounds(snap, landing_root, out, now, known.as_of(snap.ts),
+                                              ledger.of(cluster, broker), pool, read_all)
+            if snap.of_kind("consumequeue"):
+                ledger.replace(cluster, broker, entries)
+            reads.add(n)
+        del known
+    return reads

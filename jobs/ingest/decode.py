@@ -1,0 +1,226 @@
+"""The decode step: the commitlog work a run's snapshots add, planned here and decoded by the engine's tasks into a
+staging folder below the lake (issue 13); only problems, segment progress and bronze/files rows come back."""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from jobs.ingest.extracted import Extracted
+from jobs.ingest.landing import Snapshot
+from jobs.ingest.segment_ledger import SegmentState, _segment_state_key
+from jobs.lake import _delta, storage
+from jobs.problems import Problem
+from schemas import files
+
+# The job's logger, not this module's: these lines are the ingest run's progress (log filters and tests name it).
+log = logging.getLogger("jobs.ingest.ingest")
+
+CHUNK_BYTES = 64 << 20  # bytes of a segment a decode task reads at a time
+# A decode task yields decoded records and trace records in Arrow batches of about these many rows.
+TRACE_BATCH_ROWS = 100_000
+MESSAGE_BATCH_ROWS = 100_000
+# Below the lake: the decode tasks' output until it is loaded (jobs.ingest.decode_tasks).
+STAGING = "_staging/ingest"
+
+
+def task_bytes() -> int:
+    """Bytes of commitlog one decode task reads, about (RMQ_RECON_DECODE_TASK_MB, default 128)."""
+    return int(float(os.environ.get("RMQ_RECON_DECODE_TASK_MB", "128")) * (1 << 20))
+
+
+def split_bytes() -> int:
+    """A full segment with at least twice this many bytes to read is decoded in pieces of this size to twice it, side
+    by side (RMQ_RECON_DECODE_SPLIT_MB, default 256: a broker's 1 GiB segment in 4 pieces; 0: never split)."""
+    return int(float(os.environ.get("RMQ_RECON_DECODE_SPLIT_MB", "256")) * (1 << 20))
+
+
+def min_tasks() -> int:
+    """At least this many decode tasks when there are as many segments to read (RMQ_RECON_DECODE_MIN_TASKS,
+    default 8): enough for every task slot of a small cluster, and for the slots to finish together."""
+    return int(os.environ.get("RMQ_RECON_DECODE_MIN_TASKS", "8"))
+
+
+@dataclass
+class Decoded:
+    """What the engine's decode tasks left in the staging folder, and what the driver took from their progress."""
+
+    staging: str
+    messages: int = 0
+    trace: int = 0
+    # (cluster, broker) -> snapshot ts -> the record ranges known after that snapshot's copies were read
+    ranges: dict[tuple[str, str], dict[dt.datetime, list[tuple[int, int]]]] = field(default_factory=dict)
+    # (cluster, broker) -> (lowest, highest) physical offset of the bytes that gave records
+    spans: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    # whether silver/messages held a record inside ``spans`` before the run loaded any (None: not known); the
+    # queue-bounds step reads them anyway (lake_records reads a range holding each span): the load does not again
+    lake_overlap: bool | None = None
+
+    def read(self, spark: Any, table: Any, kind: str) -> Any:
+        """The staged rows of ``kind`` with the columns of ``table``."""
+        from pyspark.sql import functions as F
+
+        cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in table.schema.fields)
+        return (spark.read.schema(f"kind STRING, {cols}").parquet(self.staging).where(F.col("kind") == kind)
+                .select(*table.columns))
+
+
+def staging_folder(lake: str) -> str:
+    """Where the decode tasks write their output (below the lake; one writer at a time holds the lease)."""
+    return f"{lake.rstrip('/')}/{STAGING}"
+
+
+def seen_commitlog_paths(lake: str, snaps: list[Snapshot]) -> frozenset[str]:
+    """The commitlog files of ``snaps`` that bronze/files already holds (a re-read that finds nothing new is not a new
+    file version). Read for this run's paths only, from the data files whose snapshot times admit them: bronze/files
+    gains a row per segment copy of every snapshot (a broker keeping 144 segments, 5 M rows a year)."""
+    paths = [f.path for s in snaps if not s.is_clients for f in s.of_kind("commitlog")]
+    if not paths or not _delta.exists(lake, files.TABLE):
+        return frozenset()
+    first = min(s.ts for s in snaps if not s.is_clients)
+    return frozenset(_delta.read_pandas_columns(
+        lake, files.TABLE, ["source_path"],
+        filters=[("file_kind", "=", "commitlog"), ("snapshot_ts", ">=", first), ("source_path", "in", paths)],
+    )["source_path"])
+
+
+def decode_commitlogs(spark: Any, lake: str, snaps: list[Snapshot], state: dict[tuple[str, str, str], SegmentState],
+                      out: Extracted, now: dt.datetime, seen_paths: frozenset[str] = frozenset()) -> Decoded:
+    """Decode what the snapshots add to the commitlogs: planned here, decoded by the engine (jobs.ingest.decode_tasks).
+
+    The decoded messages and trace records stay in the staging folder for the loads; the problems, the bronze/files
+    rows of the segments and their new ledger state (``state`` is updated in place) come back here.
+    """
+    from jobs.ingest import decode_tasks
+
+    units = decode_tasks.plan_units(
+        [s for s in snaps if not s.is_clients], state, seen_paths,
+        lambda snap, p: out.problem(snap.cluster, snap.broker, snap.ts, p),
+        chunk_bytes=CHUNK_BYTES, batch_rows=MESSAGE_BATCH_ROWS, trace_batch_rows=TRACE_BATCH_ROWS)
+    staged = Decoded(staging_folder(lake))
+    storage.delete_tree(staged.staging)
+    batches: list[pa.RecordBatch] = []
+    for u in units:  # segments with nothing new to read are settled here, by the same code, without a task
+        if decode_tasks.reads_nothing(u):
+            batches.extend(decode_tasks.decode_unit(u))
+    todo = [u for u in units if not decode_tasks.reads_nothing(u)]
+    if todo:
+        work, split = decode_tasks.split_units(todo, split_bytes())
+        small = _decode_pass(spark, work, staged, len(todo))
+        merged = _merge_pieces(small, split)
+        if merged is None:
+            log.warning("ingest: the pieces of a split segment did not chain record to record (damaged records "
+                        "across a cut, or zeros); decoding every segment whole")
+            small = _decode_pass(spark, todo, staged, len(todo))
+        else:
+            small = merged
+        batches.extend(small)
+    _apply_progress(batches, state, out, now, staged)
+    return staged
+
+
+def _decode_pass(spark: Any, work: list[dict[str, Any]], staged: Decoded, segments: int) -> list[pa.RecordBatch]:
+    """Decode ``work`` in the engine's tasks into the staging folder (replacing what it held); the problem and
+    progress rows, which the driver reads back."""
+    import json
+
+    import pyarrow.compute as pc
+    from pyspark.sql import functions as F
+
+    from jobs.ingest import decode_tasks
+
+    tasks = decode_tasks.pack(work, task_bytes(), min_tasks())
+    log.info("ingest: %d segment(s) to decode in %d task(s)%s", segments, len(tasks),
+             f" ({len(work) - segments} more pieces of split segments)" if len(work) > segments else "")
+    frame = spark.createDataFrame([(i, json.dumps(t)) for i, t in enumerate(tasks)], "task BIGINT, units STRING")
+    (frame.repartition(len(tasks)).mapInArrow(decode_tasks.decode_tasks, decode_tasks.output_ddl())
+     .write.mode("overwrite").parquet(staged.staging))
+    # One folder, not one per kind: Spark sorts a task's rows by the partition columns before a partitioned
+    # write, which on a small executor cost more than the decode.
+    # The engine counts the kinds and picks out the problem and progress rows, in one query: reading them here,
+    # even streamed a row group at a time, held ~0.35 GiB in the driver at 10 M records (1 M-row row groups).
+    small_cols = ["kind", "unit", "seq", "cluster", "broker", "snapshot_ts", "source_path", "position", "reason",
+                  "info"]
+    staged_rows = spark.read.schema(decode_tasks.output_ddl()).parquet(staged.staging)
+    got = (staged_rows.where(F.col("kind").isin(decode_tasks.PROBLEM, decode_tasks.PROGRESS)).select(*small_cols)
+           .withColumn("rows", F.lit(None).cast("bigint"))  # null: a problem or progress row; else a kind's count
+           .unionByName(staged_rows.groupBy("kind").agg(F.count(F.lit(1)).alias("rows")), allowMissingColumns=True)
+           .toArrow())
+    tally = got.filter(pc.is_valid(got.column("rows")))
+    counts = dict(zip(tally.column("kind").to_pylist(), tally.column("rows").to_pylist()))
+    rows = got.filter(pc.is_null(got.column("rows"))).select(small_cols)
+    rows = rows.cast(pa.schema([decode_tasks.OUTPUT_ARROW.field(c) for c in small_cols]))
+    small: list[pa.RecordBatch] = rows.combine_chunks().to_batches()
+    staged.messages, staged.trace = counts.get(decode_tasks.MESSAGE, 0), counts.get(decode_tasks.TRACE, 0)
+    return small
+
+
+def _merge_pieces(small: list[pa.RecordBatch], split: dict[int, dict[str, Any]]) -> list[pa.RecordBatch] | None:
+    """``small`` with the progress rows of each split unit's pieces merged into the unit's one row
+    (:func:`jobs.ingest.decode_tasks.merge_pieces`); None when the pieces of one do not chain."""
+    import json
+
+    from jobs.ingest import decode_tasks
+
+    if not split:
+        return small
+    pieces: dict[int, list[dict[str, Any]]] = {}
+    kept: list[pa.RecordBatch] = []
+    for b in small:
+        unit, kind, info = b.column("unit").to_pylist(), b.column("kind").to_pylist(), b.column("info").to_pylist()
+        piece_rows = [i for i in range(b.num_rows) if kind[i] == decode_tasks.PROGRESS and unit[i] in split]
+        for i in piece_rows:
+            pieces.setdefault(unit[i], []).append(json.loads(info[i]))
+        if piece_rows:
+            keep = np.ones(b.num_rows, dtype=bool)
+            keep[piece_rows] = False
+            b = b.filter(pa.array(keep))
+        kept.append(b)
+    for uid, unit in split.items():
+        info = decode_tasks.merge_pieces(unit, pieces.get(uid, []))
+        if info is None:
+            return None
+        kept.append(decode_tasks.progress_batch(uid, unit["cluster"], unit["broker"], info))
+    return kept
+
+
+def _apply_progress(batches: list[pa.RecordBatch], state: dict[tuple[str, str, str], SegmentState],
+                    out: Extracted, now: dt.datetime, staged: Decoded) -> None:
+    """Problems (in the order found), the segments' new state, their files rows and record ranges, per unit."""
+    import json
+
+    from jobs.ingest import decode_tasks
+
+    problems: list[tuple[int, int, dict[str, Any]]] = []
+    progress: list[tuple[int, str, str, dict[str, Any]]] = []
+    for b in batches:
+        cols = b.to_pydict()
+        for i, kind in enumerate(cols["kind"]):
+            if kind == decode_tasks.PROBLEM:
+                problems.append((cols["unit"][i], cols["seq"][i], {k: cols[k][i] for k in (
+                    "cluster", "broker", "snapshot_ts", "source_path", "position", "reason")}))
+            elif kind == decode_tasks.PROGRESS:
+                progress.append((cols["unit"][i], cols["cluster"][i], cols["broker"][i], json.loads(cols["info"][i])))
+    for _, _, p in sorted(problems, key=lambda x: (x[0], x[1])):
+        out.problem(p["cluster"], p["broker"], p["snapshot_ts"], Problem(p["source_path"], p["position"], p["reason"]))
+    for _, cluster, broker, info in sorted(progress, key=lambda x: x[0]):
+        s = info["state"]
+        ts = dt.datetime.fromisoformat(s["snapshot_ts"]) if s["snapshot_ts"] else None
+        state[_segment_state_key(cluster, broker, info["segment"])] = SegmentState(
+            cluster, broker, info["segment"], s["start_offset"], s["decoded_to"], s["segment_size"], s["complete"], ts)
+        for f in info["files"]:
+            out.add(files.NAME, {"cluster": cluster, "broker": broker, "snapshot_ts": dt.datetime.fromisoformat(f["ts"]),
+                                 "source_path": f["path"], "file_kind": "commitlog", "size": f["size"], "content": None,
+                                 "used_backup": None, "ingested_at": now, "sha256": f["sha256"],
+                                 "read_from": f["read_from"], "read_to": f["read_to"]})
+        by_ts = staged.ranges.setdefault((cluster, broker), {})
+        for ts_s, lo, hi in info["ranges"]:
+            by_ts.setdefault(dt.datetime.fromisoformat(ts_s), []).append((lo, hi))
+        for _, lo, hi in info["decoded"]:
+            old = staged.spans.get((cluster, broker))
+            staged.spans[(cluster, broker)] = (min(lo, old[0]), max(hi, old[1])) if old else (lo, hi)

@@ -1,0 +1,103 @@
+"""The load step: the staged messages and trace records, and the run's small-table rows and problems, into their
+Delta tables with one commit per table per run; each load is safe to run again."""
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from jobs.ingest.decode import Decoded
+from jobs.ingest.extracted import Extracted, _spark_frame
+from jobs.lake import _delta
+from schemas import (
+    consumer_offsets,
+    delay_offsets,
+    files,
+    messages,
+    quarantine,
+    queue_bounds,
+    subscription_groups,
+    topic_configs,
+    trace_records,
+)
+
+UTC = dt.timezone.utc
+
+
+def load_decoded(spark: Any, lake: str, staged: Decoded) -> int:
+    """Insert the staged messages whose key is new: one anti-join and one commit for the whole run.
+
+    The anti-join reads only the target rows of the brokers and physical ranges decoded, so a retry is harmless and
+    costs what it reads. Returns the number of decoded records (as before: decoded, not necessarily new).
+    """
+    if not staged.messages:
+        return 0
+    df = staged.read(spark, messages.TABLE, "message")
+    dnf = [[("cluster", "=", c), ("broker", "=", b), ("physical_offset", ">=", lo), ("physical_offset", "<", hi)]
+           for (c, b), (lo, hi) in sorted(staged.spans.items())]
+    _delta.insert_new(spark, df, lake, messages.TABLE, target_filter=_spans_filter(staged.spans),
+                      rows=staged.messages, target_dnf=dnf, target_rows=staged.lake_overlap)
+    return staged.messages
+
+
+def _spans_filter(spans: dict[tuple[str, str], tuple[int, int]]) -> str:
+    """SQL on ``t``: the rows of the brokers and physical ranges decoded (records and trace records alike)."""
+    q = lambda s: s.replace("'", "''")  # noqa: E731
+    return " OR ".join(
+        f"(t.cluster = '{q(c)}' AND t.broker = '{q(b)}' AND t.physical_offset >= {lo} AND t.physical_offset < {hi})"
+        for (c, b), (lo, hi) in sorted(spans.items())) or "false"
+
+
+def load_trace(spark: Any, lake: str, staged: Decoded) -> int:
+    """MERGE the staged trace records (insert-only on their key, so re-runs never duplicate); one commit."""
+    if not staged.trace:
+        return 0
+    df = staged.read(spark, trace_records.TABLE, "trace")
+    if not _delta.exists(lake, trace_records.TABLE):  # every staged key is new (a record is decoded once a run)
+        _delta.insert_new(spark, df, lake, trace_records.TABLE, target_filter="true")
+        return staged.trace
+    return _delta.merge(spark, df.dropDuplicates(list(trace_records.TABLE.key)), lake, trace_records.TABLE,
+                        insert_only=True, target_filter=_spans_filter(staged.spans))
+
+
+def load_small(spark: Any, lake: str, ex: Extracted, now: dt.datetime) -> dict[str, int]:
+    """MERGE the config-derived rows and quarantine rows; returns rows new or changed per table."""
+    counts: dict[str, int] = {}
+    order = [files.TABLE, consumer_offsets.TABLE, subscription_groups.TABLE, topic_configs.TABLE,
+             delay_offsets.TABLE, queue_bounds.TABLE]
+    for table in order:
+        rows = ex.rows.get(table.name, [])
+        if not rows:
+            continue
+        rows = _dedupe(rows, table.key)
+        counts[table.qualified] = _delta.merge(spark, _spark_frame(spark, lake, rows, table), lake, table,
+                                               insert_only=table is files.TABLE, target_filter=_snapshots_filter(rows))
+    qrows = _dedupe([
+        {"cluster": c, "broker": b, "snapshot_ts": ts, "source_path": p.source_path, "position": p.position,
+         "reason": p.reason, "detected_at": now}
+        for c, b, ts, p in ex.problems
+    ], quarantine.TABLE.key)
+    if qrows:
+        counts[quarantine.TABLE.qualified] = _delta.merge(spark, _spark_frame(spark, lake, qrows, quarantine.TABLE),
+                                                          lake, quarantine.TABLE, insert_only=True)
+    return counts
+
+
+def _snapshots_filter(rows: list[dict[str, Any]]) -> str | None:
+    """SQL on ``t``: the rows of the snapshot times ``rows`` hold, which are the only ones that can share a key with
+    them (the key of every table load_small writes holds the snapshot time, or the file's path, which holds it too);
+    the table's files written by earlier runs hold other times, so their statistics prune the MERGE's reads (the
+    small tables' MERGEs read every earlier snapshot's rows: 0.5 s at hour 4 of the soak, 1.9 s at hour 48).
+    None (no pruning) when a row has none."""
+    stamps = [r.get("snapshot_ts") for r in rows]
+    if not stamps or any(t is None for t in stamps):
+        return None
+    lo, hi = (t.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f") for t in (min(stamps), max(stamps)))
+    return f"t.snapshot_ts >= TIMESTAMP '{lo}+00:00' AND t.snapshot_ts <= TIMESTAMP '{hi}+00:00'"
+
+
+def _dedupe(rows: list[dict[str, Any]], key: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Last row wins per key (a MERGE source must not hold a key twice)."""
+    seen: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in rows:
+        seen[tuple(r.get(k) for k in key)] = r
+    return list(seen.values())

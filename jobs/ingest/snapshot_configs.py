@@ -1,0 +1,130 @@
+"""The configs step: a snapshot's config files (fastjson with the broker's .bak fallback, or the RocksDB config DBs
+that replace them) as silver rows, and a bronze/files row for each such file."""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from typing import Any, Callable
+
+from jobs.formats import configs
+from jobs.ingest import landing
+from jobs.ingest.extracted import Extracted
+from jobs.ingest.landing import LandingFile, Snapshot
+from jobs.lake import storage
+from jobs.problems import Problem
+from schemas import consumer_offsets, delay_offsets, files, subscription_groups, topic_configs
+
+
+_CONFIG_TABLES = {
+    "consumer_offsets": consumer_offsets.TABLE,
+    "subscription_groups": subscription_groups.TABLE,
+    "topics": topic_configs.TABLE,
+    "delay_offsets": delay_offsets.TABLE,
+    "client_offsets": consumer_offsets.TABLE,
+}
+
+
+def _reader(landing_root: str, listed: set[str]) -> Callable[[str], bytes | None]:
+    """``read(path)`` for configs.load: a landing-relative path -> bytes, or None when missing. Only the files the
+    snapshot listed are read (regular files: a link found in the listing is quarantined by name, never followed)."""
+
+    def read(path: str) -> bytes | None:
+        return storage.read_bytes(storage.join(landing_root, path)) if path in listed else None
+
+    return read
+
+
+UNREADABLE_HINT = "not read; fix it, then run ingest --retake"
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def extract_configs(snap: Snapshot, landing_root: str, out: Extracted, now: dt.datetime) -> None:
+    """Parse the snapshot's fastjson files (with the broker's .bak fallback) into silver rows."""
+    read = _reader(landing_root, {f.path for f in snap.files})
+    base = {"cluster": snap.cluster, "broker": snap.broker, "snapshot_ts": snap.ts}
+    seen_backup_only: set[str] = set()
+    targets = [f for f in snap.files if f.kind in _CONFIG_TABLES]
+    # A config whose main file is missing but whose .bak exists is still loaded (the broker would too).
+    present = {f.path for f in snap.files}
+    for f in snap.files:
+        if f.kind == "backup":
+            main = f.path[: -len(".bak")]
+            if main not in present:
+                kind = "client_offsets" if snap.is_clients else landing.CONFIG_FILES.get(main.rsplit("/", 1)[-1])
+                if kind:
+                    seen_backup_only.add(main)
+                    targets.append(LandingFile(uri=f.uri[: -len(".bak")], path=main, rel=f.rel[: -len(".bak")],
+                                               size=0, kind=kind, client_id=f.client_id, group=f.group))
+    from_rocksdb = _rocksdb_configs(snap, read, out, base)
+    for f in targets:
+        if f.kind in from_rocksdb:
+            continue  # the broker keeps this in RocksDB and no longer writes the JSON: it is stale (spec §4.2)
+        parsed = configs.load(read, f.path, f.kind)
+        for p in parsed.problems:
+            out.problem(snap.cluster, snap.broker, snap.ts, p)
+        if parsed.missing:
+            continue
+        table = _CONFIG_TABLES[f.kind].name
+        extra = {"source_file": parsed.source_path, "used_backup": parsed.used_backup}
+        for row in parsed.rows:
+            if f.kind == "client_offsets":
+                out.add(table, {**base, **row, "broker": row["broker"], "consumer_group": f.group,
+                                "client_id": f.client_id, "is_retry_topic": row["topic"].startswith("%RETRY%"), **extra})
+            elif f.kind == "consumer_offsets":
+                out.add(table, {**base, **row, "client_id": "", **extra})
+            else:
+                out.add(table, {**base, **row, **extra})
+    for f in snap.files:
+        if f.kind in _CONFIG_TABLES or f.kind in ("backup", "other", "rocksdb", "tiered"):
+            # Every file is recorded with its digest; bytes are kept for the JSON files (replayable raw layer).
+            try:
+                data = read(f.path) or b""
+            except OSError as exc:
+                if not out.has_problem(f.path):  # a config's own load already said so
+                    out.problem(snap.cluster, snap.broker, snap.ts, Problem(
+                        f.path, 0, f"unreadable ({configs.unreadable(exc)}): {UNREADABLE_HINT}"))
+                continue
+            is_json = f.kind != "other" or f.path.endswith((".json", ".json.bak"))
+            out.add(files.NAME, {**base, "source_path": f.path, "file_kind": f.kind, "size": len(data),
+                                 "sha256": _sha(data), "content": data if is_json and f.kind != "rocksdb" else None,
+                                 "used_backup": None, "read_from": 0, "read_to": len(data), "ingested_at": now})
+
+
+def _rocksdb_configs(snap: Snapshot, read: Callable[[str], bytes | None], out: Extracted,
+                     base: dict[str, Any]) -> set[str]:
+    """Rows from the snapshot's RocksDB config DBs (``store/config/consumerOffsets/``... v1, ``rdb/`` v2), and the
+    kinds they cover: the JSON file of such a kind is stale (the broker stopped writing it) and is not read, also
+    when the DB cannot be opened (then that kind has no rows in this snapshot, rather than the stale ones)."""
+    from jobs.formats import rocksdb_config
+
+    dbs: dict[str, list[LandingFile]] = {}
+    for f in snap.of_kind("rocksdb"):
+        db = rocksdb_config.db_of(f.rel)
+        if db is not None:
+            dbs.setdefault(db, []).append(f)
+    covered: set[str] = set()
+    for db, fs in sorted(dbs.items()):
+        folder = f"{snap.folder}/store/config/{db}"
+        files = {f.rel[len(f"store/config/{db}/"):]: read(f.path) or b"" for f in fs}
+        kinds = set(rocksdb_config.V1.values()) if db == rocksdb_config.V2 else {rocksdb_config.V1[db]}
+        covered |= kinds
+        rows, problems = rocksdb_config.load(db, files, folder)
+        for p in problems:
+            out.problem(snap.cluster, snap.broker, snap.ts, p)
+        for kind, got in rows.items():
+            table = _CONFIG_TABLES[kind].name
+            extra = {"source_file": folder, "used_backup": False}
+            for row in got:
+                out.add(table, {**base, **row, **({"client_id": ""} if kind == "consumer_offsets" else {}), **extra})
+    return covered
+
+
+def extract_all_configs(snaps: list[Snapshot], landing_root: str, out: Extracted, now: dt.datetime,
+                        say: Callable[[str], None]) -> None:
+    """:func:`extract_configs` of each snapshot in turn, with a progress line for each."""
+    for i, snap in enumerate(snaps, 1):
+        say(f"ingest: [{i}/{len(snaps)}] {snap.folder} ({len(snap.files)} files)")
+        extract_configs(snap, landing_root, out, now)
