@@ -33,9 +33,11 @@ def offset_corrections_suite() -> Any:
 
 def dlq_candidates_suite() -> Any:
     return make_suite(dlq_candidates.TABLE, non_negative("reconsume_times") + [
-        one_of("reason", ["IN_DLQ", "RETRYING", "BLOCKING_COMMIT", "BROADCAST_DROPPED"])])
+        one_of("reason", ["IN_DLQ", "RETRYING", "BLOCKING_COMMIT", "BROADCAST_DROPPED", "ORDERLY_BLOCKED",
+                          "TRANSACTION_DISCARDED"])])
 
 
 def consumer_status_suite() -> Any:
     return make_suite(consumer_status.TABLE, non_negative("time_lag_s") + [
-        one_of("status", ["OK", "WARN", "STALL", "REWIND"])])
+        one_of("status", ["OK", "WARN", "STALL", "REWIND"]),
+        one_of("consume_mode", ["CONCURRENT", "ORDERLY", "BROADCAST"])])

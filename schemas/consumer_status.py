@@ -23,13 +23,16 @@ SCHEMA = StructType(
         StructField("time_lag_s", LongType(), True),
         StructField("status", StringType(), True),
         StructField("run_id", StringType(), True),
+        # spec §5 new columns, after the listed ones: the (group, topic)'s consume mode (spec §4.1), POP in flight
+        StructField("consume_mode", StringType(), True),
+        StructField("inflight", LongType(), True),
     ]
 )
 KEY: tuple[str, ...] = ('cluster', 'consumer_group', 'client_id', 'topic', 'broker', 'queue_id', 'run_id')
 PARTITION_BY: tuple[str, ...] = ()
 
 # The report file's columns (spec §5), in order: the gold table minus run_id.
-REPORT_COLUMNS: list[str] = ['cluster', 'consumer_group', 'client_id', 'topic', 'broker', 'queue_id', 'snapshot_ts', 'committed_offset', 'min_offset', 'max_offset', 'lag', 'consumable_lag', 'time_lag_s', 'status']
+REPORT_COLUMNS: list[str] = ['cluster', 'consumer_group', 'client_id', 'topic', 'broker', 'queue_id', 'snapshot_ts', 'committed_offset', 'min_offset', 'max_offset', 'lag', 'consumable_lag', 'time_lag_s', 'status', 'consume_mode', 'inflight']
 SORT_KEY: list[str] = ['cluster', 'consumer_group', 'client_id', 'topic', 'broker', 'queue_id']
 
 TABLE = Table("gold", NAME, SCHEMA, KEY, PARTITION_BY)

@@ -23,13 +23,14 @@ SCHEMA = StructType(
         StructField("last_attempt_ts", TimestampType(), True),
         StructField("dlq_eta_ts", TimestampType(), True),
         StructField("run_id", StringType(), True),
+        StructField("producer_group", StringType(), True),  # spec §5 new columns: after the listed ones
     ]
 )
 KEY: tuple[str, ...] = ('cluster', 'consumer_group', 'client_id', 'topic', 'broker', 'queue_id', 'queue_offset', 'uniq_key', 'reason', 'run_id')
 PARTITION_BY: tuple[str, ...] = ()
 
 # The report file's columns (spec §5), in order: the gold table minus run_id.
-REPORT_COLUMNS: list[str] = ['cluster', 'consumer_group', 'client_id', 'topic', 'broker', 'queue_id', 'queue_offset', 'uniq_key', 'keys', 'reconsume_times', 'max_reconsume_times', 'reason', 'last_attempt_ts', 'dlq_eta_ts']
+REPORT_COLUMNS: list[str] = ['cluster', 'consumer_group', 'client_id', 'topic', 'broker', 'queue_id', 'queue_offset', 'uniq_key', 'keys', 'reconsume_times', 'max_reconsume_times', 'reason', 'last_attempt_ts', 'dlq_eta_ts', 'producer_group']
 SORT_KEY: list[str] = ['cluster', 'consumer_group', 'client_id', 'topic', 'broker', 'queue_id', 'queue_offset', 'uniq_key', 'reason']
 
 TABLE = Table("gold", NAME, SCHEMA, KEY, PARTITION_BY)

@@ -22,6 +22,7 @@ SCHEMA = StructType(
         StructField("consumer_group", StringType(), True),
         StructField("retry_max_times", IntegerType(), True),
         StructField("run_id", StringType(), True),
+        StructField("consume_message_orderly", BooleanType(), True),  # the FIFO flag of that row (spec §4.1)
     ]
 )
 KEY: tuple[str, ...] = ('run_id', 'cluster', 'consumer_group', 'broker')

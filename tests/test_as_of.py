@@ -77,9 +77,10 @@ def test_a_groups_run_names_the_groups_the_lake_does_not_know(lake: pathlib.Path
 
 @pytest.mark.integration
 def test_an_as_of_run_sees_the_deliveries_of_a_lake_ingested_up_to_then(tmp_path: pathlib.Path) -> None:
-    """`mixed` (seed 1): eight deliveries of GID_010_out_of_order start 00:24:10-00:24:52 and end ten minutes later;
-    their SubBefore records are first held by the 00:30 snapshot, their SubAfter records by 01:00. As of 00:30 they
-    are in flight, exactly as in a lake that only ingested the snapshots up to 00:30 (rule 0)."""
+    """`mixed` (seed 1): eight deliveries of GID_010_out_of_order start 01:57:46-01:58:28 and end ten minutes later;
+    their SubBefore records are first held by the 02:00 snapshot, their SubAfter records by 02:30. As of 02:00 they
+    are in flight, exactly as in a lake that only ingested the snapshots up to 02:00 (rule 0). (Four deliveries of
+    GID_006_hang never end: in flight in both.)"""
     import os
 
     import pandas as pd
@@ -90,27 +91,28 @@ def test_an_as_of_run_sees_the_deliveries_of_a_lake_ingested_up_to_then(tmp_path
     from jobs.rules import snapshots
     from schemas import deliveries as D
 
-    landing, part = tmp_path / "landing", tmp_path / "landing_0030"
+    landing, part = tmp_path / "landing", tmp_path / "landing_0200"
     simulate.run("mixed", str(landing), seed=1)
     for p in landing.rglob("*"):
         stamp = [x.split("=", 1)[1] for x in p.parts if x.startswith("snapshot_ts=")]
-        if p.is_file() and "_truth" not in p.parts and not (stamp and stamp[0] > "20260105T003000Z"):
+        if p.is_file() and "_truth" not in p.parts and not (stamp and stamp[0] > "20260105T020000Z"):
             (part / p.relative_to(landing)).parent.mkdir(parents=True, exist_ok=True)
             os.link(p, part / p.relative_to(landing))
     ingest.run(str(landing), str(tmp_path / "lake"))
-    ingest.run(str(part), str(tmp_path / "lake_0030"))
+    ingest.run(str(part), str(tmp_path / "lake_0200"))
     with _spark.session() as spark:
         seen = snapshots.deliveries_as_of(_delta.read(spark, str(tmp_path / "lake"), D.TABLE),
-                                          as_of=pd.Timestamp("2026-01-05T00:30:00Z").to_pydatetime()).toPandas()
-    partial = _delta.read_pandas(str(tmp_path / "lake_0030"), D.TABLE)
+                                          as_of=pd.Timestamp("2026-01-05T02:00:00Z").to_pydatetime()).toPandas()
+    partial = _delta.read_pandas(str(tmp_path / "lake_0200"), D.TABLE)
     full = _delta.read_pandas(str(tmp_path / "lake"), D.TABLE)
-    started = full[pd.to_datetime(full["start_ts"], utc=True) <= pd.Timestamp("2026-01-05T00:30:00Z")]
-    assert (len(started), int(started["end_ts"].notna().sum())) == (6130, 6130)  # what the start time alone gives
-    assert (len(partial), int(partial["end_ts"].notna().sum())) == (6130, 6122)
+    started = full[pd.to_datetime(full["start_ts"], utc=True) <= pd.Timestamp("2026-01-05T02:00:00Z")]
+    assert (len(started), int(started["end_ts"].notna().sum())) == (19915, 19911)  # what the start time alone gives
+    assert (len(partial), int(partial["end_ts"].notna().sum())) == (19915, 19903)
 
     def rows(df: pd.DataFrame) -> list[tuple]:
         out = df[list(D.TABLE.columns)].copy()
-        for c in ("start_ts", "end_ts", "first_snapshot_ts", "after_snapshot_ts"):
+        for c in ("start_ts", "end_ts", "first_snapshot_ts", "after_snapshot_ts", "sent_back_ts",
+                  "sent_back_snapshot_ts"):  # every timestamp column: Spark hands them back naive, delta-rs in UTC
             out[c] = pd.to_datetime(out[c], utc=True)
         return sorted(out.astype(str).itertuples(index=False, name=None))
 

@@ -79,24 +79,34 @@ def test_each_scheduled_run_says_what_it_carried_and_computed_in_full(runs: dict
     # reason is named, in a stable order)
     assert h["04"]["full_groups"] == {
         "DefaultCluster/GID_001_rewind": "a key delivered after the horizon has a copy stored before it; a key "
-                                         "delivered both before and after the horizon; offsets before the horizon "
-                                         "were committed past after the previous run",
+                                         "delivered both before and after the horizon",
         "DefaultCluster/GID_009_reset_later": "a key delivered after the horizon has a copy stored before it",
-        "DefaultCluster/GID_012_skip": "a key delivered after the horizon has a copy stored before it",
+        "DefaultCluster/GID_013_skip": "a key delivered after the horizon has a copy stored before it",
     }
-    # 06:00: GID_005_retry_to_dlq's two failing keys were first delivered before 04:00 and retried after it
-    assert (h["06"]["full_groups"], h["06"]["read"]["retry_chains"]) == ({}, 2)
+    assert h["05"]["full_groups"] == {}
+    # 06:00: the orderly group's head began failing after 05:00 (its first local redelivery: CONCURRENT -> ORDERLY,
+    # so sched-05's rows of it were judged by another mode); GID_005_retry_to_dlq's two failing keys were first
+    # delivered before 04:00 and retried after it
+    assert (h["06"]["full_groups"], h["06"]["read"]["retry_chains"]) == ({
+        "DefaultCluster/GID_000_orderly_blocked": "its consume mode changed since the previous run",
+        "DefaultCluster/GID_007_expired_return": "a key delivered after the horizon has a copy stored before it; "
+                                                 "offsets before the horizon were committed past after the previous "
+                                                 "run"}, 2)
+    modes = {k: s[k]["groups"]["GID_000_orderly_blocked"]["consume_modes"] for k in ("05", "06")}
+    assert modes == {"05": {"%RETRY%GID_000_orderly_blocked": "CONCURRENT", "Topic000": "CONCURRENT"},
+                     "06": {"%RETRY%GID_000_orderly_blocked": "CONCURRENT", "Topic000": "ORDERLY"}}
 
 
 @pytest.mark.integration
 def test_a_horizon_run_reads_less_than_a_full_run(runs: dict) -> None:
     read = {k: v["horizon"]["read"] for k, v in runs["summaries"].items()}
-    assert (read["full"]["messages"], read["full"]["deliveries"]) == (98169, 65503)
+    assert (read["full"]["messages"], read["full"]["deliveries"]) == (89148, 62320)
     carried = "after 2026-01-05T05:00:00.000Z and the previous run's tail"
-    assert read["06"] == {"consumer_offsets": carried, "queue_bounds": carried, "series_rows": 1872,
+    assert read["06"] == {"consumer_offsets": carried, "queue_bounds": carried, "series_rows": 1680,
                           "subscription_groups": "after 2026-01-05T05:00:00.000Z and the previous run's latest",
-                          "messages_recent": 29682, "messages_old_for_order": 17679, "messages_old_looked_up": 72,
-                          "deliveries_recent_and_open": 19654, "retry_chains": 2}
+                          "messages_recent": 28592, "messages_old_for_order": 15601, "messages_old_looked_up": 72,
+                          "deliveries_recent_and_open": 15646, "deliveries_of_full_groups": 10637,
+                          "messages_of_full_groups": "all (relevant_messages)", "retry_chains": 2}
     # the offset series: sched-05's tail (each key's last 48 known snapshots and its newest) plus the snapshots after
     # 05:00, not every snapshot since 00:30
     from jobs.lake import _delta
@@ -111,7 +121,7 @@ def test_a_horizon_run_reads_less_than_a_full_run(runs: dict) -> None:
     ts = pd.to_datetime(co["snapshot_ts"], utc=True)
     after = int(((ts > pd.Timestamp("2026-01-05T05:00:00Z")) & (ts <= pd.Timestamp("2026-01-05T06:00:00Z"))).sum())
     # (here each key has 12 snapshots at most: the tail holds all of its 10; test_a_short_tail_... cuts it)
-    assert (len(tail), after, len(tail) + after) == (1560, 312, read["06"]["series_rows"])
+    assert (len(tail), after, len(tail) + after) == (1400, 280, read["06"]["series_rows"])
     # the check that old records lie below each queue's lowest recent offset: every old record after a full run
     # (which keeps no maxima), then the previous run's maxima plus the records first held since its cut
     from jobs.lake import _delta
@@ -123,16 +133,16 @@ def test_a_horizon_run_reads_less_than_a_full_run(runs: dict) -> None:
     at = lambda h: pd.Timestamp(f"2026-01-05T{h}:00:00Z")  # noqa: E731
     assert [read[k]["messages_old_for_order"] for k in ("04", "05", "06")] == [
         int((held <= at("02")).sum()), int(((held > at("02")) & (held <= at("03"))).sum()),
-        int(((held > at("03")) & (held <= at("04"))).sum())] == [34365, 16411, 17679]
+        int(((held > at("03")) & (held <= at("04"))).sum())] == [30661, 14262, 15601]
     # the audit: whole once after a full run (which keeps no audit state), then P's hour stats plus the records P did
     # not see (gold/audit_hours equal the full run's: test above)
     audit = {k: v["horizon"].get("audit") for k, v in runs["summaries"].items()}
     assert audit == {
         "03": None, "full": None,
-        "04": {"whole": "the previous run kept no audit state", "messages_read": 68487,
+        "04": {"whole": "the previous run kept no audit state", "messages_read": 60556,
                "newest_hour": "2026-01-05T03:00:00Z"},
-        "05": {"carried": "sched-04", "messages_read": 4200, "queues_whole": 0, "newest_hour": "2026-01-05T04:00:00Z"},
-        "06": {"carried": "sched-05", "messages_read": 2800, "queues_whole": 0, "newest_hour": "2026-01-05T05:00:00Z"},
+        "05": {"carried": "sched-04", "messages_read": 3600, "queues_whole": 0, "newest_hour": "2026-01-05T04:00:00Z"},
+        "06": {"carried": "sched-05", "messages_read": 2400, "queues_whole": 0, "newest_hour": "2026-01-05T05:00:00Z"},
     }
     assert read["06"]["messages_recent"] + read["06"]["messages_old_looked_up"] < read["full"]["messages"] / 3
     assert read["06"]["deliveries_recent_and_open"] < read["full"]["deliveries"] / 2
@@ -244,13 +254,13 @@ def test_a_short_tail_carries_the_offsets_as_a_full_run_reads_them(runs: dict, m
     reconcile.run(lake, reports, as_of="2026-01-05T06:00:00Z", run_id="w3-full", full=True, window=3)
     read = {h: (out[h]["horizon"]["mode"], out[h]["horizon"].get("previous_run"),
                 out[h]["horizon"]["read"].get("series_rows")) for h in out}
-    # each run: the previous run's tail (156 keys x their last 3 snapshots, all with bounds) and the 2 x 156 rows of
-    # the two snapshots after its time; the same 780 rows at 04:00 (8 snapshots a key) as at 06:00 (12)
+    # each run: the previous run's tail (140 keys x their last 3 snapshots, all with bounds) and the 2 x 140 rows of
+    # the two snapshots after its time; the same 700 rows at 04:00 (8 snapshots a key) as at 06:00 (12)
     # (the known snapshots are the status samples; series_tail holds a newest snapshot with unknown bounds: none here)
     tail = _gold(lake, "w3-05", "status_samples") + _gold(lake, "w3-05", "series_tail")
-    assert (len(tail), len({r[:6] for r in tail}), len({r[6] for r in tail})) == (468, 156, 3)
-    assert read == {"03": ("full", None, None), "04": ("horizon", "w3-03", 780), "05": ("horizon", "w3-04", 780),
-                    "06": ("horizon", "w3-05", 780)}
+    assert (len(tail), len({r[:6] for r in tail}), len({r[6] for r in tail})) == (420, 140, 3)
+    assert read == {"03": ("full", None, None), "04": ("horizon", "w3-03", 700), "05": ("horizon", "w3-04", 700),
+                    "06": ("horizon", "w3-05", 700)}
     for name in [*REPORTS, "status_samples", "series_tail", "offset_decreases", "subscription_latest"]:
         assert _gold(lake, "w3-06", name) == _gold(lake, "w3-full", name), name
     # carried, not recomputed: GID_001_rewind's 4 decreases at 02:30 lie before the tail the 06:00 run read (EXPIRED

@@ -66,7 +66,7 @@ def test_ingest_stops_within_10_s_and_a_rerun_completes(landing: pathlib.Path, t
     from jobs.lake import _delta
     from schemas import messages
 
-    assert len(_delta.read_pandas_columns(str(lake), messages.TABLE, ["physical_offset"])) == 98_169
+    assert len(_delta.read_pandas_columns(str(lake), messages.TABLE, ["physical_offset"])) == 89_148
 
 
 @pytest.fixture(scope="module")

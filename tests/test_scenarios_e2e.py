@@ -9,7 +9,7 @@ import pytest
 from exactness import compare
 
 SCENARIOS = ["blocked-head", "queue2-offset32", "out-of-order-acks", "retry-to-dlq", "expired-offset",
-             "skip-accumulated", "rewind", "broadcast", "rebalance"]
+             "skip-accumulated", "rewind", "broadcast", "rebalance", "orderly-blocked"]
 # Scenarios whose cause column the spec states outright (§7), compared strictly.
 STRICT_CAUSE = {"blocked-head"}
 
@@ -75,13 +75,13 @@ def test_records_sent_in_small_batches_land_the_same_rows(tmp_path: pathlib.Path
     under 128 MiB; one MERGE per read window was most of ingest): blocked-head's 6802 trace records in batches
     of 500 and its messages in batches of 300 give the same tables and the same reports."""
     from jobs import simulate
-    from jobs.ingest import ingest
+    from jobs.ingest import decode, ingest
     from jobs.lake import _delta
     from jobs.reconcile import reconcile
     from schemas import deliveries, messages, trace_records
 
-    monkeypatch.setattr(ingest, "TRACE_BATCH_ROWS", 500)
-    monkeypatch.setattr(ingest, "MESSAGE_BATCH_ROWS", 300)
+    monkeypatch.setattr(decode, "TRACE_BATCH_ROWS", 500)
+    monkeypatch.setattr(decode, "MESSAGE_BATCH_ROWS", 300)
     landing, lake = tmp_path / "landing", tmp_path / "lake"
     sim = simulate.run("blocked-head", str(landing), seed=7)
     summary = ingest.run(str(landing), str(lake))
@@ -111,7 +111,7 @@ def test_mixed_with_bulk_traffic_equals_truth(tmp_path: pathlib.Path) -> None:
     sim = simulate.run("mixed", str(landing), seed=4, scale=1, bulk_messages=40_000)
     meta = json.loads((landing / "_truth" / "scenario.json").read_text())
     # Poisson counts around the 40,000 asked for, fixed by the seed
-    assert (meta["brokers"][-1], meta["bulk_messages"], meta["messages_stored"]) == ("broker-bulk-00", 40_114, 169_024)
+    assert (meta["brokers"][-1], meta["bulk_messages"], meta["messages_stored"]) == ("broker-bulk-00", 40_114, 156_348)
     ingest.run(str(landing), str(lake))
     stored = _delta.read_pandas_columns(str(lake), messages.TABLE, ["broker", "topic"])
     bulk = stored[stored["broker"] == "broker-bulk-00"]
@@ -121,7 +121,7 @@ def test_mixed_with_bulk_traffic_equals_truth(tmp_path: pathlib.Path) -> None:
     assert set(offs[offs["broker"] == "broker-bulk-00"]["consumer_group"]) == {f"GID_bulk_{i:04d}" for i in range(2)}
     summary = reconcile.run(str(lake), str(tmp_path / "reports"), run_id="e2e")
     assert compare(summary["report_dir"], landing / "_truth") == []
-    assert sim["messages_stored"] == 169_024
+    assert sim["messages_stored"] == 156_348
     import pandas as pd
 
     report = pathlib.Path(summary["report_dir"])
@@ -227,3 +227,37 @@ def test_a_broadcast_clients_hung_delivery_is_blocking_for_that_client_only(tmp_
         got = [(r["client_id"], r["topic"], r["queue_id"], r["queue_offset"], r["reconsume_times"],
                 r["max_reconsume_times"], r["reason"], r["last_attempt_ts"]) for r in csv.DictReader(f)]
     assert got == [(clients[1].client_id, TOPIC, "1", "20", "0", "0", "BLOCKING_COMMIT", iso_ms(hung[0].start))]
+
+
+@pytest.mark.integration
+def test_a_transaction_the_producer_never_resolved_is_discarded_with_its_producer_group(tmp_path: pathlib.Path) -> None:
+    """Spec §4.3: a transactional half message checked transactionCheckMax (15) times without an answer is moved to
+    TRANS_CHECK_MAX_TIME_TOPIC (every 30 s from 00:01: at 00:08:30). One TRANSACTION_DISCARDED row at its real topic
+    and queue, no group and no offset, the producer group from PGROUP; the discarded copy is no original message (no
+    other report names it), and the report equals the truth."""
+    import csv
+
+    from jobs.simulate.clock import MINUTE, SECOND, T0_MS
+    from jobs.simulate.consumer import send_unresolved_transaction
+    from jobs.simulate.engine import World
+    from jobs.simulate.scenarios import GROUP, TOPIC
+
+    w = World(str(tmp_path / "landing"), 7)
+    b = w.add_broker("broker-a")
+    w.topic(TOPIC, 2)
+    p = w.producer(trace=True)
+    w.traffic(p, TOPIC, every_ms=2 * SECOND, start=T0_MS + 10 * SECOND, end=T0_MS + 9 * MINUTE)
+    w.consumer(GROUP, TOPIC, start_at=T0_MS + 5 * SECOND, from_first=True)
+    sent: list[str] = []
+    w.at(T0_MS + MINUTE, lambda: sent.append(send_unresolved_transaction(p, b, TOPIC, 1, keys="tx-1", tags="TagA",
+                                                                         body=b"order-tx-1")))
+    w.snapshots([T0_MS + m * MINUTE for m in (5, 10, 12)])
+    report = _world_report(tmp_path, w)
+    with open(report / "dlq_candidates.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert rows == [{"cluster": "DefaultCluster", "consumer_group": "", "client_id": "", "topic": TOPIC,
+                     "broker": "broker-a", "queue_id": "1", "queue_offset": "", "uniq_key": sent[0], "keys": "tx-1",
+                     "reconsume_times": "", "max_reconsume_times": "", "reason": "TRANSACTION_DISCARDED",
+                     "last_attempt_ts": "2026-01-05T00:08:30.000Z", "dlq_eta_ts": "", "producer_group": "PID_sim"}]
+    half = [m for m in w.stored if m.uniq == sent[0]]
+    assert [m.topic for m in half] == ["RMQ_SYS_TRANS_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC"]

@@ -7,6 +7,7 @@ RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+TRANS_CHECK_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"  # half messages discarded after transactionCheckMax checks
 # TopicValidator.SYSTEM_TOPIC_SET, besides the RMQ_SYS_ / rmq_sys_ topics (trace, transaction half and op, revive
 # logs, timer wheel): RocketMQ's own, never a user's (rocketmq5.md, the list at the top)
 RESERVED_TOPICS = frozenset({SCHEDULE_TOPIC, "BenchmarkTest", "TBW102", "OFFSET_MOVED_EVENT", "SELF_TEST_TOPIC",

@@ -322,6 +322,7 @@ def replace_run(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table
         _create(df, lake, table)
         return
     if table_format() == "delta":
+        add_missing_columns(lake, table)  # a gold table an earlier release wrote gains the report's new columns
         safe = run_id.replace("'", "''")
         (
             df.write.format("delta")
@@ -398,7 +399,13 @@ def read_pandas_columns(lake: str, table: "Table", columns: list[str], *, filter
     path = table.path(lake)
     if table_format() == "parquet":
         return _read_parquet(path, table, columns, filters)
-    return delta_table(lake, table, version=at).to_pandas(columns=columns, filters=filters)
+    dt = delta_table(lake, table, version=at)
+    have = {f.name for f in dt.schema().fields}
+    df = dt.to_pandas(columns=[c for c in columns if c in have], filters=filters)
+    for c in columns:
+        if c not in have:  # declared since that version was written (a report's new column): null, as :func:`read`
+            df[c] = None
+    return df[columns]
 
 
 def scan_batches(lake: str, table: "Table", columns: list[str], *, filters: Any,

@@ -32,7 +32,7 @@ QUEUE = ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id"
 GROUP = ["cluster", "consumer_group"]
 ALERT_STATUSES = ("REWIND", "STALL", "WARN")  # worst first, the order a message names them in
 STATUS_RANK = {"OK": 0, "WARN": 1, "STALL": 2, "REWIND": 3}
-DLQ_REASONS = ("IN_DLQ", "BLOCKING_COMMIT")
+DLQ_REASONS = ("IN_DLQ", "BLOCKING_COMMIT", "ORDERLY_BLOCKED")
 DLQ_KEY = QUEUE + ["queue_offset", "uniq_key", "reason"]
 STATUS_COLUMNS = QUEUE + ["status"]
 EXPIRED_COLUMNS = QUEUE + ["start_offset", "end_offset"]
@@ -85,8 +85,8 @@ def groups_entering(previous: pd.DataFrame, current: pd.DataFrame) -> pd.DataFra
 
 
 def new_dlq_rows(previous: pd.DataFrame, current: pd.DataFrame) -> pd.DataFrame:
-    """IN_DLQ and BLOCKING_COMMIT rows of this run whose key (queue, offset, uniq_key, reason) the previous run
-    did not report."""
+    """IN_DLQ, BLOCKING_COMMIT and ORDERLY_BLOCKED rows of this run whose key (queue, offset, uniq_key, reason) the
+    previous run did not report."""
     cur = current[current["reason"].isin(DLQ_REASONS)][DLQ_KEY]
     prev = previous[DLQ_KEY].drop_duplicates().assign(_seen=True)
     out = cur.merge(prev, on=DLQ_KEY, how="left")
@@ -193,7 +193,7 @@ def _group_line(entry: dict[str, Any]) -> str:
     if entry.get("queues_entered"):
         parts.append("queues entered " + ", ".join(f"{s}: {n}" for s, n in entry["queues_entered"].items()))
     for key, label in (("new_in_dlq", "new IN_DLQ"), ("new_blocking_commit", "new BLOCKING_COMMIT"),
-                       ("new_expired_offsets", "new EXPIRED offsets")):
+                       ("new_orderly_blocked", "new ORDERLY_BLOCKED"), ("new_expired_offsets", "new EXPIRED offsets")):
         if entry.get(key):
             parts.append(f"{entry[key]} {label}")
     return f"- {entry['consumer_group']} ({entry['cluster']}): " + "; ".join(parts)

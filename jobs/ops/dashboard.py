@@ -360,11 +360,12 @@ def quality_trend(per_table: pd.DataFrame) -> pd.DataFrame:
 def queue_table(consumer_status: pd.DataFrame, duplicated_ranges: pd.DataFrame,
                 unconsumed_ranges: pd.DataFrame) -> pd.DataFrame:
     """Per queue (and client) of the run: status, offsets, lag, duplicated offsets (once) and unconsumed per kind."""
-    cols = [*SERIES_KEY, "status", "committed_offset", "min_offset", "max_offset", "lag", "duplicated",
+    cols = [*SERIES_KEY, "consume_mode", "status", "committed_offset", "min_offset", "max_offset", "lag", "duplicated",
             *UNCONSUMED_KINDS]
     if not len(consumer_status):
         return pd.DataFrame(columns=cols)
-    out = consumer_status[[*SERIES_KEY, "status", "committed_offset", "min_offset", "max_offset", "lag"]].copy()
+    out = consumer_status.reindex(columns=[*SERIES_KEY, "consume_mode", "status", "committed_offset", "min_offset",
+                                           "max_offset", "lag"]).copy()  # a run before consume modes: none
     dup = union_ranges(duplicated_ranges, SERIES_KEY)
     d = dup.groupby(SERIES_KEY)["messages"].sum().rename("duplicated").reset_index() if len(dup) else \
         pd.DataFrame(columns=[*SERIES_KEY, "duplicated"])
@@ -615,6 +616,7 @@ class Site:
         for r in df.head(max_rows).to_dict("records"):
             cells = []
             for i, c in enumerate(columns):
+                r.setdefault(c, None)  # a column a run of an earlier release did not write
                 text = _esc(_fmt(r[c]))
                 if i == 0 and link is not None and link(r):
                     text = f"<a href='{_href(link(r))}'>{text}</a>"
@@ -798,6 +800,12 @@ WHAT_TO_DO = {
               "then resend it from the DLQ.",
     "RETRYING": "Failing and retrying: it reaches the DLQ at the ETA shown unless it succeeds; read the consumer's "
                 "errors for its key.",
+    "ORDERLY_BLOCKED": "An orderly queue's head fails every time: the client retries it locally (every second, "
+                       "no retry copy, never the DLQ for a 4.x client) and the queue waits behind it. Fix the cause "
+                       "for its key, or skip it (resetOffsetByTime past it) if the order allows.",
+    "TRANSACTION_DISCARDED": "A transaction's half message was checked transactionCheckMax times without an answer "
+                             "and discarded: the producer (producer_group) never committed nor rolled it back. Ask "
+                             "its owners whether it must be sent again.",
     "BLOCKING_COMMIT": "In flight longer than consumeTimeout: it pins the committed offset, so a restart delivers "
                        "everything after it again. Find the stuck consumer thread (jstack) or restart that client.",
     "corrections": "Committed offsets outside [Min, Max]: run the mqadmin lines below (RocketMQ 5.1+; set the "
@@ -812,10 +820,24 @@ WHAT_TO_DO = {
 }
 
 
+def consume_modes(consumer_status: pd.DataFrame) -> str:
+    """A group's consume mode per topic (spec §4.1): ``ORDERLY (TopicA), CONCURRENT (%RETRY%G)``; one word when every
+    topic has the same; ``unknown`` for a run before the modes were reported."""
+    if not len(consumer_status) or "consume_mode" not in consumer_status.columns:
+        return "unknown"
+    pairs = consumer_status[["topic", "consume_mode"]].dropna().drop_duplicates().sort_values(["topic"])
+    if not len(pairs):
+        return "unknown"
+    if pairs["consume_mode"].nunique() == 1:
+        return str(pairs["consume_mode"].iloc[0])
+    return ", ".join(f"{m} ({t})" for t, m in zip(pairs["topic"], pairs["consume_mode"]))
+
+
 def findings(r: dict[str, Any]) -> list[str]:
     """The kinds of finding an overview row has, in :data:`WHAT_TO_DO`'s order."""
     counts = {"corrections": int(r["corrections"]), "duplicated": int(r["duplicated"]),
-              **{k: int(r[k]) for k in (*LOST_KINDS, "IN_DLQ", "RETRYING", "BLOCKING_COMMIT")}}
+              **{k: int(r.get(k, 0)) for k in (*LOST_KINDS, "IN_DLQ", "RETRYING", "BLOCKING_COMMIT", "ORDERLY_BLOCKED",
+                                                        "TRANSACTION_DISCARDED")}}
     return [k for k in WHAT_TO_DO if counts.get(k, 0) > 0 or r["status"] == k]
 
 
@@ -981,6 +1003,7 @@ def _group_body(site: Site, r: dict[str, Any], cur: dict[str, pd.DataFrame], row
             f"<span data-field='why'>{_esc(r['why']) or 'nothing to report'}</span>; Burrow status "
             f"<span class='{_esc(r['status'])}' data-field='status'>{_esc(r['status'])}</span>"
             + (f"; since <span data-field='since'>{_esc(since)}</span>" if since else "") + "</p>"]
+    body.append("<p>consume mode <span data-field='consume_mode'>" + _esc(consume_modes(st)) + "</span></p>")
     body.append(site.table(pd.DataFrame([r]), ["since", "time_lag", "queues", "duplicated", "lost", *UNCONSUMED_KINDS,
                                                *DLQ_BOUND, "corrections"], name=f"{slug}-counts"))
     todo = findings(r)
@@ -1002,7 +1025,8 @@ def _group_body(site: Site, r: dict[str, Any], cur: dict[str, pd.DataFrame], row
     else:
         queues = queues.assign(since=None)
     body.append("<h2>Queues</h2>")
-    body.append(site.table(queues, [*SERIES_KEY[2:], "status", "since", "committed_offset", "min_offset", "max_offset",
+    body.append(site.table(queues, [*SERIES_KEY[2:], "consume_mode", "status", "since", "committed_offset",
+                                    "min_offset", "max_offset",
                                     "lag", "duplicated", *UNCONSUMED_KINDS], name=f"{slug}-queues", depth=1))
     for name, df, cols in (("duplicated ranges", of_group(seen["dup"]), [*duplicated_ranges.REPORT_COLUMNS[2:],
                                                                           "first_seen"]),

@@ -46,7 +46,8 @@ GROUP_LABELS = {"cluster": "cluster", "consumer_group": "group"}
 STATUSES = ("OK", "WARN", "STALL", "REWIND")
 STATUS_RANK = {s: i for i, s in enumerate(STATUSES)}
 UNCONSUMED_KINDS = ("BACKLOG", "EXPIRED", "SKIPPED", "BROADCAST_DROPPED")
-DLQ_REASONS = ("IN_DLQ", "RETRYING", "BLOCKING_COMMIT", "BROADCAST_DROPPED")
+DLQ_REASONS = ("IN_DLQ", "RETRYING", "BLOCKING_COMMIT", "BROADCAST_DROPPED", "ORDERLY_BLOCKED")
+# TRANSACTION_DISCARDED rows have no group and no queue offset: counted in summary.json, not a per-queue series
 HELP = {
     "lag": "Max - committed offset at the run's latest snapshot (spec 4), per queue: rocketmq_group_diff per queue",
     "consumable_lag": "Max - max(committed, Min): the backlog still in the commitlog",
@@ -56,6 +57,7 @@ HELP = {
     "unconsumed_messages": "offsets never consumed, by kind (gold/unconsumed_ranges)",
     "expired_messages": "offsets deleted by retention before the group consumed them (kind EXPIRED)",
     "dlq_candidates": "messages that need a human, by reason (gold/dlq_candidates)",
+    "consume_mode": "1 for the queue's consume mode (spec 4.1): CONCURRENT, ORDERLY or BROADCAST",
 }
 
 Sample = tuple[str, tuple[tuple[str, str], ...], float]
@@ -86,9 +88,11 @@ def queue_figures(status: pd.DataFrame, duplicated: pd.DataFrame, unconsumed: pd
         df["queue_id"] = df["queue_id"].astype("int64")
         return df
 
+    dlq = dlq[dlq["reason"].isin(DLQ_REASONS)] if len(dlq) else dlq  # a group's rows (not a discarded transaction)
     status, duplicated, unconsumed, dlq = norm(status), norm(duplicated), norm(unconsumed), norm(dlq)
     keys = pd.concat([t[QUEUE] for t in (status, duplicated, unconsumed, dlq)]).drop_duplicates()
-    out = keys.merge(status[QUEUE + ["lag", "consumable_lag", "time_lag_s", "status"]], on=QUEUE, how="left")
+    status = status.reindex(columns=[*QUEUE, "lag", "consumable_lag", "time_lag_s", "status", "consume_mode"])
+    out = keys.merge(status, on=QUEUE, how="left")
     # each offset once, whatever its evidence (jobs.reconcile.verdict: the number every other output shows)
     dup = verdict.union_ranges(duplicated, QUEUE) if len(duplicated) else pd.DataFrame(columns=[*QUEUE, "messages"])
     out["duplicated_messages"] = pd.to_numeric(out[QUEUE].merge(
@@ -112,6 +116,8 @@ def _figure_samples(rows: list[dict[str, Any]], names: dict[str, str], prefix: s
                 out.append((prefix + metric, base, float(r[col])))
         if isinstance(r["status"], str):
             out += [(prefix + "status", _labels(r, names, status=s), float(r["status"] == s)) for s in STATUSES]
+        if isinstance(r.get("consume_mode"), str):  # queues only: a group's topics can differ
+            out.append((prefix + "consume_mode", _labels(r, names, mode=r["consume_mode"]), 1.0))
         out.append((prefix + "duplicated_messages", base, float(r["duplicated_messages"])))
         out += [(prefix + "unconsumed_messages", _labels(r, names, kind=k), float(r[f"unconsumed_{k}"]))
                 for k in UNCONSUMED_KINDS]
@@ -150,7 +156,7 @@ def extract(lake: str, run: dict[str, Any]) -> pd.DataFrame:
     """This run's per-queue figures (filtered reads of its gold rows)."""
     return queue_figures(
         gold_runs.run_rows(lake, run, consumer_status.TABLE,
-                           QUEUE + ["lag", "consumable_lag", "time_lag_s", "status"]),
+                           QUEUE + ["lag", "consumable_lag", "time_lag_s", "status", "consume_mode"]),
         gold_runs.run_rows(lake, run, duplicated_ranges.TABLE, QUEUE + ["start_offset", "end_offset"]),
         gold_runs.run_rows(lake, run, unconsumed_ranges.TABLE, QUEUE + ["kind", "messages"]),
         gold_runs.run_rows(lake, run, dlq_candidates.TABLE, QUEUE + ["reason"]),

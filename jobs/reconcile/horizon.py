@@ -538,7 +538,7 @@ def previous_rows(lake: str, previous: dict) -> dict[str, pd.DataFrame]:
 
     return {"trace": rows(duplicated_ranges, ["TRACE"], "evidence"),
             "unconsumed": rows(unconsumed_ranges, ["SKIPPED", "BROADCAST_DROPPED"], "kind"),
-            "dlq": rows(dlq_candidates, ["IN_DLQ", "RETRYING", "BROADCAST_DROPPED"], "reason"),
+            "dlq": rows(dlq_candidates, ["IN_DLQ", "RETRYING", "BROADCAST_DROPPED", "TRANSACTION_DISCARDED"], "reason"),
             "status": rows(consumer_status)}
 
 
@@ -590,7 +590,7 @@ def carried(prev: dict[str, pd.DataFrame], lo: pd.DataFrame, latest: pd.DataFram
     unconsumed = unconsumed[unconsumed["start_offset"] <= unconsumed["end_offset"]][unconsumed_ranges.REPORT_COLUMNS]
     d = with_lo(prev["dlq"][in_groups(prev["dlq"], keep)], lo)
     old_key = d["lo"].isna() | (d["queue_offset"] < d["lo"])
-    dlq = d[(d["reason"] == "IN_DLQ") | old_key][dlq_candidates.REPORT_COLUMNS]
+    dlq = d[d["reason"].isin(["IN_DLQ", "TRANSACTION_DISCARDED"]) | old_key][dlq_candidates.REPORT_COLUMNS]
     return {"trace": trace, "unconsumed": unconsumed.astype({c: "int64" for c in ("start_offset", "end_offset")}),
             "dlq": dlq}
 
@@ -620,16 +620,20 @@ def series_of(series: Any, groups: Any) -> Any:
 
 def reports_from(spark: Any, series: Any, dels: Any, msgs: dict[str, Any], subscription_groups: Any, *,
                  as_of: dt.datetime, window: int, dlq_warn_retries: int, blocking_min_age_s: int,
-                 falls: Any, commits: Any, expired_before: Any = None, earlier_first: Any = None) -> dict[str, Any]:
+                 falls: Any, commits: Any, evidence: Any, expired_before: Any = None,
+                 earlier_first: Any = None) -> dict[str, Any]:
     """The five reports (Spark frames) from the frames a horizon run reads (messages by use: ``recent`` for the
     reports that read records one by one, ``positions`` for those at a committed offset, ``dlq`` for IN_DLQ; the
     offsets as jobs.reconcile.offset_state carries them: ``falls`` every decrease, ``commits`` the snapshots since
-    the first of ``dels``, ``expired_before`` the previous run's EXPIRED rows)."""
-    from jobs.rules import corrections, dlq, duplicates, replay, status, unconsumed
+    the first of ``dels``, ``expired_before`` the previous run's EXPIRED rows; ``evidence`` the local redeliveries,
+    jobs.rules.modes)."""
+    from jobs.rules import corrections, dlq, duplicates, modes, replay, status, unconsumed
     from jobs.rules.snapshots import deliveries_in_window
 
     dw = deliveries_in_window(dels, series, as_of=as_of)
     rmax = dlq.retry_max_times(subscription_groups, as_of=as_of)
+    fifo = modes.fifo_groups(subscription_groups, as_of=as_of)
+    orderly = modes.orderly_pairs(series, evidence, fifo)
     recent = msgs["recent"]
     return {
         "duplicated_ranges": duplicates.duplicated_ranges(series, dels, recent, as_of=as_of, falls=falls),
@@ -638,11 +642,16 @@ def reports_from(spark: Any, series: Any, dels: Any, msgs: dict[str, Any], subsc
                               .unionByName(unconsumed.broadcast_dropped(dw, recent))),
         "offset_corrections": corrections.offset_corrections(series),
         "dlq_candidates": (dlq.in_dlq(dw, msgs["dlq"], rmax)
-                           .unionByName(dlq.retrying(dw, recent, rmax, dlq_warn_retries=dlq_warn_retries))
+                           .unionByName(dlq.retrying(dw, recent, rmax, dlq_warn_retries=dlq_warn_retries,
+                                                     orderly=orderly))
                            .unionByName(dlq.blocking_commit(series, dw, msgs["positions"], rmax,
                                                             blocking_min_age_s=blocking_min_age_s))
-                           .unionByName(dlq.broadcast_dropped(dw, recent))),
-        "consumer_status": status.consumer_status(series, msgs["positions"], window=window),
+                           .unionByName(dlq.broadcast_dropped(dw, recent))
+                           .unionByName(dlq.orderly_blocked(series, dw, msgs["positions"], rmax, orderly, fifo,
+                                                            dlq_warn_retries=dlq_warn_retries))
+                           .unionByName(dlq.transaction_discarded(recent))),
+        "consumer_status": status.consumer_status(series, msgs["positions"], window=window,
+                                                  modes=modes.mode_rows(series, evidence, fifo)),
         "_agreement": replay.agreement(dels, commits, as_of=as_of),
     }
 
@@ -736,7 +745,7 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
 
     from jobs.lake import _spark
     from jobs.reconcile import reconcile
-    from jobs.rules import dlq, snapshots, status
+    from jobs.rules import dlq, modes, snapshots, status
     from schemas import messages as messages_schema
 
     parts = split_frames(frames, as_of=as_of, cut=cut)
@@ -770,6 +779,15 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
     latest = snapshots.latest(series).select(*SERIES_KEY, "committed_offset", "min_offset").toPandas()
     first_old = first_delivered(parts["old_d"], series)
     more = range_checks(prev, lo, latest, first_old.toPandas())
+    # consume modes (jobs.rules.modes): the previous run's local redeliveries plus the recent ones; a group whose
+    # orderly pairs changed since then is computed in full (its carried RETRYING rows were judged by the old mode)
+    evidence = _spark.materialize(spark, _mode_rows(spark, previous["horizon"]["local_redelivery"]).unionByName(
+        modes.local_redeliveries(snapshots.deliveries_in_window(parts["recent_d"], series, as_of=as_of),
+                                 parts["recent_m"])).distinct(), f"{tmp}/evidence")
+    orderly_now = modes.orderly_pairs(series, evidence, modes.fifo_groups(frames["subscription_groups"], as_of=as_of))
+    changed = {(c, g) for c, g, _ in {tuple(r) for r in _pairs(orderly_now)}
+               ^ {tuple(r) for r in previous["horizon"]["orderly"]}}
+    more = [*more, *[(c, g, "its consume mode changed since the previous run") for c, g in sorted(changed)]]
     why_full: dict[tuple[str, str], set[str]] = {}
     for c, g, why in [*zip(reasons["cluster"], reasons["consumer_group"], reasons["reason"]), *more]:
         why_full.setdefault((c, g), set()).add(why)
@@ -793,7 +811,8 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
     out = reports_from(spark, series, dels, msgs, frames["subscription_groups"], as_of=as_of, window=window,
                        dlq_warn_retries=dlq_warn_retries, blocking_min_age_s=blocking_min_age_s, falls=falls,
                        commits=commits_since_first(frames["consumer_offsets"], dels, as_of=as_of),
-                       expired_before=expired_before, earlier_first=_only(first_old, full_groups, keep=False))
+                       evidence=evidence, expired_before=expired_before,
+                       earlier_first=_only(first_old, full_groups, keep=False))
     pdfs = {n: naive_utc(_only(df, full_groups, keep=False).select(*reconcile.REPORT_MODULES[n].REPORT_COLUMNS)
                          .toPandas()) for n, df in out.items() if not n.startswith("_")}
     agreement = [_only(out["_agreement"], full_groups, keep=False).toPandas()]
@@ -814,13 +833,17 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
             small=_spark.materializer(spark, f"{tmp}/full")).select(*messages_schema.TABLE.columns),
             f"{tmp}/messages_full")
         dw_full = snapshots.deliveries_as_of(d_full, as_of=as_of)
+        ev_full = _spark.materialize(spark, modes.local_redeliveries(
+            snapshots.deliveries_in_window(dw_full, series, as_of=as_of),
+            snapshots.messages_as_of(m_full, as_of=as_of)), f"{tmp}/evidence_full")
+        evidence = _only(evidence, full_groups, keep=False).unionByName(_only(ev_full, full_groups, keep=True))
         full = reports_from(spark, series_of(series, full_groups), dw_full,
                             {k: snapshots.messages_as_of(m_full, as_of=as_of) for k in ("recent", "positions", "dlq")},
                             frames["subscription_groups"], as_of=as_of, window=window,
                             dlq_warn_retries=dlq_warn_retries, blocking_min_age_s=blocking_min_age_s, falls=falls,
                             commits=commits_since_first(_only(frames["consumer_offsets"], full_groups, keep=True),
                                                         dw_full, as_of=as_of),
-                            expired_before=expired_before)
+                            evidence=ev_full, expired_before=expired_before)
         for n in pdfs:
             extra = naive_utc(_only(full[n], full_groups, keep=True)
                               .select(*reconcile.REPORT_MODULES[n].REPORT_COLUMNS).toPandas())
@@ -845,7 +868,9 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
         read["retry_chains"] = len(chains)
     audit_rows, audit_info = audit_frame(spark, lake, frames, series, as_of=as_of, previous=previous, tmp=tmp,
                                          then=offsets.tail_before if offsets is not None else None)
-    return {"pdfs": pdfs, "agreement": pd.concat(agreement, ignore_index=True),
+    fifo = modes.fifo_groups(frames["subscription_groups"], as_of=as_of)
+    mode_state = reconcile.mode_state(evidence, modes.orderly_pairs(series, evidence, fifo))
+    return {"pdfs": pdfs, "agreement": pd.concat(agreement, ignore_index=True), "modes": mode_state,
             "status_samples": status.status_samples(series, window=window), "audit_hours": audit_rows,
             "series_tail": snapshots.unknown_newest(series), "offset_decreases": falls,
             "subscription_latest": dlq.latest_subscriptions(frames["subscription_groups"], as_of=as_of),
@@ -853,6 +878,18 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
             "audit": audit_info, "read": read,
             "full_groups": {f"{c}/{g}": why for (c, g), why in sorted(fallback.items())},
             "old_max": {"cut": cut.astimezone(UTC).isoformat(), "rows": old_rows}}
+
+
+def _mode_rows(spark: Any, rows: list[list[str]]) -> Any:
+    """The (cluster, consumer_group, topic) rows a previous run kept (jobs.reconcile.reconcile.mode_state)."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    schema = StructType([StructField(c, StringType()) for c in ("cluster", "consumer_group", "topic")])
+    return spark.createDataFrame([tuple(r) for r in rows], schema)
+
+
+def _pairs(df: Any) -> list[list[str]]:
+    return [[str(c), str(g), str(t)] for c, g, t in df.select("cluster", "consumer_group", "topic").collect()]
 
 
 def merge(pdfs: dict[str, pd.DataFrame], keep: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
@@ -872,5 +909,10 @@ def merge(pdfs: dict[str, pd.DataFrame], keep: dict[str, pd.DataFrame]) -> dict[
     recomputed = d[d["reason"] == "IN_DLQ"][["cluster", "consumer_group", "uniq_key", "dlq_eta_ts"]].assign(_r=True)
     k = k.merge(recomputed, on=["cluster", "consumer_group", "uniq_key", "dlq_eta_ts"], how="left")
     k = k[~((k["reason"] == "IN_DLQ") & k["_r"].notna())].drop(columns="_r")
+    # a discarded transaction's row is at its newest copy: a recent copy replaces the one P reported
+    where = ["cluster", "topic", "broker", "queue_id", "uniq_key"]
+    redone = d[d["reason"] == "TRANSACTION_DISCARDED"][where].drop_duplicates().assign(_t=True)
+    k = k.merge(redone, on=where, how="left")
+    k = k[~((k["reason"] == "TRANSACTION_DISCARDED") & k["_t"].notna())].drop(columns="_t")
     out["dlq_candidates"] = pd.concat([d, k], ignore_index=True).astype(d.dtypes.to_dict())
     return out

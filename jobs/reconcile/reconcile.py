@@ -207,9 +207,11 @@ def extract(spark: Any, lake: str, groups: list[str] | None, versions: dict[str,
     if groups:
         for name in ("consumer_offsets", "deliveries", "subscription_groups"):
             frames[name] = frames[name].where(F.col("consumer_group").isin(list(groups)))
-        # records carry no group; a DLQ topic names its group (IN_DLQ reports every record of %DLQ%G)
+        # records carry no group; a DLQ topic names its group (IN_DLQ reports every record of %DLQ%G); a discarded
+        # transaction has no group: not in a run about some groups
         frames["messages"] = frames["messages"].where(
-            ~F.col("topic").startswith(DLQ_PREFIX) | F.col("topic").isin([DLQ_PREFIX + g for g in groups]))
+            (~F.col("topic").startswith(DLQ_PREFIX) | F.col("topic").isin([DLQ_PREFIX + g for g in groups]))
+            & (F.col("topic") != topics.TRANS_CHECK_TOPIC))
     return frames
 
 
@@ -223,20 +225,27 @@ def transform(frames: dict[str, Any], *, as_of: dt.datetime, window: int, dlq_wa
     ``keep(df, name)``: computes a frame every report reads once (``jobs.lake._spark.materializer``); Sail
     otherwise computes the offset series and the deliveries again for each report (2.5 s of a 10 M run).
     """
-    from jobs.rules import audit, corrections, dlq, duplicates, replay, snapshots, status, unconsumed
+    from jobs.rules import audit, corrections, dlq, duplicates, modes, replay, snapshots, status, unconsumed
 
     dels = keep(snapshots.deliveries_as_of(frames["deliveries"], as_of=as_of), "deliveries")
     series = keep(snapshots.offset_series(frames["consumer_offsets"], frames["queue_bounds"], as_of=as_of), "series")
     msgs = snapshots.messages_as_of(frames["messages"], as_of=as_of)
+    # the consume modes (spec §4.1): the evidence of local redeliveries is kept for the next run (jobs.rules.modes)
+    evidence = keep(modes.local_redeliveries(snapshots.deliveries_in_window(dels, series, as_of=as_of), msgs),
+                    "evidence")
+    fifo = modes.fifo_groups(frames["subscription_groups"], as_of=as_of)
+    mode_rows = modes.mode_rows(series, evidence, fifo)
     out = {
         "duplicated_ranges": duplicates.duplicated_ranges(series, dels, msgs, as_of=as_of),
         "unconsumed_ranges": unconsumed.unconsumed_ranges(series, dels, msgs, as_of=as_of),
         "offset_corrections": corrections.offset_corrections(series),
         "dlq_candidates": dlq.dlq_candidates(series, dels, msgs, frames["subscription_groups"], as_of=as_of,
                                              dlq_warn_retries=dlq_warn_retries,
-                                             blocking_min_age_s=blocking_min_age_s),
-        "consumer_status": status.consumer_status(series, msgs, window=window),
+                                             blocking_min_age_s=blocking_min_age_s, evidence=evidence),
+        "consumer_status": status.consumer_status(series, msgs, window=window, modes=mode_rows),
         "_agreement": replay.agreement(dels, series, as_of=as_of),
+        "_evidence": evidence,
+        "_orderly": modes.orderly_pairs(series, evidence, fifo),
         # dashboard inputs; every stored record counts in the audit, not only those the reports read one by one
         "status_samples": status.status_samples(series, window=window),
         "audit_hours": audit.audit_hours(
@@ -312,13 +321,17 @@ def summarize(run_id: str, as_of: dt.datetime, lake: str, pdfs: dict[str, pd.Dat
             "severity": r["severity"], "reason": r["why"], "status": r["status"],
             "duplicated_offsets": int(r["duplicated"]), "unconsumed_offsets": int(r["unconsumed"]),
             "lost_offsets": int(r["lost"]), "dlq_candidates": int(r["dlq"]), "corrections": int(r["corrections"])})
+    st = pdfs["consumer_status"]
+    if len(st) and "consume_mode" in st.columns:  # spec §4.1: each (group, topic)'s mode
+        for (c, grp), part in st.groupby(["cluster", "consumer_group"], sort=True):
+            g(c, grp)["consume_modes"] = {str(t): str(m) for t, m in sorted(set(zip(part["topic"],
+                                                                                      part["consume_mode"])))}
     for r in agreement.to_dict("records"):
         g(r["cluster"], r["consumer_group"])["replay_agreement"] = {
             "compared": int(r["compared"]), "agreeing": int(r["agreeing"]),
             "ratio": None if r["compared"] == 0 else round(float(r["agreeing"]) / float(r["compared"]), 4),
         }
     severities = {s: sum(1 for x in groups.values() if x.get("severity") == s) for s in verdict.SEVERITIES}
-    st = pdfs["consumer_status"]
     newest = reports.format_ts(pd.to_datetime(st["snapshot_ts"], utc=True).max()) if len(st) else None
     return {"run_id": run_id, "kind": kind, "as_of": reports.format_ts(as_of), "newest_snapshot": newest,
             "lake": lake, "tables": tables, "severities": severities, "groups": groups, "files": file_names}
@@ -426,6 +439,8 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
         try:
             frames["stored_messages"] = frames["messages"]
             h = None
+            if previous is not None and not {"local_redelivery", "orderly"} <= set(previous["horizon"]):
+                previous, why = None, f"the previous run {previous['run_id']} kept no consume modes (an earlier release)"
             if previous is not None:
                 h = horizon.compute(spark, lake, frames, tmp, as_of=as_of_ts, cut=cut, previous=previous,
                                     window=window, dlq_warn_retries=dlq_warn_retries,
@@ -472,7 +487,7 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
         # (horizon.old_maxima); the report folder's summary does not list them.
         # So does the offset state (jobs.reconcile.offset_state): each broker's newest bounds time and offsets file.
         kept = {**summary, "horizon": {**info, **({"old_max": h["old_max"]} if h is not None else {}),
-                                       "offsets": kept_offsets}}
+                                       "offsets": kept_offsets, **(h["modes"] if h is not None else r["modes"])}}
         ledger.record_reconcile(spark, lake, run_id=rid, as_of=as_of_ts, report_dir=folder,
                                 ingest_run_id=state["run_id"], rows={n: len(df) for n, df in r["pdfs"].items()},
                                 gold_tables=GOLD_TABLES, summary=kept, kind=kind)
@@ -513,8 +528,18 @@ def _reconcile(spark: Any, lake: str, frames: dict[str, Any], as_of_ts: dt.datet
     out = transform(frames, as_of=as_of_ts, window=window, dlq_warn_retries=dlq_warn_retries,
                     blocking_min_age_s=blocking_min_age_s, keep=keep)
     pdfs = {name: out[name].select(*mod.REPORT_COLUMNS).toPandas() for name, mod in REPORT_MODULES.items()}
-    return _load(spark, lake, as_of_ts, rid, pdfs, out["_agreement"].toPandas(),
-                 {name: out[name] for name in [*DASHBOARD_TABLES, *CARRIED_TABLES]}, files, say)
+    r = _load(spark, lake, as_of_ts, rid, pdfs, out["_agreement"].toPandas(),
+              {name: out[name] for name in [*DASHBOARD_TABLES, *CARRIED_TABLES]}, files, say)
+    return {**r, "modes": mode_state(out["_evidence"], out["_orderly"])}
+
+
+def mode_state(evidence: Any, orderly: Any) -> dict[str, list[list[str]]]:
+    """What the next run carries of the consume modes (jobs.rules.modes): the pairs with a local redelivery (evidence
+    in deliveries it may no longer read) and the orderly pairs (a change sends the group to a full computation)."""
+    def rows(df: Any) -> list[list[str]]:
+        return sorted([str(c), str(g), str(t)] for c, g, t in df.select("cluster", "consumer_group", "topic").collect())
+
+    return {"local_redelivery": rows(evidence), "orderly": rows(orderly)}
 
 
 def _load(spark: Any, lake: str, as_of_ts: dt.datetime, rid: str, pdfs: dict[str, pd.DataFrame],

@@ -19,9 +19,10 @@ STATUS_RANK = {s: i for i, s in enumerate(STATUSES)}
 SEVERITIES = ("OK", "WARNING", "CRITICAL")
 LOST_KINDS = ("EXPIRED", "SKIPPED", "BROADCAST_DROPPED")
 UNCONSUMED_KINDS = ("BACKLOG", *LOST_KINDS)
-DLQ_REASONS = ("IN_DLQ", "BLOCKING_COMMIT", "RETRYING", "BROADCAST_DROPPED")
+DLQ_REASONS = ("IN_DLQ", "BLOCKING_COMMIT", "RETRYING", "BROADCAST_DROPPED", "ORDERLY_BLOCKED", "TRANSACTION_DISCARDED")
 # a DLQ candidate's reason BROADCAST_DROPPED is not the unconsumed kind of the same name: its own column
-DLQ_COLUMNS = ("IN_DLQ", "BLOCKING_COMMIT", "RETRYING", "DLQ_BROADCAST_DROPPED")
+DLQ_COLUMNS = ("IN_DLQ", "BLOCKING_COMMIT", "RETRYING", "DLQ_BROADCAST_DROPPED", "ORDERLY_BLOCKED",
+               "TRANSACTION_DISCARDED")
 # what can reach a DLQ (a broadcast drop never does: broadcast mode has no retry; it counts as lost)
 DLQ_BOUND = ("IN_DLQ", "BLOCKING_COMMIT", "RETRYING")
 
@@ -72,8 +73,10 @@ def has_lost_messages(row: dict[str, Any]) -> bool:
 
 
 def needs_a_human(row: dict[str, Any]) -> bool:
-    """A message in the DLQ or blocking the commit, an offset to correct, or a rewound or stalled queue."""
-    return (int(row["IN_DLQ"]) + int(row["BLOCKING_COMMIT"]) + int(row["corrections"]) > 0
+    """A message in the DLQ or blocking the commit or an orderly queue, an offset to correct, or a rewound or
+    stalled queue."""
+    return (int(row["IN_DLQ"]) + int(row["BLOCKING_COMMIT"]) + int(row.get("ORDERLY_BLOCKED", 0))
+            + int(row.get("TRANSACTION_DISCARDED", 0)) + int(row["corrections"]) > 0
             or row["status"] in ("REWIND", "STALL"))
 
 
@@ -98,7 +101,8 @@ def severity(row: dict[str, Any]) -> str:
 def why(row: dict[str, Any]) -> str:
     """The facts behind a group's severity, most severe first (``"2390 EXPIRED; 1200 duplicated"``)."""
     parts = [f"{int(row[k])} {k}" for k in LOST_KINDS if int(row[k])]
-    parts += [f"{int(row[k])} {k}" for k in ("IN_DLQ", "BLOCKING_COMMIT") if int(row[k])]
+    parts += [f"{int(row[k])} {k}" for k in ("IN_DLQ", "BLOCKING_COMMIT", "ORDERLY_BLOCKED", "TRANSACTION_DISCARDED")
+              if int(row.get(k, 0))]
     if int(row["corrections"]):
         parts.append(f"{int(row['corrections'])} offsets to correct")
     if row["status"] != "OK":

@@ -7,6 +7,13 @@
   ``blocking_min_age_s``: it pins the group's progress (``ProcessQueue.removeMessage``); also on ``%RETRY%G`` queues
   and per broadcast client.
 * ``BROADCAST_DROPPED``: a broadcast group's failed delivery, per client (no retry in broadcast mode).
+* ``ORDERLY_BLOCKED`` (spec §4.1): the message at ``C_S`` of an orderly queue, delivered >= ``dlq_warn_retries``
+  times and never successfully: the client retries it locally, the queue waits behind it; no delay-level ETA, and
+  no ``RETRYING`` row for an orderly (group, topic).
+
+* ``TRANSACTION_DISCARDED`` (spec §4.3): a transaction's half message the broker moved to
+  ``TRANS_CHECK_MAX_TIME_TOPIC`` after ``transactionCheckMax`` checks: never committed nor rolled back, the producer
+  lost it. No group (``consumer_group`` empty), ``producer_group`` = its ``PGROUP``; empty on every other reason.
 """
 from __future__ import annotations
 
@@ -26,11 +33,12 @@ from jobs.rules.snapshots import (
     message_at,
     newest,
 )
-from jobs.formats.topics import DLQ_PREFIX, RETRY_PREFIX, is_system_topic_col
+from jobs.formats.topics import DLQ_PREFIX, RETRY_PREFIX, TRANS_CHECK_TOPIC, is_system_topic_col
 from schemas import dlq_candidates as schema
 
 COLUMNS = schema.REPORT_COLUMNS
 DEFAULT_RETRY_MAX_TIMES = 16
+ORDERLY_MAX_RECONSUME = 2**31 - 1  # a 4.x orderly consumer's maxReconsumeTimes -1 reads Integer.MAX_VALUE
 # messageDelayLevel 1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h (MessageStoreConfig), in ms.
 DELAY_LEVELS_MS = [1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000, 420_000,
                    480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000]
@@ -56,7 +64,8 @@ def remaining_delay_ms_col(retries: Column, max_retries: Column) -> Column:
 
 def _typed(df: DataFrame) -> DataFrame:
     types = {f.name: f.dataType for f in schema.SCHEMA.fields}
-    return df.select(*[F.col(c).cast(types[c]).alias(c) for c in COLUMNS])
+    have = set(df.columns)
+    return df.select(*[(F.col(c) if c in have else F.lit(None)).cast(types[c]).alias(c) for c in COLUMNS])
 
 
 ANY_BROKER = ""  # the ``broker`` of retry_max_times' row for a broker without the group's entry
@@ -69,7 +78,8 @@ def latest_subscriptions(subscription_groups: DataFrame, *, as_of: dt.datetime) 
     sg = subscription_groups.where((F.col("snapshot_ts") <= _ts(as_of)) & F.col("retry_max_times").isNotNull())
     own = Window.partitionBy("cluster", "consumer_group", "broker").orderBy(F.col("snapshot_ts").desc())
     return (sg.withColumn("_rn", F.row_number().over(own)).where("_rn = 1")
-            .select("cluster", "broker", "snapshot_ts", "consumer_group", "retry_max_times"))
+            .select("cluster", "broker", "snapshot_ts", "consumer_group", "retry_max_times",
+                    "consume_message_orderly"))
 
 
 def retry_max_times(subscription_groups: DataFrame, *, as_of: dt.datetime) -> DataFrame:
@@ -125,8 +135,10 @@ def in_dlq(deliveries: DataFrame, messages: DataFrame, retry_max: DataFrame) -> 
     ))
 
 
-def retrying(deliveries: DataFrame, messages: DataFrame, retry_max: DataFrame, *, dlq_warn_retries: int) -> DataFrame:
-    """``RETRYING``: clustering groups' keys with no success, no DLQ copy and >= ``dlq_warn_retries`` retries."""
+def retrying(deliveries: DataFrame, messages: DataFrame, retry_max: DataFrame, *, dlq_warn_retries: int,
+             orderly: DataFrame | None = None) -> DataFrame:
+    """``RETRYING``: clustering groups' keys with no success, no DLQ copy and >= ``dlq_warn_retries`` retries; none
+    where the row's (group, topic) is in ``orderly`` (:func:`jobs.rules.modes.orderly_pairs`)."""
     d = deliveries.where(~F.col("is_broadcast") & F.col("uniq_key").isNotNull())
     per_key = d.groupBy("cluster", "consumer_group", "uniq_key").agg(
         F.max(F.coalesce(F.col("success"), F.lit(False)).cast("int")).alias("_ok"),
@@ -157,6 +169,8 @@ def retrying(deliveries: DataFrame, messages: DataFrame, retry_max: DataFrame, *
     )
     found = F.col("_o_topic").isNotNull()
     j = j.select("*", *[F.when(found, F.col(f"_o_{c}")).otherwise(F.col(f"_c_{c}")).alias(c) for c in PLACE])
+    if orderly is not None:
+        j = j.join(orderly, on=["cluster", "consumer_group", "topic"], how="left_anti")
     # the broker of the original copy receives its send-backs (the row's broker)
     j = with_retry_max(j, retry_max).withColumn("_max", F.coalesce(F.col("retry_max"),
                                                                    F.lit(DEFAULT_RETRY_MAX_TIMES)))
@@ -216,6 +230,68 @@ def blocking_commit(series: DataFrame, deliveries: DataFrame, messages: DataFram
     ))
 
 
+def orderly_blocked(series: DataFrame, deliveries: DataFrame, messages: DataFrame, retry_max: DataFrame,
+                    orderly: DataFrame, fifo: DataFrame, *, dlq_warn_retries: int) -> DataFrame:
+    """``ORDERLY_BLOCKED`` (spec §4.1): the message at C_S (the key's newest snapshot) of an orderly queue has
+    >= ``dlq_warn_retries`` deliveries by G (SubBefore records, the first included), none successful.
+
+    ``reconsume_times`` = its highest retryTimes, ``max_reconsume_times`` = Integer.MAX_VALUE (a 4.x orderly
+    consumer) or the group's retryMaxTimes on the committed queue's broker when the FIFO flag is set (``fifo``),
+    ``last_attempt_ts`` = the latest delivery's start, no ETA (the client's suspend interval, not delay levels).
+    The row is at the original copy when the message at C_S is a retry copy (a FIFO group's ``%RETRY%G``).
+    """
+    s = (newest(series).where(F.col("client_id") == "")
+         .join(orderly, on=["cluster", "consumer_group", "topic"], how="left_semi")
+         .select(*SERIES_KEY, F.col("committed_offset").alias("queue_offset"), "snapshot_ts")
+         .join(message_at(messages), on=[*QUEUE, "queue_offset"], how="inner"))
+    per_key = deliveries.where(F.col("uniq_key").isNotNull()).groupBy("cluster", "consumer_group", "uniq_key").agg(
+        F.count(F.lit(1)).alias("_n"), F.max(F.coalesce(F.col("success"), F.lit(False)).cast("int")).alias("_ok"),
+        F.max("retry_times").alias("_r"), F.max("start_ts").alias("_start"))
+    j = s.join(per_key.where((F.col("_n") >= F.lit(dlq_warn_retries)) & (F.col("_ok") == 0)),
+               on=["cluster", "consumer_group", "uniq_key"], how="inner")
+    j = with_retry_max(j, retry_max).join(fifo.withColumn("_fifo", F.lit(True)), on=["cluster", "consumer_group"],
+                                          how="left")
+    orig = first_original(messages).select("cluster", "uniq_key", *[F.col(c).alias(f"_o_{c}") for c in
+                                                                     ("topic", "broker", "queue_id", "queue_offset")])
+    copy = is_system_topic_col(F.col("topic")) & F.col("_o_topic").isNotNull()
+    place = ["topic", "broker", "queue_id", "queue_offset"]
+    j = j.join(orig, on=["cluster", "uniq_key"], how="left").select(
+        *[c for c in j.columns if c not in place],
+        *[F.when(copy, F.col(f"_o_{c}")).otherwise(F.col(c)).alias(c) for c in place])
+    w = Window.partitionBy("cluster", "consumer_group", *place, "uniq_key").orderBy(F.col("_start").desc())
+    j = j.withColumn("_rn", F.row_number().over(w)).where("_rn = 1")
+    return _typed(j.select(
+        "cluster", "consumer_group", F.lit("").alias("client_id"), *QUEUE[1:], "queue_offset", "uniq_key", "keys",
+        F.col("_r").alias("reconsume_times"),
+        F.when(F.col("_fifo").isNotNull(), F.coalesce(F.col("retry_max"), F.lit(DEFAULT_RETRY_MAX_TIMES)))
+        .otherwise(F.lit(ORDERLY_MAX_RECONSUME)).alias("max_reconsume_times"),
+        F.lit("ORDERLY_BLOCKED").alias("reason"), F.col("_start").alias("last_attempt_ts"),
+        F.lit(None).cast("timestamp").alias("dlq_eta_ts"),
+    ))
+
+
+def transaction_discarded(messages: DataFrame) -> DataFrame:
+    """``TRANSACTION_DISCARDED`` (spec §4.3): one row per (real topic, broker, real queue, UNIQ_KEY) of the records in
+    ``TRANS_CHECK_MAX_TIME_TOPIC`` (``DefaultTransactionalMessageCheckListener.resolveDiscardMsg`` keeps the half's
+    properties: ``REAL_TOPIC``, ``REAL_QID``, ``PGROUP``), at the newest such copy: ``last_attempt_ts`` its store
+    time; no offset (never committed to the real topic), no reconsume times, no ETA."""
+    props = F.col("properties")
+    t = messages.where((F.col("topic") == TRANS_CHECK_TOPIC) & F.col("uniq_key").isNotNull()
+                       & props.getItem("REAL_TOPIC").isNotNull()).select(
+        "cluster", props.getItem("REAL_TOPIC").alias("topic"), "broker",
+        F.expr("try_cast(properties['REAL_QID'] AS INT)").alias("queue_id"), "uniq_key", "keys", "store_ts",
+        "physical_offset", props.getItem("PGROUP").alias("producer_group"))
+    w = Window.partitionBy("cluster", "topic", "broker", "queue_id", "uniq_key").orderBy(
+        F.col("store_ts").desc(), F.col("physical_offset").desc())
+    t = t.withColumn("_rn", F.row_number().over(w)).where("_rn = 1")
+    return _typed(t.select(
+        "cluster", F.lit("").alias("consumer_group"), F.lit("").alias("client_id"), "topic", "broker", "queue_id",
+        F.lit(None).cast("long").alias("queue_offset"), "uniq_key", "keys",
+        F.lit(None).cast("int").alias("reconsume_times"), F.lit(None).cast("int").alias("max_reconsume_times"),
+        F.lit("TRANSACTION_DISCARDED").alias("reason"), F.col("store_ts").alias("last_attempt_ts"),
+        F.lit(None).cast("timestamp").alias("dlq_eta_ts"), "producer_group"))
+
+
 def broadcast_dropped(deliveries: DataFrame, messages: DataFrame) -> DataFrame:
     """``BROADCAST_DROPPED``: per client and key, the latest failed delivery of a broadcast group (rule 16)."""
     failed = deliveries.where(F.col("is_broadcast") & (F.col("success") == F.lit(False)))
@@ -234,7 +310,8 @@ def broadcast_dropped(deliveries: DataFrame, messages: DataFrame) -> DataFrame:
 
 
 def dlq_candidates(series: DataFrame, deliveries: DataFrame, messages: DataFrame, subscription_groups: DataFrame, *,
-                   as_of: dt.datetime, dlq_warn_retries: int = 3, blocking_min_age_s: int = 900) -> DataFrame:
+                   as_of: dt.datetime, dlq_warn_retries: int = 3, blocking_min_age_s: int = 900,
+                   evidence: DataFrame | None = None) -> DataFrame:
     """The gold/dlq_candidates rows (without run_id).
 
     Args:
@@ -246,15 +323,24 @@ def dlq_candidates(series: DataFrame, deliveries: DataFrame, messages: DataFrame
         dlq_warn_retries: RETRYING from this many retries on (default 3).
         blocking_min_age_s: BLOCKING_COMMIT when in flight at least this long before t_S (default 900, the
             client's consumeTimeout).
+        evidence: the local redeliveries (:func:`jobs.rules.modes.local_redeliveries`), when computed already.
 
     Returns:
         ``schemas.dlq_candidates.REPORT_COLUMNS``.
     """
+    from jobs.rules import modes
+
     d = deliveries_in_window(deliveries, series, as_of=as_of)
     rmax = retry_max_times(subscription_groups, as_of=as_of)
+    if evidence is None:
+        evidence = modes.local_redeliveries(d, messages)
+    fifo = modes.fifo_groups(subscription_groups, as_of=as_of)
+    orderly = modes.orderly_pairs(series, evidence, fifo)
     return (
         in_dlq(d, messages, rmax)
-        .unionByName(retrying(d, messages, rmax, dlq_warn_retries=dlq_warn_retries))
+        .unionByName(retrying(d, messages, rmax, dlq_warn_retries=dlq_warn_retries, orderly=orderly))
         .unionByName(blocking_commit(series, d, messages, rmax, blocking_min_age_s=blocking_min_age_s))
         .unionByName(broadcast_dropped(d, messages))
+        .unionByName(orderly_blocked(series, d, messages, rmax, orderly, fifo, dlq_warn_retries=dlq_warn_retries))
+        .unionByName(transaction_discarded(messages))
     )

@@ -108,13 +108,17 @@ def window_status(series: DataFrame, *, window: int = 10) -> DataFrame:
     return rows.select(bucket, *rows.columns).groupBy("_bucket").applyInPandas(_status_of_keys, _STATUS_SCHEMA)
 
 
-def consumer_status(series: DataFrame, messages: DataFrame, *, window: int = 10) -> DataFrame:
+def consumer_status(series: DataFrame, messages: DataFrame, *, window: int = 10, modes: DataFrame | None = None
+                    ) -> DataFrame:
     """The gold/consumer_status rows (without run_id): lags at S and the Burrow-style status.
 
     Args:
         series: :func:`jobs.rules.snapshots.offset_series`.
         messages: silver/messages (the store time of the message at ``C_S`` gives the time lag).
         window: how many of the latest snapshots the status looks at (Burrow's intervals, default 10).
+        modes: (cluster, consumer_group, topic, consume_mode) of the orderly and broadcast pairs
+            (:func:`jobs.rules.modes.mode_rows`); every other pair is ``CONCURRENT``. ``inflight`` is 0 until the
+            POP rules (issue 36).
 
     Returns:
         ``schemas.consumer_status.REPORT_COLUMNS``; lag = Max - C, consumable lag = Max - max(C, Min) (both
@@ -129,6 +133,13 @@ def consumer_status(series: DataFrame, messages: DataFrame, *, window: int = 10)
     out = s.select(*SERIES_KEY, "snapshot_ts", "committed_offset", "min_offset", "max_offset",
                    (hi - c).alias("lag"), (hi - F.greatest(c, lo)).alias("consumable_lag"),
                    time_lag.alias("time_lag_s")).join(window_status(series, window=window), on=SERIES_KEY, how="left")
+    if modes is not None:
+        out = out.join(modes.withColumnRenamed("consume_mode", "_mode"), on=["cluster", "consumer_group", "topic"],
+                       how="left")
+    else:
+        out = out.withColumn("_mode", F.lit(None).cast("string"))
+    out = out.withColumn("consume_mode", F.coalesce(F.col("_mode"), F.lit("CONCURRENT"))).withColumn(
+        "inflight", F.lit(0))
     types = {f.name: f.dataType for f in schema.SCHEMA.fields}
     return out.select(*[F.col(k).cast(types[k]).alias(k) for k in COLUMNS])
 

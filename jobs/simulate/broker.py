@@ -39,9 +39,15 @@ def dlq_topic(group: str) -> str:
     return "%DLQ%" + group
 
 
+# TopicValidator.SYSTEM_TOPIC_SET besides the rmq_sys_ topics (rocketmq5.md, the list at the top)
+RESERVED_TOPICS = frozenset({SCHEDULE_TOPIC, "BenchmarkTest", "TBW102", "OFFSET_MOVED_EVENT", "SELF_TEST_TOPIC",
+                             "TRANS_CHECK_MAX_TIME_TOPIC", "CHECKPOINT_TOPIC"})
+
+
 def is_system_topic(topic: str) -> bool:
-    """docs/semantics.md rule 7: retry, DLQ, schedule, trace and other rmq_sys_ topics are not originals."""
-    return topic.startswith(("%RETRY%", "%DLQ%")) or topic == SCHEDULE_TOPIC or topic.lower().startswith("rmq_sys_")
+    """docs/semantics.md rule 7: retry, DLQ, schedule, trace, discarded transactions and RocketMQ's other own topics
+    are not originals."""
+    return topic.startswith(("%RETRY%", "%DLQ%")) or topic in RESERVED_TOPICS or topic.lower().startswith("rmq_sys_")
 
 
 @dataclass
@@ -361,12 +367,13 @@ class Broker:
         doc = {"dataVersion": data_version(self.topics_version, self.loop.now), "topicConfigTable": table}
         self.topics_file.writes.append((self.loop.now, fastjson.dumps(doc)))
 
-    def ensure_group(self, group: str, *, retry_max_times: int = 16) -> None:
-        """Auto-create on the first heartbeat (``findSubscriptionGroupConfig``), plus the retry topic."""
+    def ensure_group(self, group: str, *, retry_max_times: int = 16, orderly: bool = False) -> None:
+        """Auto-create on the first heartbeat (``findSubscriptionGroupConfig``), plus the retry topic; ``orderly``:
+        an operator created it as a 5.x FIFO group (``consumeMessageOrderly``)."""
         if group not in self.groups:
             self.groups[group] = {"attributes": {}, "brokerId": 0, "consumeBroadcastEnable": True,
                                   "consumeEnable": True, "consumeFromMinEnable": True,
-                                  "consumeMessageOrderly": False, "consumeTimeoutMinute": 15, "groupName": group,
+                                  "consumeMessageOrderly": orderly, "consumeTimeoutMinute": 15, "groupName": group,
                                   "groupRetryPolicy": {"type": "CUSTOMIZED"}, "groupSysFlag": 0,
                                   "notifyConsumerIdsChangedEnable": True, "retryMaxTimes": retry_max_times,
                                   "retryQueueNums": 1, "whichBrokerWhenConsumeSlowly": 1}

@@ -82,6 +82,37 @@ class Producer(Client):
         return msg
 
 
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_CHECK_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+TRANSACTION_CHECK_MAX = 15  # transactionCheckMax
+TRANSACTION_CHECK_INTERVAL_MS = 30 * SECOND  # transactionCheckInterval
+
+
+def send_unresolved_transaction(p: "Producer", broker: "Broker", topic: str, qid: int, *, keys: Optional[str],
+                                tags: Optional[str], body: bytes) -> str:
+    """A transactional send whose producer never answers the checks (it died, its local transaction hangs): the
+    half message (``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0, ``REAL_TOPIC``/``REAL_QID``, ``TRAN_MSG``, ``PGROUP``) is
+    checked ``transactionCheckMax`` times, then moved to ``TRANS_CHECK_MAX_TIME_TOPIC`` with every property
+    (``resolveDiscardMsg``). Returns the UNIQ_KEY."""
+    props: dict[str, str] = {}
+    if tags:
+        props["TAGS"] = tags
+    if keys:
+        props["KEYS"] = keys
+    props.update(TRAN_MSG="true", PGROUP=p.group, WAIT="true")
+    born = p.loop.now
+    props["UNIQ_KEY"] = p.uniq.next(born)
+    half = dict(props, REAL_TOPIC=topic, REAL_QID=str(qid))
+    broker.put(topic=TRANS_HALF_TOPIC, queue_id=0, props=half, body=body, born_ts=born, born_host=(p.ip, p.port))
+
+    def discard() -> None:
+        broker.put(topic=TRANS_CHECK_TOPIC, queue_id=0, props=dict(half, TRANSACTION_CHECK_TIMES=str(
+            TRANSACTION_CHECK_MAX)), body=body, born_ts=born, born_host=(p.ip, p.port))
+
+    p.loop.after(TRANSACTION_CHECK_MAX * TRANSACTION_CHECK_INTERVAL_MS, discard)
+    return props["UNIQ_KEY"]
+
+
 @dataclass(frozen=True, order=True)
 class MQ:
     """``MessageQueue`` (compareTo: topic, brokerName, queueId)."""
@@ -202,7 +233,7 @@ class PushConsumer(Client):
     def __init__(self, loop: EventLoop, ip: str, brokers: list["Broker"], registry: GroupRegistry, topic: str, *,
                  broadcast: bool = False, trace: bool = True, behaviour: Behaviour = default_behaviour,
                  trace_log: list[dict[str, Any]], deliveries: list[Delivery], from_first: bool = False,
-                 instance: Optional[str] = None) -> None:
+                 instance: Optional[str] = None, fifo_flag: bool = False) -> None:
         super().__init__(loop, ip, brokers, trace=trace, trace_log=trace_log)
         self.group = registry.group
         self.registry = registry
@@ -210,6 +241,7 @@ class PushConsumer(Client):
         self.broadcast = broadcast
         self.behaviour = behaviour
         self.from_first = from_first
+        self.fifo_flag = fifo_flag
         # clientId = IP@instanceName; clustering rewrites DEFAULT to pid#nanoTime (DefaultMQPushConsumerImpl.start)
         name = instance or ("DEFAULT" if broadcast else f"{self.pid}#{loop.rng.randrange(10**12, 10**13)}")
         self.client_id = f"{ip}@{name}"
@@ -229,7 +261,7 @@ class PushConsumer(Client):
     def start(self) -> None:
         self.started_at = self.loop.now
         for b in self.brokers:
-            b.ensure_group(self.group)
+            b.ensure_group(self.group, orderly=self.fifo_flag)
             if not self.broadcast:
                 b.ensure_retry_topic(self.group)
         self.registry.join(self)
@@ -460,5 +492,86 @@ class PushConsumer(Client):
                 self._update_offset(pq.mq, off)
             self.busy -= 1
             self._dispatch()
+
+        self.loop.after(max(1, duration), done)
+
+
+ORDERLY_MAX_RECONSUME = 2**31 - 1  # maxReconsumeTimes -1 on an orderly consumer: Integer.MAX_VALUE
+SUSPEND_MS = 1 * SECOND  # suspendCurrentQueueTimeMillis
+
+
+class OrderlyPushConsumer(PushConsumer):
+    """A 4.x ``DefaultMQPushConsumer`` with a ``MessageListenerOrderly`` (``ConsumeMessageOrderlyService``).
+
+    Each queue consumes one message at a time, in offset order. A failure (SUSPEND_CURRENT_QUEUE_A_MOMENT) keeps the
+    message at the head: it is consumed again locally after ``suspendCurrentQueueTimeMillis`` with its reconsume
+    times raised in memory (``checkReconsumeTimes``), no ``%RETRY%`` copy, the offset frozen; a 4.x client's maximum
+    is Integer.MAX_VALUE, so it never reaches the DLQ. Each attempt is traced (SubBefore retryTimes = the in-memory
+    count). Expired messages are not cleaned (``cleanExpiredMsg`` returns at once for orderly consumers).
+    """
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.consuming: set[int] = set()  # id() of the ProcessQueues with a message being consumed
+        self.reconsume: dict[tuple[int, int], int] = {}  # (id(ProcessQueue), offset) -> reconsume times in memory
+
+    def _clean_expired(self) -> Optional[bool]:
+        return None if self.alive else False
+
+    def _submit(self, pq: ProcessQueue, msg: Stored) -> None:
+        self._next(pq)
+
+    def _next(self, pq: ProcessQueue) -> None:
+        if not self.alive or pq.dropped or id(pq) in self.consuming:
+            return
+        first = pq.first_key()
+        if first is None:
+            return
+        self.consuming.add(id(pq))
+        self._consume_head(pq, pq.msgs[first])
+
+    def _consume_head(self, pq: ProcessQueue, msg: Stored) -> None:
+        now = self.loop.now
+        pq.started[msg.queue_offset] = now
+        times = self.reconsume.get((id(pq), msg.queue_offset), msg.reconsume)
+        duration, outcome = self.behaviour(self, msg)
+        request_id = self.uniq.next(now)
+        d = Delivery(self.group, "", self.ip, pq.mq, msg, now)
+        self.deliveries.append(d)
+        if self.tracer:
+            self.tracer.add({"type": "SubBefore", "timestamp_ms": now, "region_id": REGION, "group": self.group,
+                             "request_id": request_id, "msg_id": msg.uniq, "retry_times": times,
+                             "keys": msg.keys})
+        if outcome == "hang":
+            return  # the queue's consume thread never returns: the queue is blocked
+
+        def done() -> None:
+            if not self.alive:
+                return
+            end = self.loop.now
+            ok = outcome == "ok"
+            d.end, d.success = end, ok
+            if self.tracer:
+                self.tracer.add({"type": "SubAfter", "request_id": request_id, "msg_id": msg.uniq,
+                                 "cost_time_ms": end - now, "success": ok, "keys": msg.keys,
+                                 "context_code": 0 if ok else 4, "timestamp_ms": end, "group": self.group})
+            if pq.dropped:
+                self.consuming.discard(id(pq))
+                return
+            if ok:
+                self.reconsume.pop((id(pq), msg.queue_offset), None)
+                off = pq.remove(msg, end)  # ProcessQueue.commit: the consumed offset + 1
+                if off >= 0:
+                    self._update_offset(pq.mq, off, increase_only=False)
+                self.consuming.discard(id(pq))
+                self._next(pq)
+                return
+            self.reconsume[(id(pq), msg.queue_offset)] = times + 1  # checkReconsumeTimes below Integer.MAX_VALUE
+
+            def again() -> None:
+                self.consuming.discard(id(pq))
+                self._next(pq)
+
+            self.loop.after(SUSPEND_MS, again)
 
         self.loop.after(max(1, duration), done)

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from jobs.simulate.broker import Broker, BrokerConfig, Stored
 from jobs.simulate.clock import SECOND, EventLoop, iso_ms
-from jobs.simulate.consumer import Behaviour, Delivery, GroupRegistry, Producer, PushConsumer, default_behaviour
+from jobs.simulate.consumer import (Behaviour, Delivery, GroupRegistry, OrderlyPushConsumer, Producer, PushConsumer,
+                                    default_behaviour)
 from jobs.simulate.snapshot import SnapshotWriter
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -84,12 +85,16 @@ class World:
 
     def consumer(self, group: str, topic: str, *, broadcast: bool = False, trace: bool = True,
                  behaviour: Behaviour = default_behaviour, from_first: bool = False,
-                 start_at: Optional[int] = None) -> PushConsumer:
+                 start_at: Optional[int] = None, orderly: bool = False, fifo_flag: bool = False) -> PushConsumer:
+        """A push consumer process; ``orderly``: a ``MessageListenerOrderly`` (:class:`OrderlyPushConsumer`),
+        ``fifo_flag``: the group's subscription config says ``consumeMessageOrderly`` (5.x FIFO)."""
         reg = self.registries.setdefault(group, GroupRegistry(self.loop, group))
-        self.group_info.setdefault(group, {"group": group, "topic": topic, "broadcast": broadcast, "trace": trace})
-        c = PushConsumer(self.loop, self.next_ip(), self.brokers, reg, topic, broadcast=broadcast, trace=trace,
-                         behaviour=behaviour, trace_log=self.trace_log, deliveries=self.deliveries,
-                         from_first=from_first)
+        self.group_info.setdefault(group, {"group": group, "topic": topic, "broadcast": broadcast, "trace": trace,
+                                           "orderly": orderly, "fifo_flag": fifo_flag})
+        kind = OrderlyPushConsumer if orderly else PushConsumer
+        c = kind(self.loop, self.next_ip(), self.brokers, reg, topic, broadcast=broadcast, trace=trace,
+                 behaviour=behaviour, trace_log=self.trace_log, deliveries=self.deliveries,
+                 from_first=from_first, fifo_flag=fifo_flag)
         self.consumers.append(c)
         self.loop.at(self.loop.now if start_at is None else start_at, c.start)
         return c

@@ -2,11 +2,13 @@
 
 The world runs 6 virtual hours (00:00-06:00 UTC) on ``1 + scale`` brokers with retention shortened to 1 h
 (``fileReservedTime``; deletion still only in hour ``deleteWhen`` 04), so expiry happens inside the run.
-Each topic gets three groups; each group draws one behaviour: healthy (with or without trace),
-blocked-head + kill, hang past consumeTimeout, slow messages + kill (out-of-order acks), always-failing
-key (retry -> DLQ), late-failing key (still RETRYING at the end), offline past retention (with or without
-return), skipAccumulatedMessage, reset to an earlier or a later time, broadcast with dropped failures, a
-consumer joining (rebalance). Groups without trace are reconciled offsets-only.
+Each topic gets three groups (the first topics one more until every kind is drawn); each group draws one
+behaviour: healthy (with or without trace), blocked-head + kill, hang past consumeTimeout, slow messages + kill
+(out-of-order acks), always-failing key (retry -> DLQ), late-failing key (still RETRYING at the end), offline past
+retention (with or without return), skipAccumulatedMessage, reset to an earlier or a later time, broadcast with
+dropped failures, a consumer joining (rebalance), an orderly consumer whose failing head blocks a queue for a while
+(healed later, or still failing at the end), half of them 5.x FIFO groups (the subscription flag) and half 4.x
+(known only by their local retries). Groups without trace are reconciled offsets-only.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from jobs.simulate.consumer import PushConsumer
 from jobs.simulate.engine import World
 
 KINDS = ["healthy", "healthy-offsets-only", "blocked-head", "hang", "out-of-order", "retry-to-dlq", "retrying",
-         "expired", "expired-return", "skip", "rewind", "reset-later", "broadcast", "rebalance"]
+         "expired", "expired-return", "skip", "rewind", "reset-later", "broadcast", "rebalance", "orderly-blocked"]
 END = T0_MS + 6 * HOUR
 ANOMALY_SCALE_MAX = 3
 BULK_UNIT_MESSAGES = 98_000  # about what one event-loop scale unit stores (98,203 measured)
@@ -68,7 +70,8 @@ def mixed(out: str, seed: int, scale: int = 1, bulk_messages: int | None = None,
         prod = w.producer(trace=rng.random() < 0.5)
         w.traffic(prod, topic, every_ms=rng.choice([3000, 4000, 6000]),
                   start=T0_MS + 10 * SECOND, end=end - 20 * MINUTE, key_prefix=f"k{t}")
-        for _ in range(3):
+        # three groups a topic, and the first topics one more until every kind has a group
+        for _ in range(3 + (t < len(kinds) - 3 * n_topics)):
             kind = kinds[gi % len(kinds)] if gi < len(kinds) else rng.choice(kinds)
             _group(w, f"GID_{gi:03d}_{kind.replace('-', '_')}", topic, kind)
             gi += 1
@@ -156,5 +159,26 @@ def _group(w: World, g: str, topic: str, kind: str) -> None:
     elif kind == "rebalance":
         w.consumer(g, topic, trace=trace, start_at=start, from_first=True)
         w.consumer(g, topic, trace=trace, start_at=T0_MS + rng.randrange(30, 300) * MINUTE)
+    elif kind == "orderly-blocked":
+        # the head of queue 0 fails (retried every second) for 15-45 min at a random time, or from 25-60 min before
+        # the 6th hour on (still failing at the last snapshot); a 5.x FIFO group (the flag) or a 4.x orderly one
+        if rng.random() < 0.5:
+            fail_from = T0_MS + rng.randrange(30, 300) * MINUTE
+            fail_until = fail_from + rng.randrange(15, 45) * MINUTE
+        else:
+            fail_from = T0_MS + 6 * HOUR - rng.randrange(25, 60) * MINUTE
+            fail_until = fail_from + 2 * HOUR
+        fifo = rng.random() < 0.5
+        bad: dict[str, int] = {}
+
+        def blocks(c: PushConsumer, m: Stored) -> tuple[int, str]:
+            if m.topic == topic and m.queue_id == 0 and fail_from <= c.loop.now < fail_until:
+                bad.setdefault("offset", m.queue_offset)
+            head = m.topic == topic and m.queue_id == 0 and m.queue_offset == bad.get("offset")
+            return (20, "fail") if head and c.loop.now < fail_until else (_ok(c), "ok")
+
+        w.consumer(g, topic, trace=trace, behaviour=blocks, start_at=start, from_first=True, orderly=True,
+                   fifo_flag=fifo)
+        w.inject("orderly", group=g, fifo_flag=fifo, fail_from=fail_from, fail_until=fail_until)
     else:  # pragma: no cover
         raise ValueError(kind)

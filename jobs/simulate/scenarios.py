@@ -184,6 +184,33 @@ def rebalance(out: str, seed: int, scale: int = 1) -> World:
     return w
 
 
+def orderly_blocked(out: str, seed: int, scale: int = 1) -> World:
+    """A 4.x orderly group (no FIFO flag): the message at offset 40 of queue 1 fails every time for 30 minutes; it is
+    re-consumed locally every second, never sent back, and the queue's committed offset stays at 40. Beside it: a
+    5.x FIFO group (the flag set, consuming fine) and a concurrent group whose failing key goes through %RETRY%."""
+    w = World(out, seed)
+    w.add_broker("broker-a")
+    w.topic(TOPIC, 4)
+    p = w.producer(trace=True)
+    w.traffic(p, TOPIC, every_ms=1000, start=T0_MS + 10 * SECOND, end=T0_MS + 31 * MINUTE)
+    bad = (TOPIC, 1, 40)
+
+    def fails40(c: PushConsumer, m: Stored) -> tuple[int, str]:
+        return (20, "fail") if (m.topic, m.queue_id, m.queue_offset) == bad else (_ok(c), "ok")
+
+    def fails_concurrent(c: PushConsumer, m: Stored) -> tuple[int, str]:
+        return (20, "fail") if m.keys == "order-100" else (_ok(c), "ok")
+
+    w.consumer("GID_orderly", TOPIC, behaviour=fails40, start_at=T0_MS + 5 * SECOND, from_first=True, orderly=True)
+    w.consumer("GID_fifo", TOPIC, start_at=T0_MS + 5 * SECOND, from_first=True, orderly=True, fifo_flag=True)
+    w.consumer("GID_concurrent", TOPIC, behaviour=fails_concurrent, start_at=T0_MS + 5 * SECOND, from_first=True)
+    w.inject("orderly_always_fails", group="GID_orderly", topic=TOPIC, queue_id=1, queue_offset=40)
+    w.inject("always_fails", group="GID_concurrent", keys="order-100")
+    w.snapshots([T0_MS + m * 5 * MINUTE for m in range(1, 7)] + [T0_MS + 33 * MINUTE])
+    w.run()
+    return w
+
+
 SCENARIOS: dict[str, Callable[[str, int, int], World]] = {
     "blocked-head": blocked_head,
     "queue2-offset32": queue2_offset32,
@@ -194,4 +221,5 @@ SCENARIOS: dict[str, Callable[[str, int, int], World]] = {
     "rewind": rewind,
     "broadcast": broadcast,
     "rebalance": rebalance,
+    "orderly-blocked": orderly_blocked,
 }

@@ -31,6 +31,7 @@ class BrokerSnap:
     bounds: dict[tuple[str, int], tuple[int, int]]  # (topic, qid) -> (Min_s, Max_s)
     commitlog: tuple[int, int]  # retained physical range [min, next)
     retry_max: dict[str, int] = field(default_factory=dict)
+    orderly_flag: dict[str, bool] = field(default_factory=dict)  # group -> consumeMessageOrderly
 
 
 @dataclass
@@ -111,7 +112,8 @@ class SnapshotWriter:
                 for qid, off in queues.items():
                     offsets[(topic, group, qid)] = off
         snap = BrokerSnap(b.cluster, b.name, t, offsets, bounds, (cl.min_offset, cl.next_offset),
-                          {g: c["retryMaxTimes"] for g, c in b.groups.items()})
+                          {g: c["retryMaxTimes"] for g, c in b.groups.items()},
+                          {g: bool(c["consumeMessageOrderly"]) for g, c in b.groups.items()})
         self.broker_snaps.append(snap)
         return snap
 

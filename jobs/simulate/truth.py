@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from jobs.simulate.engine import World
 
 BLOCKING_MIN_AGE_MS = 15 * 60 * 1000
+ORDERLY_MAX_RECONSUME = 2**31 - 1  # a 4.x orderly consumer's maxReconsumeTimes -1: Integer.MAX_VALUE
 DLQ_WARN_RETRIES = 3
 WINDOW = 10
 CAUSE_RANK = {"REWIND": 3, "HEAD_BLOCKED": 2, "UNPERSISTED": 1, "UNKNOWN": 0}
@@ -37,10 +38,10 @@ COLUMNS = {
                            "reason"],
     "dlq_candidates": ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id", "queue_offset",
                        "uniq_key", "keys", "reconsume_times", "max_reconsume_times", "reason", "last_attempt_ts",
-                       "dlq_eta_ts"],
+                       "dlq_eta_ts", "producer_group"],
     "consumer_status": ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id", "snapshot_ts",
                         "committed_offset", "min_offset", "max_offset", "lag", "consumable_lag", "time_lag_s",
-                        "status"],
+                        "status", "consume_mode", "inflight"],
 }
 SORT_KEYS = {
     "duplicated_ranges": ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id", "start_offset",
@@ -104,6 +105,7 @@ class Truth:
         self._index_known()
         self._index_deliveries()
         self._series()
+        self._modes()
 
     # ---------------------------------------------------------------- what the snapshots captured
 
@@ -203,9 +205,42 @@ class Truth:
         # broker (ties: the larger broker name), for a broker without the group (rule 19)
         self.retry_max_at: dict[tuple[str, str], int] = {}
         self.retry_max: dict[str, int] = {}
+        flag_at: dict[tuple[str, str], bool] = {}
         for s in sorted(bsnaps, key=lambda s: (s.ts, s.broker)):
             self.retry_max.update(s.retry_max)
             self.retry_max_at.update({(s.broker, g): v for g, v in s.retry_max.items()})
+            flag_at.update({(s.broker, g): v for g, v in s.orderly_flag.items()})
+        # a 5.x FIFO group: consumeMessageOrderly in its latest config on some broker (spec §4.1 rule 3)
+        self.fifo_flag = {g for (_, g), v in flag_at.items() if v}
+
+    # ---------------------------------------------------------------- consume modes (spec §4.1)
+
+    def _modes(self) -> None:
+        """BROADCAST groups, and the (G, topic) pairs with a local redelivery (4.x orderly consumers retry in memory)."""
+        self.broadcast_groups = {cs.group for cs in self.w.writer.client_snaps if cs.offsets}
+        retry_times: dict[tuple[str, str], set[int]] = defaultdict(set)  # (uniq, topic) -> reconsume times
+        for m in self.known:
+            if m.topic == SCHEDULE_TOPIC or m.topic.startswith("%RETRY%"):
+                retry_times[(m.uniq, m.topic)].add(m.reconsume)
+        self.local_redelivery: set[tuple[str, str]] = set()
+        for g, ds in self.deliveries.items():
+            for d in ds:
+                if d.retry_times < 1:
+                    continue
+                orig = self.original(d.uniq)
+                if orig is None:
+                    continue
+                if (d.retry_times in retry_times.get((d.uniq, retry_topic(g)), ()) or
+                        d.retry_times in retry_times.get((d.uniq, SCHEDULE_TOPIC), ())):
+                    continue
+                self.local_redelivery.add((g, orig.topic))
+
+    def mode(self, group: str, topic: str) -> str:
+        if group in self.broadcast_groups:
+            return "BROADCAST"
+        if group in self.fifo_flag or (group, topic) in self.local_redelivery:
+            return "ORDERLY"
+        return "CONCURRENT"
 
     def max_times(self, group: str, broker: str) -> int:
         return self.retry_max_at.get((broker, group), self.retry_max.get(group, 16))
@@ -228,7 +263,8 @@ class Truth:
                     time_lag = (ts - rec[1]) // 1000
             out.append(self._row(s, snapshot_ts=iso_ms(ts), committed_offset=c, min_offset=lo, max_offset=hi,
                                  lag=hi - c, consumable_lag=hi - max(c, lo), time_lag_s=time_lag,
-                                 status=status(s.points[-WINDOW:])))
+                                 status=status(s.points[-WINDOW:]), consume_mode=self.mode(s.group, s.topic),
+                                 inflight=0))
         return out
 
     def offset_corrections(self) -> list[dict[str, Any]]:
@@ -406,6 +442,8 @@ class Truth:
                 orig = self.original(uniq)
                 if orig is None:
                     continue
+                if self.mode(g, orig.topic) == "ORDERLY":
+                    continue  # an orderly queue retries locally: ORDERLY_BLOCKED at its committed offset instead
                 mx = self.max_times(g, orig.broker)  # the original's broker receives its send-backs
                 eta = base + sum(DELAY_LEVELS_MS[min(3 + k, 18) - 1] for k in range(r, mx))
                 out.append(self._dlq_row(g, "", orig, uniq, orig.keys, r, mx, "RETRYING", last.start, eta))
@@ -431,14 +469,50 @@ class Truth:
                     if where not in blocking_rows or d.start > blocking_rows[where][0].start:
                         blocking_rows[where] = (d, row)  # an original and its retry copy can both hang
             out.extend(row for _, row in blocking_rows.values())
-        return out
+            out.extend(self._orderly_blocked(g, by_key))
+        return out + self._transactions_discarded()
+
+    def _transactions_discarded(self) -> list[dict[str, Any]]:
+        """Spec §4.3: per (real topic, broker, real queue, key) the newest record in TRANS_CHECK_MAX_TIME_TOPIC."""
+        newest: dict[tuple[str, str, int, str], "Stored"] = {}
+        for m in self.known:
+            if m.topic != "TRANS_CHECK_MAX_TIME_TOPIC" or not m.uniq or "REAL_TOPIC" not in m.props:
+                continue
+            key = (m.props["REAL_TOPIC"], m.broker, int(m.props["REAL_QID"]), m.uniq)
+            if key not in newest or (m.store_ts, m.phys) > (newest[key].store_ts, newest[key].phys):
+                newest[key] = m
+        return [{"cluster": self.cluster, "consumer_group": "", "client_id": "", "topic": t, "broker": b,
+                 "queue_id": q, "queue_offset": "", "uniq_key": u, "keys": m.keys or "", "reconsume_times": "",
+                 "max_reconsume_times": "", "reason": "TRANSACTION_DISCARDED", "last_attempt_ts": iso_ms(m.store_ts),
+                 "dlq_eta_ts": "", "producer_group": m.props.get("PGROUP", "")}
+                for (t, b, q, u), m in sorted(newest.items())]
+
+    def _orderly_blocked(self, g: str, by_key: dict[str, list[Delivery]]) -> list[dict[str, Any]]:
+        """Spec §4.1: the message at C_S of an orderly queue, delivered >= dlq_warn_retries times, never successfully."""
+        rows: dict[tuple, dict[str, Any]] = {}
+        for s in self.commit_series:
+            if s.group != g or s.client_id or self.mode(g, s.topic) != "ORDERLY":
+                continue
+            ts, c = s.commits[-1]
+            m = self.at.get((s.broker, s.topic, s.qid, c))
+            if m is None:
+                continue
+            dd = by_key.get(m.uniq, [])
+            if len(dd) < DLQ_WARN_RETRIES or any(d.success for d in dd):
+                continue
+            mx = self.max_times(g, s.broker) if g in self.fifo_flag else ORDERLY_MAX_RECONSUME
+            place = (self.original(m.uniq) or m) if is_system_topic(s.topic) else m
+            rows[(place.topic, place.broker, place.queue_id, place.queue_offset, m.uniq)] = self._dlq_row(
+                g, "", place, m.uniq, m.keys, max(d.retry_times for d in dd), mx, "ORDERLY_BLOCKED",
+                max(d.start for d in dd), None)
+        return list(rows.values())
 
     def _dlq_row(self, g: str, cid: str, m: "Stored", uniq: str, keys: Optional[str], times: int,
                  mx: Optional[int], reason: str, last: Optional[int], eta: Optional[int]) -> dict[str, Any]:
         return {"cluster": self.cluster, "consumer_group": g, "client_id": cid, "topic": m.topic, "broker": m.broker,
                 "queue_id": m.queue_id, "queue_offset": m.queue_offset, "uniq_key": uniq, "keys": keys or "",
                 "reconsume_times": times, "max_reconsume_times": "" if mx is None else mx, "reason": reason,
-                "last_attempt_ts": iso_ms(last), "dlq_eta_ts": iso_ms(eta)}
+                "last_attempt_ts": iso_ms(last), "dlq_eta_ts": iso_ms(eta), "producer_group": ""}
 
     # ---------------------------------------------------------------- files
 

@@ -57,7 +57,7 @@ def sg(retry_max: int, *, group: str = "G") -> tuple:
 def out(qo: int, uniq: str, times: int, mx: int | None, reason: str, last: float | None, eta: float | None, *,
         topic: str = "T", group: str = "G", client: str = "") -> tuple:
     return ("c", group, client, topic, "b", 0, qo, uniq, f"order-{uniq}", times, mx, reason,
-            None if last is None else S(last), None if eta is None else S(eta))
+            None if last is None else S(last), None if eta is None else S(eta), None)
 
 
 ETA_FROM_3 = dlq.remaining_delay_ms(3, 16) / 1000
@@ -73,7 +73,7 @@ CASES = [
         [out(3, "Z", 5, 5, "IN_DLQ", None, 0, topic="%DLQ%G")],
         id="an_unresolvable_dlq_record_is_reported_where_it_is_with_the_group_retry_max"),
     pytest.param(
-        [off(8)], [msg(7, "K")],
+        [off(8)], [msg(7, "K")] + [msg(r, "K", topic="%RETRY%G", reconsume=r) for r in (1, 2, 3)],
         [dl(f"d{r}", "K", r, 100 * r, 100 * r + 1, False) for r in range(4)], [],
         [out(7, "K", 3, 16, "RETRYING", 300, 301 + ETA_FROM_3)],
         id="three_failed_retries_is_retrying_with_the_eta_of_the_remaining_delay_levels"),
@@ -196,7 +196,8 @@ def test_retry_max_times_is_the_brokers_own_where_it_has_the_group(spark) -> Non
         return ("c", broker, S(at), group, retry_max, 1, True, False, False, 15, None, "f", False)
 
     got = _candidates(spark, [off(8), off(8, group="H")], [("c", "b", S(T_S), "T", 0, 0, 100)],
-                      [msg(7, "K")] + [msg(6, "J")],
+                      [msg(7, "K"), msg(6, "J")] + [msg(r, "K", topic="%RETRY%G", reconsume=r) for r in (1, 2, 3)]
+                      + [msg(r, "J", topic="%RETRY%H", reconsume=r) for r in (1, 2, 3)],
                       [dl(f"d{r}", "K", r, 100 * r, 100 * r + 1, False) for r in range(4)]
                       + [dl(f"h{r}", "J", r, 100 * r, 100 * r + 1, False, group="H") for r in range(4)],
                       [sg_on("b", 0, 16), sg_on("x", 60, 4), sg_on("x", 60, 5, group="H")])
@@ -220,8 +221,8 @@ def test_the_latest_subscriptions_and_the_later_rows_answer_as_the_whole_table(s
     latest = dlq.latest_subscriptions(whole, as_of=p)
     naive = [S(t).replace(tzinfo=None) for t in (50, 60, 10, 30)]  # collected as naive UTC
     assert sorted(tuple(r) for r in latest.collect()) == [
-        ("c", "b", naive[0], "G", 8), ("c", "b", naive[1], "H", 6), ("c", "x", naive[2], "G", 4),
-        ("c", "x", naive[3], "H", 3)]
+        ("c", "b", naive[0], "G", 8, False), ("c", "b", naive[1], "H", 6, False), ("c", "x", naive[2], "G", 4, False),
+        ("c", "x", naive[3], "H", 3, False)]
     from jobs.reconcile.offset_state import with_later_subscriptions
 
     carried = with_later_subscriptions(latest, whole, p)

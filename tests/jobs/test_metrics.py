@@ -22,8 +22,8 @@ def _labels(**kw: str) -> tuple[tuple[str, str], ...]:
 
 
 def test_samples_of_one_queue_and_its_group() -> None:
-    status = pd.DataFrame([(*QUEUE, 2, 115, 110, 460, "STALL")],
-                          columns=metrics.QUEUE + ["lag", "consumable_lag", "time_lag_s", "status"])
+    status = pd.DataFrame([(*QUEUE, 2, 115, 110, 460, "STALL", "ORDERLY")],
+                          columns=metrics.QUEUE + ["lag", "consumable_lag", "time_lag_s", "status", "consume_mode"])
     # 10 offsets of TRACE evidence, 5 of REWIND, 3 of them the same: 12 offsets (issue 38: each once)
     duplicated = pd.DataFrame([(*QUEUE, 2, 100, 109), (*QUEUE, 2, 107, 111)],
                               columns=metrics.QUEUE + ["start_offset", "end_offset"])
@@ -41,7 +41,8 @@ def test_samples_of_one_queue_and_its_group() -> None:
         expected += [
             (prefix + "consumable_lag", _labels(**lab), 110.0),
             *[(prefix + "dlq_candidates", _labels(**lab, reason=r), v)
-              for r, v in (("BLOCKING_COMMIT", 1.0), ("BROADCAST_DROPPED", 0.0), ("IN_DLQ", 2.0), ("RETRYING", 0.0))],
+              for r, v in (("BLOCKING_COMMIT", 1.0), ("BROADCAST_DROPPED", 0.0), ("IN_DLQ", 2.0),
+                           ("ORDERLY_BLOCKED", 0.0), ("RETRYING", 0.0))],
             (prefix + "duplicated_messages", _labels(**lab), 12.0),
             (prefix + "expired_messages", _labels(**lab), 7.0),
             (prefix + "lag", _labels(**lab), 115.0),
@@ -51,7 +52,8 @@ def test_samples_of_one_queue_and_its_group() -> None:
             *[(prefix + "unconsumed_messages", _labels(**lab, kind=k), v)
               for k, v in (("BACKLOG", 115.0), ("BROADCAST_DROPPED", 0.0), ("EXPIRED", 7.0), ("SKIPPED", 0.0))],
         ]
-    expected += [("rocketmq_recon_quality_pass", (("table", "gold/consumer_status"),), 1.0),
+    expected += [("rocketmq_recon_consume_mode", _labels(**q, mode="ORDERLY"), 1.0),
+                 ("rocketmq_recon_quality_pass", (("table", "gold/consumer_status"),), 1.0),
                  ("rocketmq_recon_quality_pass", (("table", "gold/dlq_candidates"),), 0.0),
                  ("rocketmq_recon_run_as_of_timestamp_seconds", (), 1767571800.0),
                  ("rocketmq_recon_run_info", (("run_id", "r1"),), 1.0)]
@@ -121,9 +123,9 @@ def test_push_reads_back_from_a_real_pushgateway_and_a_later_run_replaces_it(run
     quality = {"gold/consumer_status": {"success": True, "failed": []},
                "gold/dlq_candidates": {"success": False, "failed": ["expect_column_values_to_not_be_null(reason)"]}}
     assert metrics.run(runs, "asof-20260105T001000Z", url=pushgateway, quality=quality) == {
-        "pushed": {"DefaultCluster": 106}}  # 5 queues x 17 + the group 17 + 2 quality + 2 run
+        "pushed": {"DefaultCluster": 117}}  # 5 queues x 19 (a mode each) + the group 18 + 2 quality + 2 run
     got = read_back(pushgateway)
-    assert len(got) == 106
+    assert len(got) == 117
     assert {q: got[("rocketmq_recon_lag", _q(q))] for q in range(4)} == {0: 1.0, 1: 1.0, 2: 115.0, 3: 1.0}
     assert got[("rocketmq_recon_lag", _q(0, "%RETRY%GID_recon"))] == 0.0
     assert {q: got[("rocketmq_recon_time_lag_seconds", _q(q))] for q in range(4)} == {0: 2.0, 1: 1.0, 2: 460.0, 3: 3.0}
@@ -163,5 +165,5 @@ def test_an_unreachable_pushgateway_fails_in_one_line(runs: str) -> None:
     with pytest.raises(OSError) as failed:
         metrics.run(runs, "asof-20260105T001000Z", url=f"http://127.0.0.1:{port}")
     assert str(failed.value) == (
-        f"metrics: Pushgateway http://127.0.0.1:{port} did not take cluster DefaultCluster's 104 samples "
+        f"metrics: Pushgateway http://127.0.0.1:{port} did not take cluster DefaultCluster's 115 samples "
         "(<urlopen error [Errno 111] Connection refused>); check RMQ_RECON_PUSHGATEWAY_URL")

@@ -224,7 +224,8 @@ def _report_frames(rows_by_cluster: dict[str, list[str]]) -> dict[str, pd.DataFr
         [[c, g, "", "T", "broker-a", 0, ts, 10, 40, 90, 40, 30, "BELOW_MIN"] for c, g in pairs],
         columns=offset_corrections.REPORT_COLUMNS)
     pdfs["consumer_status"] = pd.DataFrame(
-        [[c, g, "", "T", "broker-a", 0, ts, 10, 40, 90, 80, 50, 0, "STALL" if c == "c2" else "OK"] for c, g in pairs],
+        [[c, g, "", "T", "broker-a", 0, ts, 10, 40, 90, 80, 50, 0, "STALL" if c == "c2" else "OK", "CONCURRENT", 0]
+         for c, g in pairs],
         columns=reconcile.REPORT_MODULES["consumer_status"].REPORT_COLUMNS)
     return pdfs
 
@@ -237,7 +238,8 @@ def test_summary_counts_a_group_per_cluster_when_the_run_covers_several() -> Non
     ts = dt.datetime(2026, 1, 5, 1, 0, tzinfo=UTC)
     def group(status: str, reason: str) -> dict:
         return {"severity": "CRITICAL", "reason": reason, "status": status, "duplicated_offsets": 0,
-                "unconsumed_offsets": 0, "lost_offsets": 0, "dlq_candidates": 0, "corrections": 1}
+                "unconsumed_offsets": 0, "lost_offsets": 0, "dlq_candidates": 0, "corrections": 1,
+                "consume_modes": {"T": "CONCURRENT"}}
 
     one = reconcile.summarize("r", ts, "lake", _report_frames({"c": ["G", "H"]}), agreement, [])
     assert one["groups"] == {"G": group("OK", "1 offsets to correct"), "H": group("OK", "1 offsets to correct")}
@@ -271,7 +273,7 @@ def test_summary_counts_an_offset_once_with_the_breakdown_by_evidence_beside_it(
                                                   "offsets_by_kind": {"BACKLOG": 5, "EXPIRED": 10}}
     assert out["groups"]["G"] == {"severity": "CRITICAL", "reason": "10 EXPIRED; 1 offsets to correct; 25 duplicated",
                                   "status": "OK", "duplicated_offsets": 25, "unconsumed_offsets": 15, "lost_offsets": 10,
-                                  "dlq_candidates": 0, "corrections": 1}
+                                  "dlq_candidates": 0, "corrections": 1, "consume_modes": {"T": "CONCURRENT"}}
 
 
 def test_index_links_each_file_url_quoted() -> None:

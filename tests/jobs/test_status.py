@@ -98,7 +98,7 @@ def msg(qo: int, store_minute: float, q: int = 0) -> tuple:
 
 
 def out(minute: int, c: int, lo: int, hi: int, time_lag: int, st: str, q: int = 0) -> tuple:
-    return ("c", "G", "", "T", "b", q, S(minute), c, lo, hi, hi - c, hi - max(c, lo), time_lag, st)
+    return ("c", "G", "", "T", "b", q, S(minute), c, lo, hi, hi - c, hi - max(c, lo), time_lag, st, "CONCURRENT", 0)
 
 
 @pytest.mark.parametrize(

@@ -258,3 +258,40 @@ def test_same_seed_gives_byte_identical_output(tmp_path: pathlib.Path) -> None:
     simulate.run("out-of-order-acks", str(tmp_path / "c"), seed=4)
     assert _digest(str(tmp_path / "a")) == _digest(str(tmp_path / "b"))
     assert _digest(str(tmp_path / "a")) != _digest(str(tmp_path / "c"))
+
+
+def test_orderly_blocked_is_orderly_blocked_at_40_never_retrying_and_stalls(landing) -> None:
+    import tempfile
+
+    from jobs.simulate.scenarios import orderly_blocked
+    from jobs.simulate.truth import Truth
+
+    with tempfile.TemporaryDirectory() as d:
+        w = orderly_blocked(d, 7)
+        truth = Truth(w)
+    head = [m for m in w.stored if (m.topic, m.queue_id, m.queue_offset) == (T, 1, 40)][0]
+    attempts = [d for d in truth.deliveries["GID_orderly"] if d.uniq == head.uniq]
+    # re-consumed locally about every second (suspendCurrentQueueTimeMillis), retryTimes counting up, never sent back
+    assert [d.retry_times for d in attempts] == list(range(len(attempts))) and len(attempts) > 1700
+    assert all(d.success is False for d in attempts)
+    assert all(1000 <= b.start - a.start <= 1100 for a, b in zip(attempts, attempts[1:]))
+    assert not [m for m in w.stored if m.topic in ("%RETRY%GID_orderly", "%DLQ%GID_orderly")
+                or m.props.get("REAL_TOPIC") == "%RETRY%GID_orderly"]
+    out = landing("orderly-blocked")
+    dlq = _read(out, "dlq_candidates")
+    assert _rows(dlq, "consumer_group", "topic", "queue_id", "queue_offset", "uniq_key", "reconsume_times",
+                 "max_reconsume_times", "reason", "dlq_eta_ts", "producer_group") == [
+        ("GID_concurrent", T, "0", "25", dlq[0]["uniq_key"], "9", "16", "RETRYING", dlq[0]["dlq_eta_ts"], ""),
+        ("GID_orderly", T, "1", "40", head.uniq, str(len(attempts) - 1), "2147483647", "ORDERLY_BLOCKED", "", "")]
+    assert dlq[1]["last_attempt_ts"] == "2026-01-05T00:32:59.462Z" and dlq[0]["dlq_eta_ts"] != ""
+    status = _read(out, "consumer_status")
+    modes = {(r["consumer_group"], r["topic"]): r["consume_mode"] for r in status}
+    # 4.x orderly: known by its local redeliveries, its %RETRY% stays concurrent; 5.x FIFO: by the flag, everywhere
+    assert modes == {("GID_concurrent", T): "CONCURRENT", ("GID_concurrent", "%RETRY%GID_concurrent"): "CONCURRENT",
+                     ("GID_fifo", T): "ORDERLY", ("GID_fifo", "%RETRY%GID_fifo"): "ORDERLY",
+                     ("GID_orderly", T): "ORDERLY", ("GID_orderly", "%RETRY%GID_orderly"): "CONCURRENT"}
+    stuck = [r for r in status if r["status"] != "OK"]
+    assert _rows(stuck, *STATUS, "inflight") == [("GID_orderly", "", T, "1", "40", "0", "463", "423", "STALL", "0")]
+    assert _rows(_read(out, "unconsumed_ranges"), *RANGE, "kind") == [
+        ("GID_orderly", "", T, "1", "40", "462", "423", "BACKLOG")]
+    assert _read(out, "duplicated_ranges") == [] and _read(out, "offset_corrections") == []
