@@ -415,7 +415,7 @@ def test_layout_at_1400_px(site: dict[str, Any], browser: Any) -> None:
     assert width <= 1400 and right <= 1400
     dlq = _gold(site["lake"], "dlq_candidates", site["run_id"])
     assert _n(page.page.inner_text("[data-card=dlq] b")) == int(dlq["reason"].isin(
-        ["IN_DLQ", "BLOCKING_COMMIT", "RETRYING"]).sum()) < len(dlq)
+        ["IN_DLQ", "BLOCKING_COMMIT", "RETRYING", "ORDERLY_BLOCKED", "TRANSACTION_DISCARDED"]).sum()) < len(dlq)
     unc = _gold(site["lake"], "unconsumed_ranges", site["run_id"])
     group = unc.groupby("consumer_group").size().idxmax()
     slug = dashboard.group_slug("DefaultCluster", group)

@@ -23,8 +23,9 @@ DLQ_REASONS = ("IN_DLQ", "BLOCKING_COMMIT", "RETRYING", "BROADCAST_DROPPED", "OR
 # a DLQ candidate's reason BROADCAST_DROPPED is not the unconsumed kind of the same name: its own column
 DLQ_COLUMNS = ("IN_DLQ", "BLOCKING_COMMIT", "RETRYING", "DLQ_BROADCAST_DROPPED", "ORDERLY_BLOCKED",
                "TRANSACTION_DISCARDED")
-# what can reach a DLQ (a broadcast drop never does: broadcast mode has no retry; it counts as lost)
-DLQ_BOUND = ("IN_DLQ", "BLOCKING_COMMIT", "RETRYING")
+# the candidates a person handles as messages (a broadcast drop counts as lost: broadcast mode has no retry); an
+# orderly queue's blocked head and a discarded transaction are among them
+DLQ_BOUND = ("IN_DLQ", "BLOCKING_COMMIT", "RETRYING", "ORDERLY_BLOCKED", "TRANSACTION_DISCARDED")
 
 
 def union_ranges(ranges: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
