@@ -3,13 +3,15 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from expectations import consumer_offsets, deliveries, gold, messages, queue_bounds, subscription_groups, topic_configs
+from expectations import (consumer_offsets, deliveries, gold, messages, queue_bounds, store_features,
+                          subscription_groups, topic_configs)
 
 SUITES: dict[str, Callable[[], Any]] = {
     "silver/consumer_offsets": consumer_offsets.suite,
     "silver/subscription_groups": subscription_groups.suite,
     "silver/topic_configs": topic_configs.suite,
     "silver/queue_bounds": queue_bounds.suite,
+    "silver/store_features": store_features.suite,
     "silver/messages": messages.suite,
     "silver/deliveries": deliveries.suite,
     "gold/duplicated_ranges": gold.duplicated_ranges_suite,
@@ -17,6 +19,7 @@ SUITES: dict[str, Callable[[], Any]] = {
     "gold/offset_corrections": gold.offset_corrections_suite,
     "gold/dlq_candidates": gold.dlq_candidates_suite,
     "gold/consumer_status": gold.consumer_status_suite,
+    "gold/coverage": gold.coverage_suite,
 }
 SILVER = [k for k in SUITES if k.startswith("silver/")]
 GOLD = [k for k in SUITES if k.startswith("gold/")]

@@ -11,7 +11,7 @@ def base(table: Table) -> list[Any]:
     import great_expectations.expectations as gxe
 
     exps: list[Any] = [gxe.ExpectTableColumnsToMatchSet(column_set=table.columns, exact_match=False)]
-    exps += [gxe.ExpectColumnValuesToNotBeNull(column=k) for k in table.key]
+    exps += [gxe.ExpectColumnValuesToNotBeNull(column=k) for k in table.key if k not in table.nullable_key]
     exps.append(gxe.ExpectCompoundColumnsToBeUnique(column_list=list(table.key)))
     return exps
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from expectations._build import make_suite, non_negative, one_of
-from schemas import consumer_status, dlq_candidates, duplicated_ranges, offset_corrections, unconsumed_ranges
+from schemas import consumer_status, coverage, dlq_candidates, duplicated_ranges, offset_corrections, unconsumed_ranges
 
 
 def duplicated_ranges_suite() -> Any:
@@ -41,3 +41,10 @@ def consumer_status_suite() -> Any:
     return make_suite(consumer_status.TABLE, non_negative("time_lag_s") + [
         one_of("status", ["OK", "WARN", "STALL", "REWIND"]),
         one_of("consume_mode", ["CONCURRENT", "ORDERLY", "BROADCAST"])])
+
+
+def coverage_suite() -> Any:
+    import great_expectations.expectations as gxe
+
+    return make_suite(coverage.TABLE, [one_of("reason", list(coverage.REASONS)),
+                                       gxe.ExpectColumnValuesToNotBeNull(column="detail")])

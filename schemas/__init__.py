@@ -6,6 +6,7 @@ from schemas import (
     audit_hours,
     consumer_offsets,
     consumer_status,
+    coverage,
     cq_files,
     delay_offsets,
     deliveries,
@@ -23,6 +24,7 @@ from schemas import (
     series_tail,
     snapshots,
     status_samples,
+    store_features,
     subscription_groups,
     subscription_latest,
     topic_configs,
@@ -45,6 +47,7 @@ ALL_TABLES: list[Table] = [
     topic_configs.TABLE,
     delay_offsets.TABLE,
     queue_bounds.TABLE,
+    store_features.TABLE,
     messages.TABLE,
     deliveries.TABLE,
     duplicated_ranges.TABLE,
@@ -52,6 +55,7 @@ ALL_TABLES: list[Table] = [
     offset_corrections.TABLE,
     dlq_candidates.TABLE,
     consumer_status.TABLE,
+    coverage.TABLE,
     status_samples.TABLE,
     audit_hours.TABLE,
     series_tail.TABLE,
@@ -61,6 +65,6 @@ ALL_TABLES: list[Table] = [
     validation_results.TABLE,
     alerts_sent.TABLE,
 ]
-REPORTS = [duplicated_ranges, unconsumed_ranges, offset_corrections, dlq_candidates, consumer_status]
+REPORTS = [duplicated_ranges, unconsumed_ranges, offset_corrections, dlq_candidates, consumer_status, coverage]
 
 __all__ = ["ALL_TABLES", "REPORTS", "Table"] + [t.name for t in ALL_TABLES]

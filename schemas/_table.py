@@ -22,6 +22,7 @@ class Table:
         partition_by: partition columns (usually none: the tables are small per key).
         cluster_by: columns the rows of a large table are written ordered by, in files of disjoint ranges of them,
             so that a filter on their leading columns reads only the files and row groups whose min/max admit it.
+        nullable_key: key columns that are null in a row of wider scope (gold/coverage's queue_id of a topic's row).
     """
 
     layer: str
@@ -30,6 +31,7 @@ class Table:
     key: tuple[str, ...]
     partition_by: tuple[str, ...] = field(default_factory=tuple)
     cluster_by: tuple[str, ...] = field(default_factory=tuple)
+    nullable_key: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def qualified(self) -> str:

@@ -17,6 +17,9 @@ SCHEMA = StructType(
         StructField("perm", IntegerType(), True),
         StructField("topic_sys_flag", IntegerType(), True),
         StructField("order", BooleanType(), True),
+        # TopicAttributes (5.x): SimpleCQ or BatchCQ; DELETE or COMPACTION (spec §4.2); defaults when absent
+        StructField("queue_type", StringType(), True),
+        StructField("cleanup_policy", StringType(), True),
         StructField("source_file", StringType(), True),
         StructField("used_backup", BooleanType(), True),
     ]

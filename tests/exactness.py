@@ -62,4 +62,14 @@ def compare(report_dir: str | pathlib.Path, truth_dir: str | pathlib.Path, *, st
             diffs.append(f"{name}: missing {dict(k)}")
         for k in sorted(got - want, key=str)[:limit]:
             diffs.append(f"{name}: unexpected {dict(k)}")
+    # coverage: every row by its scope and reason; the detail is words for people
+    name = "coverage.csv"
+    if (truth_dir / name).exists():
+        row = lambda r: tuple(sorted((k, v) for k, v in r.items() if k != "detail"))  # noqa: E731
+        got = Counter(row(r) for r in read_csv(report_dir / name))
+        want = Counter(row(r) for r in read_csv(truth_dir / name))
+        for k in sorted(want - got, key=str)[:limit]:
+            diffs.append(f"{name}: missing {dict(k)}")
+        for k in sorted(got - want, key=str)[:limit]:
+            diffs.append(f"{name}: unexpected {dict(k)}")
     return diffs

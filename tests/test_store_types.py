@@ -65,3 +65,71 @@ def test_unreadable_tier_metadata_leaves_the_bounds_unknown_not_local(expired: p
     tiered = _run(_with_tier(expired, "broken", '{"queueMetadataTable": {"TopicTest": '), expired, "broken")
     assert _rows(tiered, "offset_corrections.csv") == []
     assert [r for r in _rows(tiered, "unconsumed_ranges.csv") if r["kind"] == "EXPIRED"] == []
+
+
+def _with_topic_attributes(root: pathlib.Path, name: str, topic: str, attributes: dict[str, str]) -> pathlib.Path:
+    landing = root / name
+    shutil.copytree(root / "clean", landing)
+    for snap in (landing / "cluster=DefaultCluster" / "broker=broker-a").iterdir():
+        path = snap / "store/config/topics.json"
+        doc = fastjson.loads(path.read_text())
+        doc["topicConfigTable"][topic]["attributes"] = attributes
+        path.write_text(fastjson.dumps(doc))
+    return landing
+
+
+def test_a_compaction_topic_has_no_expired_skipped_or_below_min_and_a_coverage_row(expired: pathlib.Path) -> None:
+    """Spec §4.2 COMPACTION_TOPIC: reads below the commitlog's Min are served from the compaction log, so the
+    BELOW_MIN corrections of the clean run would move the groups past messages they can still read."""
+    clean = _run(expired / "clean", expired, "clean")
+    compacted = _run(_with_topic_attributes(expired, "compacted", "TopicTest", {"cleanup.policy": "COMPACTION"}),
+                     expired, "compacted")
+    assert _rows(compacted, "offset_corrections.csv") == []
+    kinds = lambda folder: [(r["consumer_group"], r["queue_id"], r["start_offset"], r["end_offset"], r["kind"])  # noqa: E731
+                            for r in _rows(folder, "unconsumed_ranges.csv")]
+    assert [k for k in kinds(clean) if k[-1] == "EXPIRED"] != []
+    assert kinds(compacted) == [k for k in kinds(clean) if k[-1] not in ("EXPIRED", "SKIPPED")]
+    coverage = [(r["broker"], r["topic"], r["consumer_group"], r["queue_id"], r["reason"])
+                for r in _rows(compacted, "coverage.csv")]
+    assert coverage == [("", "", "GID_back", "", "NO_TRACE"), ("", "", "GID_gone", "", "NO_TRACE"),
+                        ("broker-a", "TopicTest", "", "", "COMPACTION_TOPIC")]
+    assert _rows(compacted, "consumer_status.csv") == _rows(clean, "consumer_status.csv")
+
+
+def _as_batch_cq(root: pathlib.Path, name: str, topic: str) -> pathlib.Path:
+    """The clean landing zone with ``topic``'s consume queues on broker-a rewritten as a BatchCQ broker keeps them:
+    ``store/batchconsumequeue/<topic>/<qid>/`` units of one message each (``DispatchRequest``: msgBaseOffset = its
+    queue offset, batchSize 1), files named by their start byte, and ``queue.type=BatchCQ`` in topics.json."""
+    from jobs.formats import batch_consumequeue as bcq
+    from jobs.formats.consumequeue import CQ_STORE_UNIT_SIZE, decode_cq
+
+    landing = _with_topic_attributes(root, name, topic, {"queue.type": "BatchCQ"})
+    for snap in (landing / "cluster=DefaultCluster" / "broker=broker-a").iterdir():
+        cq = snap / "store" / "consumequeue" / topic
+        if not cq.exists():
+            continue
+        for qdir in sorted(cq.iterdir()):
+            out = snap / "store" / "batchconsumequeue" / topic / qdir.name
+            out.mkdir(parents=True)
+            for f in sorted(qdir.iterdir()):
+                d = decode_cq(f.read_bytes(), file_start_byte=int(f.name))
+                units = b"".join(bcq.encode_unit(int(o), int(s), int(t), 0, d.first_index + i, 1)
+                                 for i, (o, s, t) in enumerate(zip(d.commit_offset, d.size, d.tags_code)))
+                size = f.stat().st_size // CQ_STORE_UNIT_SIZE * bcq.BCQ_UNIT_SIZE
+                (out / f"{d.first_index * bcq.BCQ_UNIT_SIZE:020d}").write_bytes(units.ljust(size, b"\0"))
+        shutil.rmtree(cq)
+    return landing
+
+
+def test_a_batch_cq_topic_gives_the_bounds_its_consume_queue_gave(expired: pathlib.Path) -> None:
+    """Spec §4.2 BATCH_CQ: no consumequeue/<topic>; the bounds come from the batch consume queue, so every report
+    equals the plain queue's (EXPIRED and BELOW_MIN included: retention works alike), plus the coverage row."""
+    clean = _run(expired / "clean", expired, "clean")
+    batch = _run(_as_batch_cq(expired, "batch", "TopicTest"), expired, "batch")
+    for name in ("unconsumed_ranges.csv", "offset_corrections.csv", "consumer_status.csv", "duplicated_ranges.csv"):
+        assert _rows(batch, name) == _rows(clean, name), name
+    coverage = [(r["broker"], r["topic"], r["consumer_group"], r["queue_id"], r["reason"])
+                for r in _rows(batch, "coverage.csv")]
+    assert coverage == [("", "", "GID_back", "", "NO_TRACE"), ("", "", "GID_gone", "", "NO_TRACE"),
+                        ("broker-a", "TopicTest", "", "", "BATCH_CQ")]
+    assert [r["reason"] for r in _rows(batch, "offset_corrections.csv")] == ["BELOW_MIN", "BELOW_MIN"]

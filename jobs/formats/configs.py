@@ -316,8 +316,24 @@ def parse_topics(text: str, source_path: str) -> tuple[Rows, list[Problem]]:
             "perm": _int(cfg.get("perm"), 6),
             "topic_sys_flag": _int(cfg.get("topicSysFlag"), 0),
             "order": _bool(cfg.get("order"), False),
+            "queue_type": _attribute(cfg, QUEUE_TYPE, "SimpleCQ"),
+            "cleanup_policy": _attribute(cfg, CLEANUP_POLICY, "DELETE"),
         })
     return rows, problems
+
+
+# TopicAttributes (5.x): both are EnumAttributes that cannot change after the topic is created
+QUEUE_TYPE, CLEANUP_POLICY = "queue.type", "cleanup.policy"
+
+
+def _attribute(cfg: dict[str, Any], name: str, default: str) -> str:
+    """A topic attribute as the broker resolves it (``TopicConfig.getAttributes``, keys without the ``+`` of the
+    admin request; absent or not a string: the attribute's default)."""
+    attrs = cfg.get("attributes")
+    if not isinstance(attrs, dict):
+        return default
+    value = attrs.get(name, attrs.get("+" + name))
+    return value if isinstance(value, str) and value else default
 
 
 def parse_delay_offsets(text: str, source_path: str) -> tuple[Rows, list[Problem]]:

@@ -53,6 +53,12 @@ def extract_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, now:
     """
     queue_files = snap.of_kind("consumequeue")
     if not queue_files:
+        if snap.of_kind("batch_consumequeue"):
+            first = len(out.rows.get(queue_bounds.NAME, []))
+            batch_queue_bounds(snap, landing_root, out)
+            tiered = snap.of_kind("tiered")
+            if tiered:
+                with_tier(out.rows.get(queue_bounds.NAME, [])[first:], tiered[0], landing_root, snap, out)
         return {}, CQReads()
 
     commitlogs = snap.of_kind("commitlog")
@@ -79,10 +85,47 @@ def extract_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, now:
         out.problems.extend(mine.problems)
         entries.update(got)
         reads.add(n)
+    batch_queue_bounds(snap, landing_root, out)
     tiered = snap.of_kind("tiered")
     if tiered:
         with_tier(out.rows.get(queue_bounds.NAME, [])[first:], tiered[0], landing_root, snap, out)
     return entries, reads
+
+
+def batch_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted) -> None:
+    """Min and Max of the snapshot's batch consume queues (``queue.type=BatchCQ``, spec §4.2 BATCH_CQ): a topic with
+    one has no ``consumequeue/<topic>``, and its bounds would read as unknown. Read whole each snapshot (no file
+    ledger: a fleet has few such topics); Min and Max as ``BatchConsumeQueue`` computes them
+    (jobs.formats.batch_consumequeue)."""
+    from jobs.formats import batch_consumequeue
+
+    by_queue: dict[tuple[str, int], list[LandingFile]] = {}
+    for f in snap.of_kind("batch_consumequeue"):
+        by_queue.setdefault((f.topic or "", f.queue_id or 0), []).append(f)
+    if not by_queue:
+        return
+    oldest = min((f.start for f in snap.of_kind("commitlog") if f.start is not None), default=None)
+    base = {"cluster": snap.cluster, "broker": snap.broker, "snapshot_ts": snap.ts}
+    for (topic, qid), fs in sorted(by_queue.items()):
+        why = names.topic_problem(topic)
+        if why:
+            out.problem(snap.cluster, snap.broker, snap.ts, Problem(fs[0].path, 0, f"batch consume queue of topic "
+                                                                    f"'{names.shown(topic)}': {why}: not read"))
+            continue
+        try:
+            data = [(f.start or 0, storage.read_bytes(storage.join(landing_root, f.path)) or b"") for f in fs]
+        except OSError as exc:
+            out.problem(snap.cluster, snap.broker, snap.ts, Problem(fs[0].path, 0, f"unreadable ({exc}): the "
+                                                                    "queue's bounds are unknown in this snapshot"))
+            out.add(queue_bounds.NAME, {**base, "topic": topic, "queue_id": qid, "min_offset": None,
+                                        "max_offset": None})
+            continue
+        for f, (start, raw) in zip(sorted(fs, key=lambda f: f.start or 0), sorted(data)):
+            for p in batch_consumequeue.decode_bcq(raw, file_start_byte=start, source_path=f.path).problems:
+                out.problem(snap.cluster, snap.broker, snap.ts, p)
+        got = batch_consumequeue.queue_bounds(data, oldest)
+        lo, hi = got if got is not None else (None, None)
+        out.add(queue_bounds.NAME, {**base, "topic": topic, "queue_id": qid, "min_offset": lo, "max_offset": hi})
 
 
 def with_tier(rows: list[dict[str, Any]], f: LandingFile, landing_root: str, snap: Snapshot, out: "Extracted") -> None:

@@ -59,6 +59,7 @@ from schemas import (
     quarantine,
     queue_bounds,
     segments,
+    store_features,
     subscription_groups,
     topic_configs,
     trace_records,
@@ -76,7 +77,7 @@ UTC = dt.timezone.utc
 LEDGER_TABLES = [files.TABLE, quarantine.TABLE, segments.TABLE, snapshots_table.TABLE, trace_records.TABLE,
                  cq_files.TABLE, consumer_offsets.TABLE,
                  subscription_groups.TABLE, topic_configs.TABLE, delay_offsets.TABLE, queue_bounds.TABLE,
-                 messages.TABLE, deliveries.TABLE]
+                 store_features.TABLE, messages.TABLE, deliveries.TABLE]
 
 
 class _Background:

@@ -44,7 +44,7 @@ CONFIG_FILES = {
 }
 FileKind = Literal[
     "consumer_offsets", "subscription_groups", "topics", "delay_offsets", "client_offsets",
-    "commitlog", "consumequeue", "export", "backup", "rocksdb", "tiered", "marker", "other",
+    "commitlog", "consumequeue", "batch_consumequeue", "export", "backup", "rocksdb", "tiered", "marker", "other",
 ]
 
 
@@ -222,13 +222,16 @@ def classify(rel: str, *, clients: bool) -> dict[str, object]:
         return {"kind": "commitlog", "start": int(name)}
     if len(parts) == 5 and parts[:2] == ["store", "consumequeue"] and _segment_name(name) and _queue_id(parts[3]):
         return {"kind": "consumequeue", "topic": parts[2], "queue_id": int(parts[3]), "start": int(name)}
+    if len(parts) == 5 and parts[:2] == ["store", "batchconsumequeue"] and _segment_name(name) and _queue_id(parts[3]):
+        # queue.type=BatchCQ (5.x): 46-byte units (jobs.formats.batch_consumequeue)
+        return {"kind": "batch_consumequeue", "topic": parts[2], "queue_id": int(parts[3]), "start": int(name)}
     if len(parts) >= 2 and parts[0] == "export" and name.endswith((".parquet", ".jsonl", ".json")):
         return {"kind": "export"}
     return {"kind": "other"}
 
 
 _FILE_KINDS = {"consumer_offsets", "subscription_groups", "topics", "delay_offsets", "client_offsets", "commitlog", "tiered",
-               "consumequeue", "backup", "marker"}
+               "consumequeue", "batch_consumequeue", "backup", "marker"}
 
 
 def misplaced(rel: str, *, clients: bool) -> str | None:

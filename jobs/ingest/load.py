@@ -15,6 +15,7 @@ from schemas import (
     messages,
     quarantine,
     queue_bounds,
+    store_features,
     subscription_groups,
     topic_configs,
     trace_records,
@@ -63,7 +64,7 @@ def load_small(spark: Any, lake: str, ex: Extracted, now: dt.datetime) -> dict[s
     """MERGE the config-derived rows and quarantine rows; returns rows new or changed per table."""
     counts: dict[str, int] = {}
     order = [files.TABLE, consumer_offsets.TABLE, subscription_groups.TABLE, topic_configs.TABLE,
-             delay_offsets.TABLE, queue_bounds.TABLE]
+             delay_offsets.TABLE, queue_bounds.TABLE, store_features.TABLE]
     for table in order:
         rows = ex.rows.get(table.name, [])
         if not rows:

@@ -12,7 +12,7 @@ from jobs.ingest.extracted import Extracted
 from jobs.ingest.landing import LandingFile, Snapshot
 from jobs.lake import storage
 from jobs.problems import Problem
-from schemas import consumer_offsets, delay_offsets, files, subscription_groups, topic_configs
+from schemas import consumer_offsets, delay_offsets, files, store_features, subscription_groups, topic_configs
 
 
 _CONFIG_TABLES = {
@@ -58,9 +58,12 @@ def extract_configs(snap: Snapshot, landing_root: str, out: Extracted, now: dt.d
                     seen_backup_only.add(main)
                     targets.append(LandingFile(uri=f.uri[: -len(".bak")], path=main, rel=f.rel[: -len(".bak")],
                                                size=0, kind=kind, client_id=f.client_id, group=f.group))
+    first_topic = len(out.rows.get(topic_configs.NAME, []))
     from_rocksdb = _rocksdb_configs(snap, read, out, base)
+    stale: list[str] = []
     for f in targets:
         if f.kind in from_rocksdb:
+            stale.append(f.path.rsplit("/", 1)[-1])
             continue  # the broker keeps this in RocksDB and no longer writes the JSON: it is stale (spec §4.2)
         parsed = configs.load(read, f.path, f.kind)
         for p in parsed.problems:
@@ -77,6 +80,8 @@ def extract_configs(snap: Snapshot, landing_root: str, out: Extracted, now: dt.d
                 out.add(table, {**base, **row, "client_id": "", **extra})
             else:
                 out.add(table, {**base, **row, **extra})
+    if not snap.is_clients:
+        add_store_features(snap, out, base, out.rows.get(topic_configs.NAME, [])[first_topic:], stale)
     for f in snap.files:
         if f.kind in _CONFIG_TABLES or f.kind in ("backup", "other", "rocksdb", "tiered"):
             # Every file is recorded with its digest; bytes are kept for the JSON files (replayable raw layer).
@@ -91,6 +96,37 @@ def extract_configs(snap: Snapshot, landing_root: str, out: Extracted, now: dt.d
             out.add(files.NAME, {**base, "source_path": f.path, "file_kind": f.kind, "size": len(data),
                                  "sha256": _sha(data), "content": data if is_json and f.kind != "rocksdb" else None,
                                  "used_backup": None, "read_from": 0, "read_to": len(data), "ingested_at": now})
+
+
+BATCH_CQ_DIR = "store/batchconsumequeue/"
+
+
+def add_store_features(snap: Snapshot, out: Extracted, base: dict[str, Any], topic_rows: list[dict[str, Any]],
+                       stale: list[str]) -> None:
+    """silver/store_features rows of a broker snapshot: what its files say the rules cannot judge as they judge a
+    4.x store (spec §4.2): compaction and BatchCQ topics (topic attributes, or a ``store/batchconsumequeue/<topic>``
+    folder), tiered storage, JSON configs left stale beside RocksDB."""
+    found: dict[tuple[str, str], str] = {}
+    for row in topic_rows:
+        if row.get("cleanup_policy") == "COMPACTION":
+            found[(row["topic"], "COMPACTION_TOPIC")] = (
+                "cleanup.policy=COMPACTION: reads below the commitlog's Min are served from the compaction log, and "
+                "compaction leaves gaps; no EXPIRED, BELOW_MIN or SKIPPED is reported for its queues")
+        if row.get("queue_type") == "BatchCQ":
+            found[(row["topic"], "BATCH_CQ")] = "queue.type=BatchCQ: bounds and entries from store/batchconsumequeue"
+    for f in snap.files:
+        if f.rel.startswith(BATCH_CQ_DIR) and f.rel.count("/") >= 3:
+            topic = f.rel[len(BATCH_CQ_DIR):].split("/", 1)[0]
+            found.setdefault((topic, "BATCH_CQ"), "store/batchconsumequeue/" + topic
+                             + ": bounds and entries from the batch consume queue")
+    if snap.of_kind("tiered"):
+        found[("", "TIERED")] = ("config/tieredStoreMetadata.json: offsets below the local Min are served from the "
+                                 "tier; Min = min(local Min, the tier's minOffset)")
+    if stale:
+        found[("", "STALE_JSON_IGNORED")] = (", ".join(sorted(set(stale))) + ": the broker keeps these in RocksDB "
+                                             "(store/config); the JSON beside it is stale and was not read")
+    for (topic, feature), detail in sorted(found.items()):
+        out.add(store_features.NAME, {**base, "topic": topic, "feature": feature, "detail": detail})
 
 
 def _rocksdb_configs(snap: Snapshot, read: Callable[[str], bytes | None], out: Extracted,

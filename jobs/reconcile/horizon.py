@@ -869,7 +869,9 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
     audit_rows, audit_info = audit_frame(spark, lake, frames, series, as_of=as_of, previous=previous, tmp=tmp,
                                          then=offsets.tail_before if offsets is not None else None)
     fifo = modes.fifo_groups(frames["subscription_groups"], as_of=as_of)
-    mode_state = reconcile.mode_state(evidence, modes.orderly_pairs(series, evidence, fifo))
+    traced = _traced_rows(spark, previous["horizon"]["traced"]).unionByName(
+        snapshots.deliveries_as_of(parts["recent_d"], as_of=as_of).select("cluster", "consumer_group"))
+    mode_state = reconcile.mode_state(evidence, modes.orderly_pairs(series, evidence, fifo), traced)
     return {"pdfs": pdfs, "agreement": pd.concat(agreement, ignore_index=True), "modes": mode_state,
             "status_samples": status.status_samples(series, window=window), "audit_hours": audit_rows,
             "series_tail": snapshots.unknown_newest(series), "offset_decreases": falls,
@@ -885,6 +887,14 @@ def _mode_rows(spark: Any, rows: list[list[str]]) -> Any:
     from pyspark.sql.types import StringType, StructField, StructType
 
     schema = StructType([StructField(c, StringType()) for c in ("cluster", "consumer_group", "topic")])
+    return spark.createDataFrame([tuple(r) for r in rows], schema)
+
+
+def _traced_rows(spark: Any, rows: list[list[str]]) -> Any:
+    """The (cluster, consumer_group) pairs with a delivery a previous run kept (jobs.reconcile.reconcile.mode_state)."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    schema = StructType([StructField(c, StringType()) for c in ("cluster", "consumer_group")])
     return spark.createDataFrame([tuple(r) for r in rows], schema)
 
 

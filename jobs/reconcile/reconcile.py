@@ -36,6 +36,7 @@ from jobs.formats.topics import DLQ_PREFIX
 from schemas import (
     consumer_offsets,
     consumer_status,
+    coverage,
     deliveries,
     dlq_candidates,
     duplicated_ranges,
@@ -43,6 +44,7 @@ from schemas import (
     messages,
     offset_corrections,
     queue_bounds,
+    store_features,
     subscription_groups,
     unconsumed_ranges,
 )
@@ -60,6 +62,7 @@ REPORT_MODULES = {
     "offset_corrections": offset_corrections,
     "dlq_candidates": dlq_candidates,
     "consumer_status": consumer_status,
+    "coverage": coverage,
 }
 # What the dashboard draws beside the reports: gold tables of their own, no report file.
 DASHBOARD_TABLES = {"status_samples": status_samples_schema.TABLE, "audit_hours": audit_hours_schema.TABLE}
@@ -176,7 +179,7 @@ def sanitize_run_id(run_id: str) -> str:
 
 READ_TABLES = {"consumer_offsets": consumer_offsets.TABLE, "queue_bounds": queue_bounds.TABLE,
                "messages": messages.TABLE, "deliveries": deliveries.TABLE,
-               "subscription_groups": subscription_groups.TABLE}
+               "subscription_groups": subscription_groups.TABLE, "store_features": store_features.TABLE}
 
 
 def extract(spark: Any, lake: str, groups: list[str] | None, versions: dict[str, int] | None = None) -> dict[str, Any]:
@@ -246,6 +249,7 @@ def transform(frames: dict[str, Any], *, as_of: dt.datetime, window: int, dlq_wa
         "_agreement": replay.agreement(dels, series, as_of=as_of),
         "_evidence": evidence,
         "_orderly": modes.orderly_pairs(series, evidence, fifo),
+        "_traced": dels.select("cluster", "consumer_group"),
         # dashboard inputs; every stored record counts in the audit, not only those the reports read one by one
         "status_samples": status.status_samples(series, window=window),
         "audit_hours": audit.audit_hours(
@@ -295,7 +299,7 @@ def summarize(run_id: str, as_of: dt.datetime, lake: str, pdfs: dict[str, pd.Dat
     or kind beside it, labelled, whose parts may overlap), each group's severity with its reason and its worst
     status (jobs.reconcile.verdict: the same numbers the dashboard and the terminal show), and replay agreement."""
     kind_col = {"duplicated_ranges": "evidence", "unconsumed_ranges": "kind", "offset_corrections": "reason",
-                "dlq_candidates": "reason", "consumer_status": "status"}
+                "dlq_candidates": "reason", "consumer_status": "status", "coverage": "reason"}
     tables: dict[str, Any] = {}
     for name, df in pdfs.items():
         info: dict[str, Any] = {"rows": int(len(df))}
@@ -439,8 +443,9 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
         try:
             frames["stored_messages"] = frames["messages"]
             h = None
-            if previous is not None and not {"local_redelivery", "orderly"} <= set(previous["horizon"]):
-                previous, why = None, f"the previous run {previous['run_id']} kept no consume modes (an earlier release)"
+            if previous is not None and not {"local_redelivery", "orderly", "traced"} <= set(previous["horizon"]):
+                previous, why = None, (f"the previous run {previous['run_id']} kept no consume modes or traced groups "
+                                       "(an earlier release)")
             if previous is not None:
                 h = horizon.compute(spark, lake, frames, tmp, as_of=as_of_ts, cut=cut, previous=previous,
                                     window=window, dlq_warn_retries=dlq_warn_retries,
@@ -454,7 +459,8 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
                     frames["consumer_offsets"], as_of=as_of_ts, since=h["offsets"].since,
                     before=h["offsets"].files_before) if h["offsets"] else \
                     offset_state.latest_files(frames["consumer_offsets"], as_of=as_of_ts)
-                r = _load(spark, lake, as_of_ts, rid, h["pdfs"], h["agreement"],
+                r = _load(spark, lake, as_of_ts, rid, covered(frames, h["pdfs"], h["series_tail"], h["modes"]["traced"],
+                                                              as_of=as_of_ts), h["agreement"],
                           {n: h[n] for n in [*DASHBOARD_TABLES, *CARRIED_TABLES]}, offset_files, say)
                 kept_offsets = offset_state.state(spark, frames, h["offsets"], offset_files, as_of=as_of_ts,
                                                   window=window)
@@ -527,19 +533,43 @@ def _reconcile(spark: Any, lake: str, frames: dict[str, Any], as_of_ts: dt.datet
     """Transform, load the gold tables and collect what the report folder needs (inside the Spark session)."""
     out = transform(frames, as_of=as_of_ts, window=window, dlq_warn_retries=dlq_warn_retries,
                     blocking_min_age_s=blocking_min_age_s, keep=keep)
-    pdfs = {name: out[name].select(*mod.REPORT_COLUMNS).toPandas() for name, mod in REPORT_MODULES.items()}
+    pdfs = {name: out[name].select(*mod.REPORT_COLUMNS).toPandas() for name, mod in REPORT_MODULES.items()
+            if name in out}
+    modes = mode_state(out["_evidence"], out["_orderly"], out["_traced"])
+    pdfs = covered(frames, pdfs, out["series_tail"], modes["traced"], as_of=as_of_ts)
     r = _load(spark, lake, as_of_ts, rid, pdfs, out["_agreement"].toPandas(),
               {name: out[name] for name in [*DASHBOARD_TABLES, *CARRIED_TABLES]}, files, say)
-    return {**r, "modes": mode_state(out["_evidence"], out["_orderly"])}
+    return {**r, "modes": modes}
 
 
-def mode_state(evidence: Any, orderly: Any) -> dict[str, list[list[str]]]:
+def mode_state(evidence: Any, orderly: Any, traced: Any) -> dict[str, list[list[str]]]:
     """What the next run carries of the consume modes (jobs.rules.modes): the pairs with a local redelivery (evidence
-    in deliveries it may no longer read) and the orderly pairs (a change sends the group to a full computation)."""
-    def rows(df: Any) -> list[list[str]]:
-        return sorted([str(c), str(g), str(t)] for c, g, t in df.select("cluster", "consumer_group", "topic").collect())
+    in deliveries it may no longer read) and the orderly pairs (a change sends the group to a full computation); and
+    the groups with a delivery by its time (spec §4.2 NO_TRACE), whose old deliveries the next run does not read."""
+    def rows(df: Any, cols: tuple[str, ...] = ("cluster", "consumer_group", "topic")) -> list[list[str]]:
+        return sorted([str(v) for v in r] for r in df.select(*cols).distinct().collect())
 
-    return {"local_redelivery": rows(evidence), "orderly": rows(orderly)}
+    return {"local_redelivery": rows(evidence), "orderly": rows(orderly),
+            "traced": rows(traced, ("cluster", "consumer_group"))}
+
+
+def covered(frames: dict[str, Any], pdfs: dict[str, pd.DataFrame], unknown_newest: Any, traced: list[list[str]], *,
+            as_of: dt.datetime) -> dict[str, pd.DataFrame]:
+    """The report rows less what the files cannot support, and the coverage report (jobs.rules.coverage): the same
+    step after a full and a horizon run. ``unknown_newest``: the keys whose newest snapshot has no bounds."""
+    from jobs.rules import coverage as rules
+
+    feats = rules.features(frames["store_features"], as_of=as_of).toPandas()
+    compaction = {(c, b, t) for c, b, t, f in zip(feats["cluster"], feats["broker"], feats["topic"], feats["feature"])
+                  if f == "COMPACTION_TOPIC"}
+    out = rules.without_unsupported(pdfs, compaction)
+    queues = rules.no_consume_queue(unknown_newest).toPandas()
+    unknown_groups = {(str(c), str(g)) for c, g in unknown_newest.select("cluster", "consumer_group").distinct()
+                      .collect()}
+    st = out["consumer_status"]
+    groups = set(zip(st["cluster"], st["consumer_group"])) | unknown_groups
+    out["coverage"] = rules.rows(feats, queues, rules.untraced_groups(groups, {(c, g) for c, g in traced}))
+    return out
 
 
 def _load(spark: Any, lake: str, as_of_ts: dt.datetime, rid: str, pdfs: dict[str, pd.DataFrame],

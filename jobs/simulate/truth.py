@@ -42,6 +42,7 @@ COLUMNS = {
     "consumer_status": ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id", "snapshot_ts",
                         "committed_offset", "min_offset", "max_offset", "lag", "consumable_lag", "time_lag_s",
                         "status", "consume_mode", "inflight"],
+    "coverage": ["cluster", "broker", "topic", "consumer_group", "client_id", "queue_id", "reason", "detail"],
 }
 SORT_KEYS = {
     "duplicated_ranges": ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id", "start_offset",
@@ -52,6 +53,7 @@ SORT_KEYS = {
     "dlq_candidates": ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id", "queue_offset",
                        "uniq_key", "reason"],
     "consumer_status": ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id"],
+    "coverage": ["cluster", "broker", "topic", "consumer_group", "client_id", "queue_id", "reason"],
 }
 
 
@@ -519,7 +521,32 @@ class Truth:
     def reports(self) -> dict[str, list[dict[str, Any]]]:
         return {"duplicated_ranges": self.duplicated_ranges(), "unconsumed_ranges": self.unconsumed_ranges(),
                 "offset_corrections": self.offset_corrections(), "dlq_candidates": self.dlq_candidates(),
-                "consumer_status": self.consumer_status()}
+                "consumer_status": self.consumer_status(), "coverage": self.coverage()}
+
+    def coverage(self) -> list[dict[str, Any]]:
+        """Spec §4.2: NO_TRACE per group with offsets and no delivery by t_S; NO_CONSUME_QUEUE per queue whose newest
+        snapshot (of some key of it) gives no bounds; the store features the world's brokers have."""
+        out: list[dict[str, Any]] = []
+        known = {(s.group, s.client_id, s.topic, s.broker, s.qid): s.points[-1][0] for s in self.series}
+        unknown: dict[tuple[str, str, int], int] = {}
+        groups = set()
+        for s in self.commit_series:
+            groups.add(s.group)
+            newest = s.commits[-1][0]
+            if known.get((s.group, s.client_id, s.topic, s.broker, s.qid)) != newest:
+                q = (s.broker, s.topic, s.qid)
+                unknown[q] = max(unknown.get(q, newest), newest)
+        for (broker, topic, qid), ts in sorted(unknown.items()):
+            out.append({"cluster": self.cluster, "broker": broker, "topic": topic, "consumer_group": "",
+                        "client_id": "", "queue_id": qid, "reason": "NO_CONSUME_QUEUE", "detail": iso_ms(ts)})
+        for g in sorted(groups):
+            if not self.deliveries.get(g):
+                out.append({"cluster": self.cluster, "broker": "", "topic": "", "consumer_group": g, "client_id": "",
+                            "queue_id": None, "reason": "NO_TRACE", "detail": ""})
+        for (broker, topic, reason), detail in sorted(getattr(self.w, "store_features", {}).items()):
+            out.append({"cluster": self.cluster, "broker": broker, "topic": topic, "consumer_group": "",
+                        "client_id": "", "queue_id": None, "reason": reason, "detail": detail})
+        return out
 
     def write(self, folder: str) -> dict[str, int]:
         os.makedirs(folder, exist_ok=True)
@@ -533,7 +560,7 @@ class Truth:
 
 def to_csv(rows: list[dict[str, Any]], columns: list[str], sort_key: list[str]) -> str:
     """docs/semantics.md rule 22: header, sorted by the key columns, empty for null."""
-    rows = sorted(rows, key=lambda r: tuple(r[k] for k in sort_key))
+    rows = sorted(rows, key=lambda r: tuple((r[k] is not None, r[k]) for k in sort_key))  # an empty field first
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(columns)

@@ -49,7 +49,7 @@ def test_humphery755_subscription_groups_and_topics_exact() -> None:
     assert len(topics.rows) == 112
     assert next(r for r in topics.rows if r["topic"] == "ACC_TOPIC_TRANSLOG_31") == {
         "topic": "ACC_TOPIC_TRANSLOG_31", "read_queue_nums": 2, "write_queue_nums": 2, "perm": 6,
-        "topic_sys_flag": 0, "order": False}
+        "topic_sys_flag": 0, "order": False, "queue_type": "SimpleCQ", "cleanup_policy": "DELETE"}
 
 
 def test_humphery755_delay_offsets_exact() -> None:
@@ -256,7 +256,7 @@ def _group_row(group: str) -> dict[str, Any]:
 
 def _topic_row(topic: str, queues: int = 16) -> dict[str, Any]:
     return {"topic": topic, "read_queue_nums": queues, "write_queue_nums": 16, "perm": 6, "topic_sys_flag": 0,
-            "order": False}
+            "order": False, "queue_type": "SimpleCQ", "cleanup_policy": "DELETE"}
 
 
 PWNED = "g\ntouch /tmp/pwned\n#"
@@ -401,3 +401,19 @@ def test_keys_found_nowhere_cannot_make_parsing_slow() -> None:
     assert (len(parsed.rows), len(parsed.problems)) == (0, N)
     assert parsed.problems[-1] == Problem("c.json", 0, f"group 'G;' of key 'TA{N - 1}@G;' " + CHARS.format("group"))
     assert seconds < 2.0
+
+
+def test_topic_attributes_are_read_with_the_brokers_defaults() -> None:
+    """TopicAttributes (5.x): queue.type and cleanup.policy as TopicConfig.attributes holds them (no '+' of the admin
+    request; tolerated), their defaults when absent or not a string (spec §4.2)."""
+    text = fastjson.dumps({"topicConfigTable": {
+        "plain": {"topicName": "plain"},
+        "batch": {"topicName": "batch", "attributes": {"queue.type": "BatchCQ"}},
+        "compact": {"topicName": "compact", "attributes": {"+cleanup.policy": "COMPACTION"}},
+        "odd": {"topicName": "odd", "attributes": {"queue.type": 3, "cleanup.policy": ""}},
+        "listed": {"topicName": "listed", "attributes": ["queue.type"]}}})
+    rows, problems = configs.parse_topics(text, "topics.json")
+    assert problems == []
+    assert {r["topic"]: (r["queue_type"], r["cleanup_policy"]) for r in rows} == {
+        "plain": ("SimpleCQ", "DELETE"), "batch": ("BatchCQ", "DELETE"), "compact": ("SimpleCQ", "COMPACTION"),
+        "odd": ("SimpleCQ", "DELETE"), "listed": ("SimpleCQ", "DELETE")}

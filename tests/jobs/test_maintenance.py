@@ -100,10 +100,11 @@ def test_compaction_leaves_one_file_per_table_and_keeps_every_row(flow: dict[str
     # each ingest replaces a broker's rows whole), gold of one run (one file a table: the run computes the offset
     # series its dashboard tables derive from once, into one file; gold/series_tail and gold/offset_decreases none:
     # no key's newest snapshot lacks bounds and no committed offset decreases in blocked-head; gold/subscription_latest
-    # one: the broker's subscriptionGroup.json has the groups)
+    # one: the broker's subscriptionGroup.json has the groups; silver/store_features and gold/coverage none: a 4.x store,
+    # every group traced)
     assert (sum(before.values()), sum(after.values())) == (41, 18)
     assert {n for n, k in before.items() if k > 1} == {t.qualified for t in ingest.LEDGER_TABLES + [
-        ingest_runs.TABLE] if t.name not in ("quarantine", "delay_offsets", "cq_files")}
+        ingest_runs.TABLE] if t.name not in ("quarantine", "delay_offsets", "cq_files", "store_features")}
     # every table is one file (or none when it has no rows); the ingest ledger is compacted after the maintenance
     # row is appended to it
     assert after == {n: min(k, 1) for n, k in before.items()}
@@ -153,7 +154,7 @@ def test_reconcile_after_maintenance_writes_identical_reports_and_rows(flow: dic
     assert again["run_id"] == flow["run_id"]
     before, after = base / "reports-before" / flow["run_id"], base / "reports-after" / flow["run_id"]
     names = report_files(before)
-    assert names == report_files(after) and len(names) == 9
+    assert names == report_files(after) and len(names) == 10
     differ = [n for n in names if n != "summary.json" and n != "index.html"
               and not filecmp.cmp(before / n, after / n, shallow=False)]
     assert differ == []

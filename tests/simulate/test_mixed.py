@@ -32,7 +32,7 @@ def test_mixed_draws_every_kind_on_several_brokers(mixed) -> None:
     assert meta["brokers"] == ["broker-a", "broker-b"]
     assert {g["trace"] for g in meta["groups"]} == {True, False}
     assert summary["truth_rows"] == {"duplicated_ranges": 12, "unconsumed_ranges": 42, "offset_corrections": 4,
-                                     "dlq_candidates": 29, "consumer_status": 180}
+                                     "dlq_candidates": 29, "consumer_status": 180, "coverage": 2}
 
 
 def test_mixed_truth_rows_per_group_and_kind(mixed) -> None:
