@@ -343,6 +343,9 @@ class Broker:
         self.arrival_listeners: dict[tuple[str, int], list[Callable[[], None]]] = {}
         self.on_store = on_store
         self.bulk_index: dict[tuple[str, int], Any] = {}
+        from jobs.simulate.stores import StoreKind
+
+        self.store = StoreKind()  # a 4.x store; World.add_broker sets another before the user topics exist
         for topic, queues, perm in (("TBW102", 8, 7), (SCHEDULE_TOPIC, 18, 6), (TRACE_TOPIC, 1, 6),
                                     ("OFFSET_MOVED_EVENT", 1, 6), ("SELF_TEST_TOPIC", 1, 6)):
             self.create_topic(topic, queues, perm, persist=False)
@@ -355,7 +358,7 @@ class Broker:
     def create_topic(self, topic: str, queues: int, perm: int = 6, *, persist: bool = True) -> None:
         if topic in self.topics:
             return
-        self.topics[topic] = {"attributes": {}, "order": False, "perm": perm, "readQueueNums": queues,
+        self.topics[topic] = {"attributes": self.store.attributes(topic), "order": False, "perm": perm, "readQueueNums": queues,
                               "topicFilterType": "SINGLE_TAG", "topicName": topic, "topicSysFlag": 0,
                               "writeQueueNums": queues}
         if persist:

@@ -17,6 +17,7 @@ from jobs.simulate.snapshot import SnapshotWriter
 
 if TYPE_CHECKING:  # pragma: no cover
     from jobs.simulate.bulk import BulkFleet
+    from jobs.simulate.stores import StoreKind
 
 
 
@@ -52,10 +53,24 @@ class World:
 
     # ---------------------------------------------------------------- actors
 
-    def add_broker(self, name: str) -> Broker:
+    def add_broker(self, name: str, store: Optional["StoreKind"] = None) -> Broker:
+        """A broker; ``store``: its 5.x store types (jobs.simulate.stores), a 4.x store when None."""
         b = Broker(self.loop, self.cluster, name, f"10.0.0.{len(self.brokers) + 11}", self.cfg, self.stored.append)
+        if store is not None:
+            b.store = store
         self.brokers.append(b)
         return b
+
+    @property
+    def store_features(self) -> dict[tuple[str, str, str], str]:
+        """(broker, topic, reason) -> detail: the coverage rows the brokers' store types give (spec §4.2)."""
+        out: dict[tuple[str, str, str], str] = {}
+        for b in self.brokers:
+            if any(t >= b.store.since for t in self.snapshot_times) or not b.store.rocksdb:
+                out.update(b.store.features(b.name))
+            else:  # no snapshot after the switch to RocksDB: no stale JSON seen
+                out.update({k: v for k, v in b.store.features(b.name).items() if k[2] != "STALE_JSON_IGNORED"})
+        return out
 
     def add_bulk(self, brokers: int, topics: int, messages: int, *, cfg: BrokerConfig, start: int, end: int,
                  group_start: int) -> "BulkFleet":

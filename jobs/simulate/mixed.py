@@ -8,7 +8,8 @@ behaviour: healthy (with or without trace), blocked-head + kill, hang past consu
 retention (with or without return), skipAccumulatedMessage, reset to an earlier or a later time, broadcast with
 dropped failures, a consumer joining (rebalance), an orderly consumer whose failing head blocks a queue for a while
 (healed later, or still failing at the end), half of them 5.x FIFO groups (the subscription flag) and half 4.x
-(known only by their local retries). Groups without trace are reconciled offsets-only.
+(known only by their local retries). Groups without trace are reconciled offsets-only. The brokers' store types
+are drawn apart (:func:`store_kinds`): RocksDB v1 and v2 config, tiered storage, compaction and BatchCQ topics.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from jobs.simulate.broker import BrokerConfig, Stored
 from jobs.simulate.clock import HOUR, MINUTE, SECOND, T0_MS
 from jobs.simulate.consumer import PushConsumer
 from jobs.simulate.engine import World
+from jobs.simulate.stores import StoreKind
 
 KINDS = ["healthy", "healthy-offsets-only", "blocked-head", "hang", "out-of-order", "retry-to-dlq", "retrying",
          "expired", "expired-return", "skip", "rewind", "reset-later", "broadcast", "rebalance", "orderly-blocked"]
@@ -58,8 +60,9 @@ def mixed(out: str, seed: int, scale: int = 1, bulk_messages: int | None = None,
     if rate is not None:
         bulk, shape = rate * hours, rate * 6
     scale = min(scale, ANOMALY_SCALE_MAX)
-    brokers = [w.add_broker(f"broker-{chr(ord('a') + i)}") for i in range(1 + scale)]
     n_topics = 5 * scale
+    brokers = [w.add_broker(f"broker-{chr(ord('a') + i)}", store) for i, store in
+               enumerate(store_kinds(seed, 1 + scale, [f"Topic{t:03d}" for t in range(n_topics)]))]
     kinds = list(KINDS)
     rng.shuffle(kinds)
     gi = 0
@@ -83,6 +86,26 @@ def mixed(out: str, seed: int, scale: int = 1, bulk_messages: int | None = None,
     w.snapshots([T0_MS + m * every * MINUTE for m in range(1, hours * 60 // every + 1)])
     w.run()
     return w
+
+
+def store_kinds(seed: int, n_brokers: int, topics: list[str]) -> list[StoreKind]:
+    """Every 5.x store type at random (spec §7 mixed), drawn from a generator of their own so the anomalies drawn
+    are the same as without them: RocksDB v1 on one broker and v2 on another (from a random hour on: the JSON files
+    stale after it; the other brokers JSON or either version), tiered storage on one broker (the tier holds every
+    offset), one compaction topic and one BatchCQ topic (more at random)."""
+    import random
+
+    rng = random.Random(seed * 1_000_003 + 35)
+    versions = ["v1", "v2"]
+    rng.shuffle(versions)
+    rocksdb = (versions + [rng.choice([None, None, "v1", "v2"]) for _ in range(n_brokers)])[:n_brokers]
+    tiered = rng.randrange(n_brokers)
+    order = list(topics)
+    rng.shuffle(order)
+    compaction = {order[0]} | {t for t in order[2:] if rng.random() < 0.1}
+    batch = {order[1]} | {t for t in order[2:] if t not in compaction and rng.random() < 0.1}
+    return [StoreKind(rocksdb=v, since=T0_MS + rng.randrange(60, 300) * MINUTE, tiered=i == tiered,
+                      compaction_topics=set(compaction), batch_topics=set(batch)) for i, v in enumerate(rocksdb)]
 
 
 def _group(w: World, g: str, topic: str, kind: str) -> None:

@@ -211,6 +211,38 @@ def orderly_blocked(out: str, seed: int, scale: int = 1) -> World:
     return w
 
 
+def store_types(out: str, seed: int, scale: int = 1) -> World:
+    """5.x store types (spec §4.2, §7 store-types). broker-a keeps its config in RocksDB v1 from day 1 (its JSON
+    files frozen then) and has a compaction topic; broker-b keeps it in RocksDB v2, has tiered storage (the tier
+    holds every offset) and a BatchCQ topic. Two groups go offline for longer than retention: on broker-a's plain
+    topic that is EXPIRED and a BELOW_MIN correction, on its compaction topic nothing the files support, on
+    broker-b nothing (the tier still serves them). A traced group consumes the BatchCQ topic; a producer's
+    transaction is never resolved (TRANSACTION_DISCARDED)."""
+    from jobs.simulate.consumer import send_unresolved_transaction
+    from jobs.simulate.stores import StoreKind
+
+    w = World(out, seed, broker_cfg=BrokerConfig(segment_size=64 * 1024, cq_entries_per_file=1000))
+    since = T0_MS + 1 * DAY
+    a = w.add_broker("broker-a", StoreKind(rocksdb="v1", since=since, compaction_topics={"TopicCompact"}))
+    w.add_broker("broker-b", StoreKind(rocksdb="v2", since=since + 12 * HOUR, tiered=True, tier_min=0,
+                                       batch_topics={"TopicBatch"}))
+    for topic in (TOPIC, "TopicCompact", "TopicBatch"):
+        w.topic(topic, 2)
+    p = w.producer(trace=True)
+    for i, topic in enumerate((TOPIC, "TopicCompact", "TopicBatch")):
+        w.traffic(p, topic, every_ms=60 * SECOND // scale, start=T0_MS + (10 + i) * SECOND, end=T0_MS + 5 * DAY)
+    plain = w.consumer("GID_plain", TOPIC, start_at=T0_MS + 5 * SECOND, from_first=True, trace=False)
+    compact = w.consumer("GID_compact", "TopicCompact", start_at=T0_MS + 5 * SECOND, from_first=True, trace=False)
+    w.consumer("GID_batch", "TopicBatch", start_at=T0_MS + 5 * SECOND, from_first=True)
+    w.at(T0_MS + 1 * HOUR, lambda: (plain.shutdown(), compact.shutdown(),
+                                    w.inject("offline", groups=["GID_plain", "GID_compact"])))
+    w.at(T0_MS + 2 * DAY, lambda: (send_unresolved_transaction(p, a, TOPIC, 1, keys="tx-1", tags="TagA",
+                                                               body=b"order 1"), w.inject("transaction_unresolved")))
+    w.snapshots([T0_MS + h * 12 * HOUR for h in range(1, 11)])
+    w.run()
+    return w
+
+
 SCENARIOS: dict[str, Callable[[str, int, int], World]] = {
     "blocked-head": blocked_head,
     "queue2-offset32": queue2_offset32,
@@ -222,4 +254,5 @@ SCENARIOS: dict[str, Callable[[str, int, int], World]] = {
     "broadcast": broadcast,
     "rebalance": rebalance,
     "orderly-blocked": orderly_blocked,
+    "store-types": store_types,
 }

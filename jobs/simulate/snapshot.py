@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from jobs.formats import fastjson
+from jobs.simulate import stores
 from jobs.simulate.clock import snapshot_name
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -85,11 +86,20 @@ class SnapshotWriter:
         root = os.path.join(self.out, f"cluster={b.cluster}", f"broker={b.name}", f"snapshot_ts={snapshot_name(t)}",
                             "store")
         cfg = os.path.join(root, "config")
+        store = b.store
         off_cur, off_bak = b.consumer_offset_files(t)
-        self._config(cfg, "consumerOffset.json", off_cur, off_bak)
-        self._config(cfg, "subscriptionGroup.json", *b.groups_file.at(t))
-        self._config(cfg, "topics.json", *b.topics_file.at(t))
+        rocksdb = store.rocksdb is not None and t >= store.since
+        # with RocksDB config the broker stops writing these JSON files: they stay as they were at the switch
+        json_at = store.since if rocksdb else t
+        self._config(cfg, "consumerOffset.json", *(b.consumer_offset_files(json_at) if rocksdb else (off_cur, off_bak)))
+        self._config(cfg, "subscriptionGroup.json", *b.groups_file.at(json_at))
+        self._config(cfg, "topics.json", *b.topics_file.at(json_at))
         self._config(cfg, "delayOffset.json", *b.delay_offset_files(t))
+        if rocksdb:
+            table = fastjson.loads(off_cur)["offsetTable"] if off_cur is not None else {}
+            stores.write_rocksdb(cfg, str(store.rocksdb), {k: dict(v) for k, v in table.items()}, dict(b.topics),
+                                 dict(b.groups), t)
+            self.files_written += 1
         cl = b.commitlog
         active = cl.active_start()
         for start in sorted(cl.segments):
@@ -99,11 +109,20 @@ class SnapshotWriter:
         bounds = {}
         for (topic, qid), cq in sorted(b.cqs.items()):
             files = cq.file_numbers()
+            per_file = cq.file_bytes // 20
             for f in files:
                 key = ("cq", b.cluster, b.name, topic, qid, f) if f < files[-1] else None
+                if topic in store.batch_topics:  # queue.type=BatchCQ: the batch consume queue instead
+                    start, data = stores.batch_files(cq.file(f), f * per_file, per_file)
+                    self._put(os.path.join(root, "batchconsumequeue", topic, str(qid), f"{start:020d}"), data)
+                    continue
                 self._put(os.path.join(root, "consumequeue", topic, str(qid), f"{f * cq.file_bytes:020d}"),
                           lambda cq=cq, f=f: cq.file(f), key, size=cq.file_bytes)
             bounds[(topic, qid)] = (cq.min_offset, cq.max_offset)
+        if store.tiered:  # the tier serves every offset from tier_min: Min = min(local, tier)
+            self._put(os.path.join(cfg, "tieredStoreMetadata.json"),
+                      stores.tier_metadata(b.name, bounds, store.tier_min, t))
+            bounds = {k: (min(lo, min(store.tier_min, hi)), hi) for k, (lo, hi) in bounds.items()}
         offsets = {}
         if off_cur is not None:
             doc = fastjson.loads(off_cur)

@@ -519,8 +519,15 @@ class Truth:
     # ---------------------------------------------------------------- files
 
     def reports(self) -> dict[str, list[dict[str, Any]]]:
-        return {"duplicated_ranges": self.duplicated_ranges(), "unconsumed_ranges": self.unconsumed_ranges(),
-                "offset_corrections": self.offset_corrections(), "dlq_candidates": self.dlq_candidates(),
+        # spec §4.2: a compaction topic's reads below Min are served from the compaction log: no EXPIRED, SKIPPED or
+        # BELOW_MIN on the brokers where it is one
+        compacted = {(b, t) for b, t, r in getattr(self.w, "store_features", {}) if r == "COMPACTION_TOPIC"}
+        unconsumed = [r for r in self.unconsumed_ranges()
+                      if not ((r["broker"], r["topic"]) in compacted and r["kind"] in ("EXPIRED", "SKIPPED"))]
+        corrections = [r for r in self.offset_corrections()
+                       if not ((r["broker"], r["topic"]) in compacted and r["reason"] == "BELOW_MIN")]
+        return {"duplicated_ranges": self.duplicated_ranges(), "unconsumed_ranges": unconsumed,
+                "offset_corrections": corrections, "dlq_candidates": self.dlq_candidates(),
                 "consumer_status": self.consumer_status(), "coverage": self.coverage()}
 
     def coverage(self) -> list[dict[str, Any]]:

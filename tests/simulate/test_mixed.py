@@ -31,8 +31,8 @@ def test_mixed_draws_every_kind_on_several_brokers(mixed) -> None:
     assert set(KINDS) <= kinds
     assert meta["brokers"] == ["broker-a", "broker-b"]
     assert {g["trace"] for g in meta["groups"]} == {True, False}
-    assert summary["truth_rows"] == {"duplicated_ranges": 12, "unconsumed_ranges": 42, "offset_corrections": 4,
-                                     "dlq_candidates": 29, "consumer_status": 180, "coverage": 2}
+    assert summary["truth_rows"] == {"duplicated_ranges": 12, "unconsumed_ranges": 42, "offset_corrections": 2,
+                                     "dlq_candidates": 29, "consumer_status": 180, "coverage": 9}
 
 
 def test_mixed_truth_rows_per_group_and_kind(mixed) -> None:
@@ -42,11 +42,14 @@ def test_mixed_truth_rows_per_group_and_kind(mixed) -> None:
         ("GID_011_rewind", "TRACE"): 4, ("GID_013_blocked_head", "TRACE"): 2})
     assert _count(out, "unconsumed_ranges", "kind") == Counter({
         ("GID_001_broadcast", "BROADCAST_DROPPED"): 26, ("GID_003_expired", "BACKLOG"): 4,
-        ("GID_003_expired", "EXPIRED"): 4, ("GID_008_expired_return", "EXPIRED"): 8})
+        ("GID_003_expired", "EXPIRED"): 2, ("GID_008_expired_return", "EXPIRED"): 4,
+        # broker-b is tiered (its tier serves every offset): what was EXPIRED there is not, and the offsets an
+        # operator moved past there are SKIPPED, not lost to retention
+        ("GID_004_reset_later", "SKIPPED"): 2, ("GID_007_skip", "SKIPPED"): 4})
     assert _count(out, "dlq_candidates", "reason") == Counter({
         ("GID_001_broadcast", "BROADCAST_DROPPED"): 26, ("GID_012_retrying", "RETRYING"): 1,
         ("GID_014_retry_to_dlq", "IN_DLQ"): 2})
-    assert _count(out, "offset_corrections", "reason") == Counter({("GID_003_expired", "BELOW_MIN"): 4})
+    assert _count(out, "offset_corrections", "reason") == Counter({("GID_003_expired", "BELOW_MIN"): 2})
     statuses = _count(out, "consumer_status", "status")
     assert {k: v for k, v in statuses.items() if k[1] != "OK"} == {("GID_003_expired", "STALL"): 4}
     # spec §4.1: this seed's orderly group is a 4.x one (no flag), known by its local retries on its topic (its
@@ -55,3 +58,9 @@ def test_mixed_truth_rows_per_group_and_kind(mixed) -> None:
     assert {k: v for k, v in modes.items() if k[1] != "CONCURRENT"} == {
         ("GID_002_orderly_blocked", "ORDERLY"): 16, ("GID_001_broadcast", "BROADCAST"): 48}
     assert modes[("GID_002_orderly_blocked", "CONCURRENT")] == 2
+
+    # every store type (spec §7 mixed): RocksDB v1 and v2 beside stale JSON, tiered broker-b, a BatchCQ and a
+    # compaction topic on both brokers; two groups without traces
+    assert _count(out, "coverage", "reason") == Counter({
+        ("", "BATCH_CQ"): 2, ("", "COMPACTION_TOPIC"): 2, ("", "STALE_JSON_IGNORED"): 2, ("", "TIERED"): 1,
+        ("GID_008_expired_return", "NO_TRACE"): 1, ("GID_009_healthy_offsets_only", "NO_TRACE"): 1})

@@ -14,10 +14,10 @@ import pytest
 
 from jobs import simulate
 from jobs.simulate.broker import DELAY_LEVELS_MS
-from schemas import consumer_status, dlq_candidates, duplicated_ranges, offset_corrections, unconsumed_ranges
+from schemas import consumer_status, coverage, dlq_candidates, duplicated_ranges, offset_corrections, unconsumed_ranges
 
 REPORTS = {m.NAME: m for m in (duplicated_ranges, unconsumed_ranges, offset_corrections, dlq_candidates,
-                               consumer_status)}
+                               consumer_status, coverage)}
 C, G, T, B = "DefaultCluster", "GID_recon", "TopicTest", "broker-a"
 RETRY = "%RETRY%GID_recon"
 
@@ -60,7 +60,9 @@ def test_truth_files_have_the_report_columns_and_are_sorted(landing, name: str) 
         assert rows[0] == mod.REPORT_COLUMNS
         idx = [mod.REPORT_COLUMNS.index(k) for k in mod.SORT_KEY]
         ints = {"queue_id", "start_offset", "queue_offset"}
-        key = [tuple(int(r[i]) if mod.REPORT_COLUMNS[i] in ints else r[i] for i in idx) for r in rows[1:]]
+        # an empty field (a discarded transaction's queue offset, a topic row's queue id) sorts first
+        key = [tuple((int(r[i]) if r[i] != "" else -1) if mod.REPORT_COLUMNS[i] in ints else r[i] for i in idx)
+               for r in rows[1:]]
         assert key == sorted(key)
     meta = json.loads((out / "_truth" / "scenario.json").read_text())
     assert meta["scenario"] == name and meta["seed"] == 7 and meta["snapshot_times"]
@@ -295,3 +297,40 @@ def test_orderly_blocked_is_orderly_blocked_at_40_never_retrying_and_stalls(land
     assert _rows(_read(out, "unconsumed_ranges"), *RANGE, "kind") == [
         ("GID_orderly", "", T, "1", "40", "462", "423", "BACKLOG")]
     assert _read(out, "duplicated_ranges") == [] and _read(out, "offset_corrections") == []
+
+
+def test_store_types_truth_judges_each_store_by_what_its_files_support(landing) -> None:
+    """Spec §7 store-types: only broker-a's plain topic expires (its compaction topic and tiered broker-b serve the
+    old offsets), the discarded transaction is the producer's, and each store type has its coverage row."""
+    out = landing("store-types")
+    assert _rows(_read(out, "unconsumed_ranges"), "consumer_group", "topic", "broker", "queue_id", "start_offset",
+                 "end_offset", "kind") == [
+        ("GID_compact", "TopicCompact", "broker-a", "0", "424", "1799", "BACKLOG"),
+        ("GID_compact", "TopicCompact", "broker-a", "1", "424", "1799", "BACKLOG"),
+        ("GID_compact", "TopicCompact", "broker-b", "0", "15", "1799", "BACKLOG"),
+        ("GID_compact", "TopicCompact", "broker-b", "1", "15", "1799", "BACKLOG"),
+        ("GID_plain", T, "broker-a", "0", "15", "423", "EXPIRED"),
+        ("GID_plain", T, "broker-a", "0", "424", "1799", "BACKLOG"),
+        ("GID_plain", T, "broker-a", "1", "15", "423", "EXPIRED"),
+        ("GID_plain", T, "broker-a", "1", "424", "1799", "BACKLOG"),
+        ("GID_plain", T, "broker-b", "0", "15", "1799", "BACKLOG"),
+        ("GID_plain", T, "broker-b", "1", "15", "1799", "BACKLOG")]
+    assert _rows(_read(out, "offset_corrections"), "consumer_group", "broker", "queue_id", "committed_offset",
+                 "corrected_offset", "lost_messages", "reason") == [
+        ("GID_plain", "broker-a", "0", "15", "424", "409", "BELOW_MIN"),
+        ("GID_plain", "broker-a", "1", "15", "424", "409", "BELOW_MIN")]
+    assert _rows(_read(out, "dlq_candidates"), "consumer_group", "topic", "broker", "queue_id", "queue_offset", "keys",
+                 "reason", "producer_group") == [("", T, "broker-a", "1", "", "tx-1", "TRANSACTION_DISCARDED",
+                                                  "PID_sim")]
+    assert _rows(_read(out, "coverage"), "broker", "topic", "consumer_group", "queue_id", "reason") == [
+        ("", "", "GID_compact", "", "NO_TRACE"), ("", "", "GID_plain", "", "NO_TRACE"),
+        ("broker-a", "", "", "", "STALE_JSON_IGNORED"), ("broker-a", "TopicCompact", "", "", "COMPACTION_TOPIC"),
+        ("broker-b", "", "", "", "STALE_JSON_IGNORED"), ("broker-b", "", "", "", "TIERED"),
+        ("broker-b", "TopicBatch", "", "", "BATCH_CQ")]
+    # the files a 5.x broker leaves: RocksDB config beside frozen JSON, the tier's metadata, a batch consume queue
+    last = out / "cluster=DefaultCluster" / "broker=broker-b" / "snapshot_ts=20260110T000000Z" / "store"
+    assert sorted(p.name for p in (last / "batchconsumequeue" / "TopicBatch").iterdir()) == ["0", "1"]
+    assert not (last / "consumequeue" / "TopicBatch").exists()
+    assert (last / "config" / "rdb" / "CURRENT").exists() and (last / "config" / "tieredStoreMetadata.json").exists()
+    first = out / "cluster=DefaultCluster" / "broker=broker-a" / "snapshot_ts=20260105T120000Z" / "store" / "config"
+    assert not (first / "consumerOffsets").exists()
