@@ -39,7 +39,7 @@ def dlq_candidates_suite() -> Any:
 
 def consumer_status_suite() -> Any:
     return make_suite(consumer_status.TABLE, non_negative("time_lag_s") + [
-        one_of("status", ["OK", "WARN", "STALL", "REWIND"]),
+        one_of("status", ["OK", "WARN", "STALL", "REWIND", "UNKNOWN"]),
         one_of("consume_mode", ["CONCURRENT", "ORDERLY", "BROADCAST"])])
 
 

@@ -133,3 +133,63 @@ def test_a_batch_cq_topic_gives_the_bounds_its_consume_queue_gave(expired: pathl
     assert coverage == [("", "", "GID_back", "", "NO_TRACE"), ("", "", "GID_gone", "", "NO_TRACE"),
                         ("broker-a", "TopicTest", "", "", "BATCH_CQ")]
     assert [r["reason"] for r in _rows(batch, "offset_corrections.csv")] == ["BELOW_MIN", "BELOW_MIN"]
+
+
+def test_a_queue_without_consume_queue_data_at_the_newest_snapshot_is_unknown_there(expired: pathlib.Path) -> None:
+    """Spec §4.2 NO_CONSUME_QUEUE: the newest snapshot lacks queue 0's consume queue (a RocksDB or BatchCQ queue the
+    ingest cannot read, a copy that missed it): Min and Max unknown, status UNKNOWN at that snapshot, no BACKLOG or
+    correction for it; the earlier snapshots' EXPIRED offsets stay; queue 1 is judged as before."""
+    clean = _run(expired / "clean", expired, "clean")
+    landing = expired / "no_cq"
+    shutil.copytree(expired / "clean", landing)
+    last = sorted((landing / "cluster=DefaultCluster" / "broker=broker-a").iterdir())[-1]
+    shutil.rmtree(last / "store" / "consumequeue" / "TopicTest" / "0")
+    gone = _run(landing, expired, "no_cq")
+    status = {(r["consumer_group"], r["queue_id"]): (r["snapshot_ts"], r["committed_offset"], r["min_offset"],
+                                                     r["max_offset"], r["lag"], r["time_lag_s"], r["status"])
+              for r in _rows(gone, "consumer_status.csv")}
+    assert status[("GID_gone", "0")] == ("2026-01-10T00:00:00.000Z", "90", "", "", "", "", "UNKNOWN")
+    assert status[("GID_back", "0")][2:] == ("", "", "", "", "UNKNOWN")
+    before = {(r["consumer_group"], r["queue_id"]): r for r in _rows(clean, "consumer_status.csv")}
+    assert [r for r in _rows(gone, "consumer_status.csv") if r["queue_id"] == "1"] == [
+        before[(g, "1")] for g in ("GID_back", "GID_gone")]
+    assert [(r["consumer_group"], r["queue_id"], r["reason"]) for r in _rows(gone, "offset_corrections.csv")] == [
+        ("GID_gone", "1", "BELOW_MIN")]
+    assert [(r["consumer_group"], r["queue_id"], r["start_offset"], r["end_offset"], r["kind"])
+            for r in _rows(gone, "unconsumed_ranges.csv")] == [
+        ("GID_back", "0", "90", "339", "EXPIRED"), ("GID_back", "1", "90", "338", "EXPIRED"),
+        ("GID_gone", "0", "90", "2530", "EXPIRED"), ("GID_gone", "1", "90", "2530", "EXPIRED"),
+        ("GID_gone", "1", "2531", "10799", "BACKLOG")]
+    assert [(r["broker"], r["topic"], r["queue_id"], r["reason"]) for r in _rows(gone, "coverage.csv")] == [
+        ("", "", "", "NO_TRACE"), ("", "", "", "NO_TRACE"), ("broker-a", "TopicTest", "0", "NO_CONSUME_QUEUE")]
+
+
+def test_a_rocksdb_consume_queue_that_cannot_be_opened_gives_unknown_bounds_and_no_correction(
+        tmp_path: pathlib.Path) -> None:
+    """store-types' broker-a keeps its consume queues in RocksDB: read, they give the plain topic's EXPIRED range and
+    BELOW_MIN corrections; damaged in the newest snapshot, that snapshot's bounds are unknown: the DB is quarantined,
+    each queue is NO_CONSUME_QUEUE and UNKNOWN, and no correction is made from a guess."""
+    from jobs import simulate
+
+    simulate.run("store-types", str(tmp_path / "clean"), seed=7)
+    clean = _run(tmp_path / "clean", tmp_path, "clean")
+    assert [(r["broker"], r["queue_id"], r["reason"]) for r in _rows(clean, "offset_corrections.csv")] == [
+        ("broker-a", "0", "BELOW_MIN"), ("broker-a", "1", "BELOW_MIN")]
+    shutil.copytree(tmp_path / "clean", tmp_path / "damaged")
+    last = sorted((tmp_path / "damaged" / "cluster=DefaultCluster" / "broker=broker-a").iterdir())[-1]
+    (last / "store" / "consumequeue" / "CURRENT").write_bytes(b"\x00garbage")
+    damaged = _run(tmp_path / "damaged", tmp_path, "damaged")
+    assert _rows(damaged, "offset_corrections.csv") == []
+    status = {(r["consumer_group"], r["topic"], r["broker"], r["queue_id"]): (r["min_offset"], r["status"])
+              for r in _rows(damaged, "consumer_status.csv")}
+    assert status[("GID_plain", "TopicTest", "broker-a", "0")] == ("", "UNKNOWN")
+    assert status[("GID_plain", "TopicTest", "broker-b", "0")] == ("0", "STALL")
+    coverage = [(r["topic"], r["queue_id"]) for r in _rows(damaged, "coverage.csv")
+                if r["reason"] == "NO_CONSUME_QUEUE"]
+    # every queue of broker-a: the snapshot holds no consume queue data at all (rule 5), so even the retry queues
+    # never used are unknown there
+    assert coverage == [("%RETRY%GID_batch", "0"), ("%RETRY%GID_compact", "0"), ("%RETRY%GID_plain", "0"),
+                        ("TopicBatch", "0"), ("TopicBatch", "1"), ("TopicCompact", "0"), ("TopicCompact", "1"),
+                        ("TopicTest", "0"), ("TopicTest", "1")]
+    assert [r["kind"] for r in _rows(damaged, "unconsumed_ranges.csv") if r["broker"] == "broker-a"] == [
+        "EXPIRED", "EXPIRED"]

@@ -53,9 +53,10 @@ def extract_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, now:
     """
     queue_files = snap.of_kind("consumequeue")
     if not queue_files:
-        if snap.of_kind("batch_consumequeue"):
+        if snap.of_kind("batch_consumequeue") or snap.of_kind("rocksdb_cq"):
             first = len(out.rows.get(queue_bounds.NAME, []))
             batch_queue_bounds(snap, landing_root, out)
+            rocksdb_queue_bounds(snap, landing_root, out, set())
             tiered = snap.of_kind("tiered")
             if tiered:
                 with_tier(out.rows.get(queue_bounds.NAME, [])[first:], tiered[0], landing_root, snap, out)
@@ -86,10 +87,41 @@ def extract_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, now:
         entries.update(got)
         reads.add(n)
     batch_queue_bounds(snap, landing_root, out)
+    rocksdb_queue_bounds(snap, landing_root, out, set(by_queue))
     tiered = snap.of_kind("tiered")
     if tiered:
         with_tier(out.rows.get(queue_bounds.NAME, [])[first:], tiered[0], landing_root, snap, out)
     return entries, reads
+
+
+def rocksdb_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, file_queues: set[tuple[str, int]]) -> None:
+    """Min and Max of the queues a RocksDB consume queue (``store/consumequeue/CURRENT``..., 5.x
+    ``storeType=defaultRocksDB``) holds, as ``RocksDBConsumeQueueStore`` answers them (jobs.formats.rocksdb_cq),
+    opened from a temporary copy. A queue that also has consume queue files (double-write mode) takes the files'
+    bounds, as the broker answers from them by default (``combineCQPreferCQType``). A DB that cannot be opened is
+    quarantined and gives no rows: its queues' bounds are unknown (spec §4.2 NO_CONSUME_QUEUE), never 0."""
+    from jobs.formats import names as names_
+    from jobs.formats import rocksdb_cq
+
+    fs = snap.of_kind("rocksdb_cq")
+    if not fs or not rocksdb_cq.looks_like_rocksdb(f.rel[len("store/consumequeue/"):] for f in fs):
+        return
+    try:
+        files = {f.rel[len("store/consumequeue/"):]: storage.read_bytes(storage.join(landing_root, f.path)) or b""
+                 for f in fs}
+    except OSError as exc:
+        out.problem(snap.cluster, snap.broker, snap.ts, Problem(fs[0].path, 0, f"unreadable ({exc}): the RocksDB "
+                                                                "consume queue's bounds are unknown in this snapshot"))
+        return
+    oldest = min((f.start for f in snap.of_kind("commitlog") if f.start is not None), default=None)
+    got, problems = rocksdb_cq.read_bounds(files, f"{snap.folder}/store/consumequeue", oldest)
+    for p in problems:
+        out.problem(snap.cluster, snap.broker, snap.ts, p)
+    base = {"cluster": snap.cluster, "broker": snap.broker, "snapshot_ts": snap.ts}
+    for (topic, qid), (lo, hi) in sorted(got.items()):
+        if (topic, qid) in file_queues or names_.topic_problem(topic):
+            continue
+        out.add(queue_bounds.NAME, {**base, "topic": topic, "queue_id": qid, "min_offset": lo, "max_offset": hi})
 
 
 def batch_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted) -> None:

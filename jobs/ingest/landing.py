@@ -44,7 +44,7 @@ CONFIG_FILES = {
 }
 FileKind = Literal[
     "consumer_offsets", "subscription_groups", "topics", "delay_offsets", "client_offsets",
-    "commitlog", "consumequeue", "batch_consumequeue", "export", "backup", "rocksdb", "tiered", "marker", "other",
+    "commitlog", "consumequeue", "batch_consumequeue", "rocksdb_cq", "export", "backup", "rocksdb", "tiered", "marker", "other",
 ]
 
 
@@ -79,7 +79,7 @@ def missing_files(snap: "Snapshot") -> list[tuple[str, str]]:
     if not snap.of_kind("commitlog"):
         out.append(("store/commitlog/", "no message is read from it, and Min is each queue's first valid entry "
                                         "(spec §4)"))
-    if not snap.of_kind("consumequeue"):
+    if not (snap.of_kind("consumequeue") or snap.of_kind("rocksdb_cq") or snap.of_kind("batch_consumequeue")):
         out.append(("store/consumequeue/", "its queue bounds are unknown (Min/Max outputs use the broker's latest "
                                            "snapshot with bounds)"))
     return out
@@ -222,6 +222,9 @@ def classify(rel: str, *, clients: bool) -> dict[str, object]:
         return {"kind": "commitlog", "start": int(name)}
     if len(parts) == 5 and parts[:2] == ["store", "consumequeue"] and _segment_name(name) and _queue_id(parts[3]):
         return {"kind": "consumequeue", "topic": parts[2], "queue_id": int(parts[3]), "start": int(name)}
+    if len(parts) == 3 and parts[:2] == ["store", "consumequeue"]:
+        # the consume queue in RocksDB (5.x storeType=defaultRocksDB): CURRENT, MANIFEST-*, *.sst... at its top
+        return {"kind": "rocksdb_cq"}
     if len(parts) == 5 and parts[:2] == ["store", "batchconsumequeue"] and _segment_name(name) and _queue_id(parts[3]):
         # queue.type=BatchCQ (5.x): 46-byte units (jobs.formats.batch_consumequeue)
         return {"kind": "batch_consumequeue", "topic": parts[2], "queue_id": int(parts[3]), "start": int(name)}
@@ -247,8 +250,8 @@ def misplaced(rel: str, *, clients: bool) -> str | None:
         return "commitlog file name is not 20 digits (the segment's start offset): not read"
     if len(parts) == 5 and parts[:2] == ["store", "consumequeue"] and not _SEGMENT.match(parts[4]):
         return "consume queue file name is not 20 digits (the file's start byte): not read"
-    if len(parts) in (3, 5) and parts[:2] in (["store", "commitlog"], ["store", "consumequeue"]) \
-            and not _segment_name(parts[-1]):
+    if (len(parts) == 3 and parts[:2] == ["store", "commitlog"] or len(parts) == 5 and parts[:2] == [
+            "store", "consumequeue"]) and not _segment_name(parts[-1]):  # (store/consumequeue/CURRENT: RocksDB)
         return "file name is beyond a Java long (2^63-1), so no start offset: not read"
     return None
 

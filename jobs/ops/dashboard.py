@@ -709,7 +709,9 @@ def trends_figure(trends: pd.DataFrame) -> Any:
         a.plot(x, trends[col], marker="o", label=col, color=color)
     a.set_title("offsets and messages per run")
     bottom = pd.Series(0, index=trends.index)
-    for st, color in zip(STATUSES, ("#0a7d32", "#e0a800", "#d9534f", "#6f1d1b")):
+    for st, color in zip(STATUSES, ("#9e9e9e", "#0a7d32", "#e0a800", "#d9534f", "#6f1d1b")):
+        if st not in trends.columns:  # UNKNOWN came with spec §4.2
+            continue
         b.bar(x, trends[st], bottom=bottom, label=st, color=color)
         bottom = bottom + trends[st]
     b.set_title("queues per status")

@@ -14,7 +14,8 @@ import pandas as pd
 
 SERIES_KEY = ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id"]
 GROUP = ["cluster", "consumer_group"]
-STATUSES = ("OK", "WARN", "STALL", "REWIND")
+# UNKNOWN (spec §4.2: no bounds at the newest snapshot) ranks lowest: a group is UNKNOWN only when all its queues are
+STATUSES = ("UNKNOWN", "OK", "WARN", "STALL", "REWIND")
 STATUS_RANK = {s: i for i, s in enumerate(STATUSES)}
 SEVERITIES = ("OK", "WARNING", "CRITICAL")
 LOST_KINDS = ("EXPIRED", "SKIPPED", "BROADCAST_DROPPED")
@@ -63,7 +64,7 @@ def offsets_by(ranges: pd.DataFrame, column: str) -> dict[str, int]:
 
 
 def worst_status(statuses: Iterable[str]) -> str:
-    """The most severe status of a group's queues (REWIND > STALL > WARN > OK)."""
+    """The most severe status of a group's queues (REWIND > STALL > WARN > OK > UNKNOWN)."""
     found = [s for s in statuses if s in STATUS_RANK]
     return max(found, key=STATUS_RANK.__getitem__) if found else "OK"
 

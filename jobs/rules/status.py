@@ -11,6 +11,8 @@ rules below are applied in this order, first match wins:
 3. :func:`is_stalled` -> ``STALL``, else :func:`is_lag_never_decreasing` -> ``WARN``;
 4. otherwise ``OK``.
 
+A key whose newest snapshot gives no bounds (spec §4.2 NO_CONSUME_QUEUE) is ``UNKNOWN`` at that snapshot.
+
 Each rule is a plain function of Python lists (oldest first), tested on lists; the Spark transform applies
 the very same functions per key with ``applyInPandas`` over the window's rows, so each rule has one definition.
 """
@@ -22,7 +24,7 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from jobs.rules.snapshots import QUEUE, SERIES_KEY, known, latest, message_at
+from jobs.rules.snapshots import QUEUE, SERIES_KEY, known, latest, message_at, newest
 from schemas import consumer_status as schema
 
 COLUMNS = schema.REPORT_COLUMNS
@@ -133,6 +135,13 @@ def consumer_status(series: DataFrame, messages: DataFrame, *, window: int = 10,
     out = s.select(*SERIES_KEY, "snapshot_ts", "committed_offset", "min_offset", "max_offset",
                    (hi - c).alias("lag"), (hi - F.greatest(c, lo)).alias("consumable_lag"),
                    time_lag.alias("time_lag_s")).join(window_status(series, window=window), on=SERIES_KEY, how="left")
+    # spec §4.2: a key whose newest snapshot gives no bounds is UNKNOWN at it, Min, Max and the lags null (its
+    # latest snapshot with bounds would judge the consumer by a stale offset)
+    unknown = newest(series).where(~F.col("bounds_known"))
+    nulls = [F.lit(None).cast("long").alias(c) for c in ("min_offset", "max_offset", "lag", "consumable_lag",
+                                                         "time_lag_s")]
+    out = out.join(unknown.select(*SERIES_KEY), on=SERIES_KEY, how="left_anti").unionByName(
+        unknown.select(*SERIES_KEY, "snapshot_ts", "committed_offset", *nulls, F.lit("UNKNOWN").alias("status")))
     if modes is not None:
         out = out.join(modes.withColumnRenamed("consume_mode", "_mode"), on=["cluster", "consumer_group", "topic"],
                        how="left")

@@ -25,6 +25,7 @@ from jobs.rules.snapshots import (
     known,
     latest,
     message_at,
+    newest,
     original_copies,
 )
 from jobs.formats.topics import is_system_topic_col
@@ -40,8 +41,10 @@ def _typed(df: DataFrame, kind: str) -> DataFrame:
 
 
 def backlog(series: DataFrame) -> DataFrame:
-    """``BACKLOG``: not consumed yet, still consumable; empty when ``C_S >= Max_S``."""
-    s = latest(series).select(*SERIES_KEY, F.greatest("committed_offset", "min_offset").alias("start_offset"),
+    """``BACKLOG``: not consumed yet, still consumable; empty when ``C_S >= Max_S``, and for a key whose newest
+    snapshot has no bounds (spec §4.2: an older snapshot's Max is not today's)."""
+    unknown = newest(series).where(~F.col("bounds_known")).select(*SERIES_KEY)
+    s = latest(series).join(unknown, on=SERIES_KEY, how="left_anti").select(*SERIES_KEY, F.greatest("committed_offset", "min_offset").alias("start_offset"),
                               (F.col("max_offset") - 1).alias("end_offset"))
     return _typed(interval_union(s, keys=SERIES_KEY), "BACKLOG")
 

@@ -92,7 +92,7 @@ def store_kinds(seed: int, n_brokers: int, topics: list[str]) -> list[StoreKind]
     """Every 5.x store type at random (spec §7 mixed), drawn from a generator of their own so the anomalies drawn
     are the same as without them: RocksDB v1 on one broker and v2 on another (from a random hour on: the JSON files
     stale after it; the other brokers JSON or either version), tiered storage on one broker (the tier holds every
-    offset), one compaction topic and one BatchCQ topic (more at random)."""
+    offset), one compaction topic and one BatchCQ topic (more at random), the consume queues of one broker in RocksDB."""
     import random
 
     rng = random.Random(seed * 1_000_003 + 35)
@@ -104,8 +104,10 @@ def store_kinds(seed: int, n_brokers: int, topics: list[str]) -> list[StoreKind]
     rng.shuffle(order)
     compaction = {order[0]} | {t for t in order[2:] if rng.random() < 0.1}
     batch = {order[1]} | {t for t in order[2:] if t not in compaction and rng.random() < 0.1}
-    return [StoreKind(rocksdb=v, since=T0_MS + rng.randrange(60, 300) * MINUTE, tiered=i == tiered,
-                      compaction_topics=set(compaction), batch_topics=set(batch)) for i, v in enumerate(rocksdb)]
+    kinds = [StoreKind(rocksdb=v, since=T0_MS + rng.randrange(60, 300) * MINUTE, tiered=i == tiered,
+                       compaction_topics=set(compaction), batch_topics=set(batch)) for i, v in enumerate(rocksdb)]
+    kinds[rng.randrange(n_brokers)].rocksdb_cq = True
+    return kinds
 
 
 def _group(w: World, g: str, topic: str, kind: str) -> None:

@@ -213,7 +213,7 @@ def orderly_blocked(out: str, seed: int, scale: int = 1) -> World:
 
 def store_types(out: str, seed: int, scale: int = 1) -> World:
     """5.x store types (spec §4.2, §7 store-types). broker-a keeps its config in RocksDB v1 from day 1 (its JSON
-    files frozen then) and has a compaction topic; broker-b keeps it in RocksDB v2, has tiered storage (the tier
+    files frozen then) and its consume queues in RocksDB, and has a compaction topic; broker-b keeps it in RocksDB v2, has tiered storage (the tier
     holds every offset) and a BatchCQ topic. Two groups go offline for longer than retention: on broker-a's plain
     topic that is EXPIRED and a BELOW_MIN correction, on its compaction topic nothing the files support, on
     broker-b nothing (the tier still serves them). A traced group consumes the BatchCQ topic; a producer's
@@ -223,7 +223,8 @@ def store_types(out: str, seed: int, scale: int = 1) -> World:
 
     w = World(out, seed, broker_cfg=BrokerConfig(segment_size=64 * 1024, cq_entries_per_file=1000))
     since = T0_MS + 1 * DAY
-    a = w.add_broker("broker-a", StoreKind(rocksdb="v1", since=since, compaction_topics={"TopicCompact"}))
+    a = w.add_broker("broker-a", StoreKind(rocksdb="v1", since=since, compaction_topics={"TopicCompact"},
+                                           rocksdb_cq=True))
     w.add_broker("broker-b", StoreKind(rocksdb="v2", since=since + 12 * HOUR, tiered=True, tier_min=0,
                                        batch_topics={"TopicBatch"}))
     for topic in (TOPIC, "TopicCompact", "TopicBatch"):

@@ -107,9 +107,14 @@ class SnapshotWriter:
             self._put(os.path.join(root, "commitlog", f"{start:020d}"), lambda seg=cl.segments[start]: bytes(seg), key,
                       size=cl.segment_size)
         bounds = {}
+        in_rocksdb = []
         for (topic, qid), cq in sorted(b.cqs.items()):
             files = cq.file_numbers()
             per_file = cq.file_bytes // 20
+            bounds[(topic, qid)] = (cq.min_offset, cq.max_offset)
+            if store.rocksdb_cq and topic not in store.batch_topics:
+                in_rocksdb.append(cq)
+                continue
             for f in files:
                 key = ("cq", b.cluster, b.name, topic, qid, f) if f < files[-1] else None
                 if topic in store.batch_topics:  # queue.type=BatchCQ: the batch consume queue instead
@@ -118,7 +123,9 @@ class SnapshotWriter:
                     continue
                 self._put(os.path.join(root, "consumequeue", topic, str(qid), f"{f * cq.file_bytes:020d}"),
                           lambda cq=cq, f=f: cq.file(f), key, size=cq.file_bytes)
-            bounds[(topic, qid)] = (cq.min_offset, cq.max_offset)
+        if in_rocksdb:  # storeType=defaultRocksDB: the consume queue is a RocksDB database
+            stores.write_rocksdb_cq(os.path.join(root, "consumequeue"), in_rocksdb)
+            self.files_written += 1
         if store.tiered:  # the tier serves every offset from tier_min: Min = min(local, tier)
             self._put(os.path.join(cfg, "tieredStoreMetadata.json"),
                       stores.tier_metadata(b.name, bounds, store.tier_min, t))

@@ -8,7 +8,10 @@ snapshot's files show, written with the broker's own layouts.
   from ``tier_min``): Min = min(local Min, tier);
 * ``batch_topics``: ``queue.type=BatchCQ``: ``store/batchconsumequeue/<topic>/<qid>/`` instead of ``consumequeue``
   (one unit per message, as ``DispatchRequest`` defaults it: msgBaseOffset = its offset, batchSize 1);
-* ``compaction_topics``: ``cleanup.policy=COMPACTION`` in the topic's attributes.
+* ``compaction_topics``: ``cleanup.policy=COMPACTION`` in the topic's attributes;
+* ``rocksdb_cq``: ``storeType=defaultRocksDB``: ``store/consumequeue/`` is a RocksDB database (jobs.formats.rocksdb_cq)
+  holding the retained units and each queue's ``max`` record; the ``min`` record the broker writes only when asked,
+  so the reader corrects Min from the units as the broker does.
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ class StoreKind:
     tier_min: int = 0
     batch_topics: set[str] = field(default_factory=set)
     compaction_topics: set[str] = field(default_factory=set)
+    rocksdb_cq: bool = False  # storeType=defaultRocksDB: store/consumequeue/ is a RocksDB database
 
     def features(self, broker: str) -> dict[tuple[str, str, str], str]:
         """(broker, topic, reason) -> detail of the coverage rows this broker gives (spec §4.2)."""
@@ -120,3 +124,24 @@ def write_rocksdb(config_dir: str, kind: str, offsets: dict[str, dict[int, int]]
     records.update({_v2_key(4, n): b"\x01" + json.dumps(c).encode() for n, c in groups.items()})
     records[b"\x01\x00\x01\x01data_version"] = struct.pack(">qqq", 1, now, 7)
     _db(os.path.join(config_dir, "rdb"), records)
+
+
+def write_rocksdb_cq(path: str, queues: list[Any]) -> None:
+    """The broker's RocksDB consume queue at a snapshot: the retained units of ``queues`` (simulated ConsumeQueues)
+    and their ``max`` records (jobs.formats.rocksdb_cq.write_db)."""
+    from jobs.formats import rocksdb_cq
+
+    if os.path.exists(path):
+        shutil.rmtree(path)
+    units: dict[tuple[str, int], list[tuple[int, int, int, int, int]]] = {}
+    bounds: dict[tuple[str, int], tuple[Any, ...]] = {}
+    for cq in queues:
+        first = cq.first_file * cq.per_file
+        units[(cq.topic, cq.queue_id)] = [(i, int(cq.phys[i]), int(cq.size[i]), int(cq.tags[i]), 0)
+                                          for i in range(first, cq.max_offset)]
+        bounds[(cq.topic, cq.queue_id)] = (None, cq.max_offset)
+    rocksdb_cq.write_db(path, units, bounds)
+    try:
+        os.unlink(os.path.join(path, "rocksdict-config.json"))
+    except FileNotFoundError:
+        pass

@@ -255,7 +255,19 @@ class Truth:
 
     def consumer_status(self) -> list[dict[str, Any]]:
         out = []
+        known = {(s.group, s.client_id, s.topic, s.broker, s.qid): s.points[-1][0] for s in self.series}
+        unknown = set()
+        for s in self.commit_series:  # spec §4.2: no bounds at the newest snapshot: UNKNOWN there
+            ts, c = s.commits[-1]
+            key = (s.group, s.client_id, s.topic, s.broker, s.qid)
+            if known.get(key) != ts:
+                unknown.add(key)
+                out.append(self._row(s, snapshot_ts=iso_ms(ts), committed_offset=c, min_offset=None, max_offset=None,
+                                     lag=None, consumable_lag=None, time_lag_s=None, status="UNKNOWN",
+                                     consume_mode=self.mode(s.group, s.topic), inflight=0))
         for s in self.series:
+            if (s.group, s.client_id, s.topic, s.broker, s.qid) in unknown:
+                continue
             ts, c, lo, hi = s.points[-1]
             msg = self.at.get((s.broker, s.topic, s.qid, c))
             time_lag = (ts - msg.store_ts) // 1000 if (c < hi and msg is not None) else 0
@@ -295,9 +307,11 @@ class Truth:
                 if d.success is False:  # at every original copy of the key (rule 16), as TRACE duplicates
                     for m in self.originals.get(d.uniq, []):
                         dropped[(g, d.client_id, m.topic, m.broker, m.queue_id)].add(m.queue_offset)
+        newest = {(s.group, s.client_id, s.topic, s.broker, s.qid): s.commits[-1][0] for s in self.commit_series}
         for s in self.series:
-            _, c, lo, hi = s.points[-1]
-            if max(c, lo) <= hi - 1:
+            ts, c, lo, hi = s.points[-1]
+            # spec §4.2: no BACKLOG for a key whose newest snapshot has no bounds
+            if max(c, lo) <= hi - 1 and ts == newest[(s.group, s.client_id, s.topic, s.broker, s.qid)]:
                 out.append(self._range(s, max(c, lo), hi - 1, kind="BACKLOG"))
             expired = set()
             for _, cs, mins, _ in s.points:

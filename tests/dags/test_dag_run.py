@@ -98,7 +98,7 @@ def test_snapshot_dag_ingests_and_validates(tmp_path: pathlib.Path, airflow_db: 
 
     kept = _delta.read_pandas(lake, validation_results.TABLE)
     assert (sorted(set(kept["validation_id"])), len(kept), int(kept["success"].sum()),
-            len(_delta.history(lake, validation_results.TABLE))) == ([ledger.last_ingest(lake)["run_id"]], 48, 48, 1)
+            len(_delta.history(lake, validation_results.TABLE))) == ([ledger.last_ingest(lake)["run_id"]], 50, 50, 1)
 
 
 @pytest.mark.integration

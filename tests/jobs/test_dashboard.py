@@ -175,8 +175,8 @@ def test_run_trends_counts_per_run_oldest_first() -> None:
     st = _frame(["run_id", "status"], [("r1", "OK"), ("r1", "STALL"), ("r2", "OK"), ("r2", "OK")])
     out = d.run_trends(runs, dup, unc, q, st)
     assert [tuple(r) for r in out.itertuples(index=False, name=None)] == [
-        ("r1", T0, 0, 5, 0, 5, 0, 0, 1, 1, 0, 1, 0),
-        ("r2", T1, 15, 15, 10, 5, 0, 0, 2, 2, 0, 0, 0),
+        ("r1", T0, 0, 5, 0, 5, 0, 0, 1, 0, 1, 0, 1, 0),
+        ("r2", T1, 15, 15, 10, 5, 0, 0, 2, 0, 2, 0, 0, 0),
     ]
 
 

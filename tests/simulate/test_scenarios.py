@@ -332,5 +332,7 @@ def test_store_types_truth_judges_each_store_by_what_its_files_support(landing) 
     assert sorted(p.name for p in (last / "batchconsumequeue" / "TopicBatch").iterdir()) == ["0", "1"]
     assert not (last / "consumequeue" / "TopicBatch").exists()
     assert (last / "config" / "rdb" / "CURRENT").exists() and (last / "config" / "tieredStoreMetadata.json").exists()
+    a = out / "cluster=DefaultCluster" / "broker=broker-a" / "snapshot_ts=20260110T000000Z" / "store"
+    assert (a / "consumequeue" / "CURRENT").exists() and not (a / "consumequeue" / T).exists()
     first = out / "cluster=DefaultCluster" / "broker=broker-a" / "snapshot_ts=20260105T120000Z" / "store" / "config"
     assert not (first / "consumerOffsets").exists()
