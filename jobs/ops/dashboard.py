@@ -60,6 +60,7 @@ from jobs.reconcile.verdict import (  # noqa: F401 - the vocabulary every output
 from schemas import (
     audit_hours,
     consumer_status,
+    coverage,
     dlq_candidates,
     duplicated_ranges,
     offset_corrections,
@@ -79,7 +80,7 @@ CURRENT_TABLES = {
     "consumer_status": consumer_status.TABLE, "duplicated_ranges": duplicated_ranges.TABLE,
     "unconsumed_ranges": unconsumed_ranges.TABLE, "dlq_candidates": dlq_candidates.TABLE,
     "offset_corrections": offset_corrections.TABLE, "status_samples": status_samples.TABLE,
-    "audit_hours": audit_hours.TABLE,
+    "audit_hours": audit_hours.TABLE, "coverage": coverage.TABLE,
 }
 NO_VALIDATION = "no validation results yet"
 
@@ -504,7 +505,22 @@ padding:6px 12px}.note{background:#fff4e5;border:1px solid #e0a800;padding:6px 1
 color:#e8e8e8;padding:8px 12px;overflow-x:auto;font-size:12px;user-select:all}.todo li{margin:4px 0}"""
 
 _PAGES = [("index.html", "Overview"), ("runs.html", "Runs"), ("audit.html", "Audit"),
-          ("trends.html", "Trends over runs"), ("quality.html", "Data quality")]
+          ("trends.html", "Trends over runs"), ("quality.html", "Data quality"), ("coverage.html", "Not checked")]
+
+# spec §4.2: what each coverage reason means for the reports (gold/coverage, jobs.rules.coverage)
+COVERAGE_MEANS = {
+    "NO_CONSUME_QUEUE": "the newest snapshot has no consume queue data for the queue: Min and Max unknown, status "
+                        "UNKNOWN; no BACKLOG, correction or lag for it",
+    "COMPACTION_TOPIC": "a compaction topic: offsets below Min are still served and compaction leaves gaps; no "
+                        "EXPIRED, SKIPPED or BELOW_MIN is reported for it",
+    "TIERED": "tiered storage: Min is the tier's when lower (offsets below the local Min are still served)",
+    "BATCH_CQ": "a BatchCQ topic: bounds from the batch consume queue; the inner messages of a batch are not read, "
+                "so trace findings cover only each batch's first offset",
+    "STALE_JSON_IGNORED": "the broker keeps its config in RocksDB: the JSON files beside it are stale and not read",
+    "NO_TRACE": "no delivery in the trace topic: offsets only (no TRACE duplicates, SKIPPED, RETRYING or "
+                "BLOCKING_COMMIT can be found)",
+}
+COVERAGE_SHOWN = ["reason", "cluster", "broker", "topic", "consumer_group", "queue_id", "detail"]
 
 
 def _esc(v: Any) -> str:
@@ -898,6 +914,11 @@ def render(data: dict[str, Any]) -> dict[str, str]:
     body.append(site.table(overview, OVERVIEW_SHOWN, name="overview",
                            link=lambda r: f"groups/{group_slug(r['cluster'], r['consumer_group'])}.html",
                            max_rows=max(MAX_ROWS, len(overview))))
+    cov = cur.get("coverage")
+    if cov is not None and len(cov):
+        body.append(f"<p data-field='not-checked'><a href='coverage.html'>{len(cov):,} things this run could not "
+                    "check</a> (store types, queues without bounds, groups without traces): their findings are left "
+                    "out, not guessed.</p>")
     files_list = [f for f in _run_files(run) if f != "_SUCCESS"]
     body.append("<h2>This run's files</h2><ul>" + "".join(
         f"<li><a href='{_href(report_path + f)}'>{_esc(f)}</a></li>" for f in files_list) + "</ul>")
@@ -923,6 +944,10 @@ def render(data: dict[str, Any]) -> dict[str, str]:
     # quality
     site.files["quality.html"] = _page("Data quality", run, _quality_body(site, data["validation"]), note=note)
 
+    # what the run could not check (spec §4.2)
+    site.files["coverage.html"] = _page("What this run could not check", run, _coverage_body(site, cur.get("coverage")),
+                                        note=note)
+
     # groups
     seen = {"dup": dup_seen, "unc": unc_seen, "queues": queue_since}
     for r in overview.to_dict("records"):
@@ -931,6 +956,23 @@ def render(data: dict[str, Any]) -> dict[str, str]:
                                                   _group_body(site, r, cur, rows, slug, seen, report_path),
                                                   depth=1, note=note)
     return site.files
+
+
+def _coverage_body(site: Site, rows: pd.DataFrame | None) -> list[str]:
+    """gold/coverage of the run: per reason what it means and where (spec §4.2)."""
+    if rows is None or not len(rows):
+        return ["<p data-field='coverage-none'>Every queue, topic and group of this run was checked by the rules as "
+                "written (a 4.x store, traced groups).</p>"]
+    counts = rows.groupby("reason").size()
+    body = ["<p class='muted'>Where the files cannot support a finding the report says so here instead of guessing: "
+            "the findings named are left out, the rest is reported as usual.</p>",
+            "<table data-table='coverage-reasons'><tr><th>reason</th><th>rows</th><th>what it means</th></tr>"
+            + "".join(f"<tr><td>{_esc(r)}</td><td>{int(n)}</td><td>{_esc(COVERAGE_MEANS.get(str(r), ''))}</td></tr>"
+                      for r, n in counts.items()) + "</table>"]
+    shown = rows.assign(queue_id=rows["queue_id"].map(lambda v: "" if pd.isna(v) else int(v)))
+    shown = shown.sort_values(["reason", "cluster", "broker", "topic", "consumer_group"], kind="mergesort")
+    body.append(site.table(shown, COVERAGE_SHOWN, name="coverage", max_rows=max(MAX_ROWS, len(shown))))
+    return body
 
 
 def _not_current_note(run: dict[str, Any], current_id: str | None, runs: pd.DataFrame) -> str:

@@ -453,3 +453,19 @@ def test_legends_sit_beside_or_below_the_axes_never_over_the_data() -> None:
 
     for fig in figs:
         plt.close(fig)
+
+
+def test_the_coverage_page_says_what_the_run_could_not_check(tmp_path) -> None:  # noqa: ANN001
+    """Issue 35: a page "what this run could not check", each reason with its meaning and its rows; the overview
+    links to it; a run with none says every queue was checked."""
+    rows = _frame(["cluster", "broker", "topic", "consumer_group", "client_id", "queue_id", "reason", "detail"], [
+        ("C", "", "", "G", "", None, "NO_TRACE", "no delivery"),
+        ("C", "broker-a", "T", "", "", None, "COMPACTION_TOPIC", "cleanup.policy=COMPACTION"),
+        ("C", "broker-a", "T", "", "", 3, "NO_CONSUME_QUEUE", "snapshot x")])
+    site = d.Site()
+    page = "".join(d._coverage_body(site, rows))
+    assert page.count("<tr>") == 4 + 4  # the reasons' table (header + 3) and the rows' (header + 3)
+    assert "no EXPIRED, SKIPPED or BELOW_MIN is reported for it" in page and ">3<" in page
+    assert "<a href" not in page.split("data-table='coverage'")[0]
+    none = "".join(d._coverage_body(site, rows.iloc[0:0]))
+    assert "data-field='coverage-none'" in none
