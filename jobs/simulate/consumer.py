@@ -461,6 +461,20 @@ class PushConsumer(Client):
             self.busy += 1
             self._consume(pq, msg)
 
+    def _trace_before(self, now: int, request_id: str, msg: Stored, retry_times: int) -> None:
+        """The SubBefore record of a delivery (``ConsumeMessageTraceHookImpl.consumeMessageBefore``)."""
+        if self.tracer:
+            self.tracer.add({"type": "SubBefore", "timestamp_ms": now, "region_id": REGION, "group": self.group,
+                             "request_id": request_id, "msg_id": msg.uniq, "retry_times": retry_times,
+                             "keys": msg.keys})
+
+    def _trace_after(self, start: int, end: int, request_id: str, msg: Stored, ok: bool) -> None:
+        """Its SubAfter record (``consumeMessageAfter``): context code 0 success, 4 failure."""
+        if self.tracer:
+            self.tracer.add({"type": "SubAfter", "request_id": request_id, "msg_id": msg.uniq,
+                             "cost_time_ms": end - start, "success": ok, "keys": msg.keys,
+                             "context_code": 0 if ok else 4, "timestamp_ms": end, "group": self.group})
+
     def _consume(self, pq: ProcessQueue, msg: Stored) -> None:
         now = self.loop.now
         pq.started[msg.queue_offset] = now
@@ -468,10 +482,7 @@ class PushConsumer(Client):
         request_id = self.uniq.next(now)
         d = Delivery(self.group, "" if not self.broadcast else self.client_id, self.ip, pq.mq, msg, now)
         self.deliveries.append(d)
-        if self.tracer:
-            self.tracer.add({"type": "SubBefore", "timestamp_ms": now, "region_id": REGION, "group": self.group,
-                             "request_id": request_id, "msg_id": msg.uniq, "retry_times": msg.reconsume,
-                             "keys": msg.keys})
+        self._trace_before(now, request_id, msg, msg.reconsume)
         if outcome == "hang":
             return  # the thread never returns
 
@@ -481,10 +492,7 @@ class PushConsumer(Client):
             end = self.loop.now
             ok = outcome == "ok"
             d.end, d.success = end, ok
-            if self.tracer:
-                self.tracer.add({"type": "SubAfter", "request_id": request_id, "msg_id": msg.uniq,
-                                 "cost_time_ms": end - now, "success": ok, "keys": msg.keys,
-                                 "context_code": 0 if ok else 4, "timestamp_ms": end, "group": self.group})
+            self._trace_after(now, end, request_id, msg, ok)
             if not ok and not self.broadcast and not pq.dropped:
                 self._broker(pq.mq).send_back(msg, self.group)
             off = pq.remove(msg, end)
@@ -538,10 +546,7 @@ class OrderlyPushConsumer(PushConsumer):
         request_id = self.uniq.next(now)
         d = Delivery(self.group, "", self.ip, pq.mq, msg, now)
         self.deliveries.append(d)
-        if self.tracer:
-            self.tracer.add({"type": "SubBefore", "timestamp_ms": now, "region_id": REGION, "group": self.group,
-                             "request_id": request_id, "msg_id": msg.uniq, "retry_times": times,
-                             "keys": msg.keys})
+        self._trace_before(now, request_id, msg, times)
         if outcome == "hang":
             return  # the queue's consume thread never returns: the queue is blocked
 
@@ -551,10 +556,7 @@ class OrderlyPushConsumer(PushConsumer):
             end = self.loop.now
             ok = outcome == "ok"
             d.end, d.success = end, ok
-            if self.tracer:
-                self.tracer.add({"type": "SubAfter", "request_id": request_id, "msg_id": msg.uniq,
-                                 "cost_time_ms": end - now, "success": ok, "keys": msg.keys,
-                                 "context_code": 0 if ok else 4, "timestamp_ms": end, "group": self.group})
+            self._trace_after(now, end, request_id, msg, ok)
             if pq.dropped:
                 self.consuming.discard(id(pq))
                 return
