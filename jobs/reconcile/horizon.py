@@ -620,19 +620,19 @@ def series_of(series: Any, groups: Any) -> Any:
 
 def reports_from(spark: Any, series: Any, dels: Any, msgs: dict[str, Any], subscription_groups: Any, *,
                  as_of: dt.datetime, window: int, dlq_warn_retries: int, blocking_min_age_s: int,
-                 falls: Any, commits: Any, evidence: Any, expired_before: Any = None,
+                 falls: Any, commits: Any, evidence: Any, fifo: Any, expired_before: Any = None,
                  earlier_first: Any = None) -> dict[str, Any]:
     """The five reports (Spark frames) from the frames a horizon run reads (messages by use: ``recent`` for the
     reports that read records one by one, ``positions`` for those at a committed offset, ``dlq`` for IN_DLQ; the
     offsets as jobs.reconcile.offset_state carries them: ``falls`` every decrease, ``commits`` the snapshots since
     the first of ``dels``, ``expired_before`` the previous run's EXPIRED rows; ``evidence`` the local redeliveries,
-    jobs.rules.modes)."""
+    jobs.rules.modes; ``fifo`` the groups with the FIFO flag, :func:`jobs.rules.modes.fifo_groups`, built once a
+    run)."""
     from jobs.rules import corrections, dlq, duplicates, modes, replay, status, unconsumed
     from jobs.rules.snapshots import deliveries_in_window
 
     dw = deliveries_in_window(dels, series, as_of=as_of)
     rmax = dlq.retry_max_times(subscription_groups, as_of=as_of)
-    fifo = modes.fifo_groups(subscription_groups, as_of=as_of)
     orderly = modes.orderly_pairs(series, evidence, fifo)
     recent = msgs["recent"]
     return {
@@ -784,7 +784,8 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
     evidence = _spark.materialize(spark, _mode_rows(spark, previous["horizon"]["local_redelivery"]).unionByName(
         modes.local_redeliveries(snapshots.deliveries_in_window(parts["recent_d"], series, as_of=as_of),
                                  parts["recent_m"])).distinct(), f"{tmp}/evidence")
-    orderly_now = modes.orderly_pairs(series, evidence, modes.fifo_groups(frames["subscription_groups"], as_of=as_of))
+    fifo = _spark.materialize(spark, modes.fifo_groups(frames["subscription_groups"], as_of=as_of), f"{tmp}/fifo")
+    orderly_now = modes.orderly_pairs(series, evidence, fifo)
     changed = {(c, g) for c, g, _ in {tuple(r) for r in _pairs(orderly_now)}
                ^ {tuple(r) for r in previous["horizon"]["orderly"]}}
     more = [*more, *[(c, g, "its consume mode changed since the previous run") for c, g in sorted(changed)]]
@@ -811,7 +812,7 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
     out = reports_from(spark, series, dels, msgs, frames["subscription_groups"], as_of=as_of, window=window,
                        dlq_warn_retries=dlq_warn_retries, blocking_min_age_s=blocking_min_age_s, falls=falls,
                        commits=commits_since_first(frames["consumer_offsets"], dels, as_of=as_of),
-                       evidence=evidence, expired_before=expired_before,
+                       evidence=evidence, fifo=fifo, expired_before=expired_before,
                        earlier_first=_only(first_old, full_groups, keep=False))
     pdfs = {n: naive_utc(_only(df, full_groups, keep=False).select(*reconcile.REPORT_MODULES[n].REPORT_COLUMNS)
                          .toPandas()) for n, df in out.items() if not n.startswith("_")}
@@ -843,7 +844,7 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
                             dlq_warn_retries=dlq_warn_retries, blocking_min_age_s=blocking_min_age_s, falls=falls,
                             commits=commits_since_first(_only(frames["consumer_offsets"], full_groups, keep=True),
                                                         dw_full, as_of=as_of),
-                            evidence=ev_full, expired_before=expired_before)
+                            evidence=ev_full, fifo=fifo, expired_before=expired_before)
         for n in pdfs:
             extra = naive_utc(_only(full[n], full_groups, keep=True)
                               .select(*reconcile.REPORT_MODULES[n].REPORT_COLUMNS).toPandas())
@@ -868,7 +869,6 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
         read["retry_chains"] = len(chains)
     audit_rows, audit_info = audit_frame(spark, lake, frames, series, as_of=as_of, previous=previous, tmp=tmp,
                                          then=offsets.tail_before if offsets is not None else None)
-    fifo = modes.fifo_groups(frames["subscription_groups"], as_of=as_of)
     traced = _traced_rows(spark, previous["horizon"]["traced"]).unionByName(
         snapshots.deliveries_as_of(parts["recent_d"], as_of=as_of).select("cluster", "consumer_group"))
     mode_state = reconcile.mode_state(evidence, modes.orderly_pairs(series, evidence, fifo), traced)
