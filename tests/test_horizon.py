@@ -17,7 +17,8 @@ import pytest
 
 from exactness import compare
 
-REPORTS = ["duplicated_ranges", "unconsumed_ranges", "offset_corrections", "dlq_candidates", "consumer_status"]
+REPORTS = ["duplicated_ranges", "unconsumed_ranges", "offset_corrections", "dlq_candidates", "consumer_status",
+           "coverage"]
 
 
 @pytest.fixture(scope="module")
