@@ -12,5 +12,6 @@ TABLE = store_features.TABLE
 def suite() -> Any:
     import great_expectations.expectations as gxe
 
-    return make_suite(TABLE, [one_of("feature", ["COMPACTION_TOPIC", "BATCH_CQ", "TIERED", "STALE_JSON_IGNORED"]),
+    return make_suite(TABLE, [one_of("feature", ["COMPACTION_TOPIC", "BATCH_CQ", "TIERED", "STALE_JSON_IGNORED",
+                                                          "STATIC_TOPIC", "DLEDGER", "LMQ"]),
                               gxe.ExpectColumnValuesToNotBeNull(column="detail")])

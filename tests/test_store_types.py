@@ -193,3 +193,25 @@ def test_a_rocksdb_consume_queue_that_cannot_be_opened_gives_unknown_bounds_and_
                         ("TopicTest", "0"), ("TopicTest", "1")]
     assert [r["kind"] for r in _rows(damaged, "unconsumed_ranges.csv") if r["broker"] == "broker-a"] == [
         "EXPIRED", "EXPIRED"]
+
+
+def test_static_topics_dledger_and_lmq_are_listed_as_not_checked(expired: pathlib.Path) -> None:
+    """Spec §4.2 STATIC_TOPIC, DLEDGER, LMQ: listed per broker (a static topic per topic), checked only as far as
+    the files allow: the reports are the clean run's."""
+    clean = _run(expired / "clean", expired, "clean")
+    landing = expired / "listed"
+    shutil.copytree(expired / "clean", landing)
+    last = sorted((landing / "cluster=DefaultCluster" / "broker=broker-a").iterdir())[-1] / "store"
+    (last / "config" / "topicQueueMapping.json").write_text(fastjson.dumps({
+        "dataVersion": {"counter": 1, "timestamp": 1767571200000},
+        "topicQueueMappingDetailMap": {"TopicStatic": {"topic": "TopicStatic", "scope": "__global__", "epoch": 1,
+                                                       "totalQueues": 2, "bname": "broker-a"}}}))
+    (last / "config" / "lmqConsumerOffset.json").write_text('{"lmqOffsetTable":{}}')
+    (last / "dledger-n0" / "data").mkdir(parents=True)
+    (last / "dledger-n0" / "data" / "00000000000000000000").write_bytes(b"\0" * 64)
+    listed = _run(landing, expired, "listed")
+    for name in ("unconsumed_ranges.csv", "offset_corrections.csv", "consumer_status.csv"):
+        assert _rows(listed, name) == _rows(clean, name), name
+    assert [(r["broker"], r["topic"], r["reason"]) for r in _rows(listed, "coverage.csv")] == [
+        ("", "", "NO_TRACE"), ("", "", "NO_TRACE"), ("broker-a", "", "DLEDGER"), ("broker-a", "", "LMQ"),
+        ("broker-a", "TopicStatic", "STATIC_TOPIC")]

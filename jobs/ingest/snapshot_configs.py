@@ -6,7 +6,7 @@ import datetime as dt
 import hashlib
 from typing import Any, Callable
 
-from jobs.formats import configs
+from jobs.formats import configs, names
 from jobs.ingest import landing
 from jobs.ingest.extracted import Extracted
 from jobs.ingest.landing import LandingFile, Snapshot
@@ -122,11 +122,44 @@ def add_store_features(snap: Snapshot, out: Extracted, base: dict[str, Any], top
     if snap.of_kind("tiered"):
         found[("", "TIERED")] = ("config/tieredStoreMetadata.json: offsets below the local Min are served from the "
                                  "tier; Min = min(local Min, the tier's minOffset)")
+    for topic, detail in _static_topics(snap, out):
+        found[(topic, "STATIC_TOPIC")] = detail
+    rels = [f.rel for f in snap.files]
+    if any(r.startswith("store/dledger-") for r in rels):
+        found[("", "DLEDGER")] = ("store/dledger-*/: a DLedger commitlog (entries with a 48-byte header), not read: "
+                                  "offsets only for this broker")
+    if "store/config/lmqConsumerOffset.json" in rels or any(
+            f.kind == "consumequeue" and (f.topic or "").startswith("%LMQ%") for f in snap.files):
+        found[("", "LMQ")] = ("light message queues (%LMQ% topics, lmqConsumerOffset.json): bounds as the files give "
+                              "them; the message at an LMQ offset is not known")
     if stale:
         found[("", "STALE_JSON_IGNORED")] = (", ".join(sorted(set(stale))) + ": the broker keeps these in RocksDB "
                                              "(store/config); the JSON beside it is stale and was not read")
     for (topic, feature), detail in sorted(found.items()):
         out.add(store_features.NAME, {**base, "topic": topic, "feature": feature, "detail": detail})
+
+
+STATIC_MAPPING = "store/config/topicQueueMapping.json"
+
+
+def _static_topics(snap: Snapshot, out: Extracted) -> list[tuple[str, str]]:
+    """(topic, detail) of the static topics (RIP-21) a broker's ``config/topicQueueMapping.json`` maps
+    (``TopicQueueMappingManager``: ``topicQueueMappingDetailMap{topic: ...}``); ("", detail) when the file cannot be
+    read: its clients see logical queues on ``__syslo__`` brokers, so a broadcast client's offsets are not mapped."""
+    f = next((f for f in snap.files if f.rel == STATIC_MAPPING), None)
+    if f is None:
+        return []
+    detail = ("static topic (config/topicQueueMapping.json): the broker's offsets are physical, its clients' logical; "
+              "checked from the broker's offsets only")
+    try:
+        from jobs.formats import fastjson
+
+        doc = fastjson.loads((storage.read_bytes(f.uri) or b"").decode("utf-8"), source_path=f.path)
+        table = doc.get("topicQueueMappingDetailMap") if isinstance(doc, dict) else None
+        topics = sorted(str(t) for t in table) if isinstance(table, dict) else []
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError, TypeError):
+        return [("", detail + " (the file cannot be read: which topics is unknown)")]
+    return [(t, detail) for t in topics if not names.topic_problem(t)] or [("", detail)]
 
 
 def _rocksdb_configs(snap: Snapshot, read: Callable[[str], bytes | None], out: Extracted,

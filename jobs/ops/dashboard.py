@@ -517,6 +517,10 @@ COVERAGE_MEANS = {
     "BATCH_CQ": "a BatchCQ topic: bounds from the batch consume queue; the inner messages of a batch are not read, "
                 "so trace findings cover only each batch's first offset",
     "STALE_JSON_IGNORED": "the broker keeps its config in RocksDB: the JSON files beside it are stale and not read",
+    "STATIC_TOPIC": "a static topic: clients see logical queues, the broker physical ones; checked from the broker's "
+                    "offsets only",
+    "DLEDGER": "a DLedger commitlog: not decoded, the broker's groups are checked from their offsets only",
+    "LMQ": "light message queues: bounds as the files give them, the message at an LMQ offset unknown",
     "NO_TRACE": "no delivery in the trace topic: offsets only (no TRACE duplicates, SKIPPED, RETRYING or "
                 "BLOCKING_COMMIT can be found)",
 }
