@@ -19,12 +19,20 @@ def _rows(folder: pathlib.Path, name: str) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+_RUNS: dict[tuple[str, str], pathlib.Path] = {}
+
+
 def _run(landing: pathlib.Path, root: pathlib.Path, name: str) -> pathlib.Path:
+    """ingest + reconcile of ``landing`` into ``root``/lake_<name>, once per module (the clean run is shared)."""
     from jobs.ingest import ingest
     from jobs.reconcile import reconcile
 
-    ingest.run(str(landing), str(root / f"lake_{name}"))
-    return pathlib.Path(reconcile.run(str(root / f"lake_{name}"), str(root / f"reports_{name}"))["report_dir"])
+    key = (str(landing), name)
+    if key not in _RUNS:
+        ingest.run(str(landing), str(root / f"lake_{name}"))
+        summary = reconcile.run(str(root / f"lake_{name}"), str(root / f"reports_{name}"))
+        _RUNS[key] = pathlib.Path(summary["report_dir"])
+    return _RUNS[key]
 
 
 @pytest.fixture(scope="module")
