@@ -95,7 +95,9 @@ def test_a_compaction_topic_has_no_expired_skipped_or_below_min_and_a_coverage_r
     assert _rows(compacted, "offset_corrections.csv") == []
     kinds = lambda folder: [(r["consumer_group"], r["queue_id"], r["start_offset"], r["end_offset"], r["kind"])  # noqa: E731
                             for r in _rows(folder, "unconsumed_ranges.csv")]
-    assert [k for k in kinds(clean) if k[-1] == "EXPIRED"] != []
+    assert [k for k in kinds(clean) if k[-1] in ("EXPIRED", "SKIPPED")] == [
+        ("GID_back", "0", "90", "339", "EXPIRED"), ("GID_back", "1", "90", "338", "EXPIRED"),
+        ("GID_gone", "0", "90", "2530", "EXPIRED"), ("GID_gone", "1", "90", "2530", "EXPIRED")]
     assert kinds(compacted) == [k for k in kinds(clean) if k[-1] not in ("EXPIRED", "SKIPPED")]
     coverage = [(r["broker"], r["topic"], r["consumer_group"], r["queue_id"], r["reason"])
                 for r in _rows(compacted, "coverage.csv")]
@@ -223,3 +225,50 @@ def test_static_topics_dledger_and_lmq_are_listed_as_not_checked(expired: pathli
     assert [(r["broker"], r["topic"], r["reason"]) for r in _rows(listed, "coverage.csv")] == [
         ("", "", "NO_TRACE"), ("", "", "NO_TRACE"), ("broker-a", "", "DLEDGER"), ("broker-a", "", "LMQ"),
         ("broker-a", "TopicStatic", "STATIC_TOPIC")]
+
+
+def _as_rocksdb_offsets(root: pathlib.Path, name: str) -> pathlib.Path:
+    """The clean landing zone with broker-a's consumerOffset.json moved into a RocksDB v1 config
+    (``store/config/consumerOffsets/``, rocketmq5.md §1.2) at every snapshot, the JSON files removed."""
+    from jobs.simulate import stores
+
+    landing = root / name
+    shutil.copytree(root / "clean", landing)
+    for snap in (landing / "cluster=DefaultCluster" / "broker=broker-a").iterdir():
+        config = snap / "store" / "config"
+        path = config / "consumerOffset.json"
+        if not path.exists():
+            continue
+        table = fastjson.loads(path.read_text())["offsetTable"]
+        stores.write_rocksdb(str(config), "v1", {k: {int(q): int(o) for q, o in v.items()} for k, v in table.items()},
+                             {}, {}, now=1767571200000)
+        for p in config.glob("consumerOffset.json*"):
+            p.unlink()
+    return landing
+
+
+def test_a_rocksdb_broker_gets_the_same_corrections_as_a_script_and_no_consumer_offset_file(
+        expired: pathlib.Path) -> None:
+    """A broker with a RocksDB config never reads consumerOffset.json: a corrected one would be a fix that does
+    nothing (it was a 4.x-style file holding only the corrections, in the engine's row order). The mqadmin lines stay;
+    summary.json and index.html say why the file is missing."""
+    import json
+
+    from jobs.reconcile import reconcile
+
+    clean = _run(expired / "clean", expired, "clean")
+    rocks = _run(_as_rocksdb_offsets(expired, "rocks_offsets"), expired, "rocks_offsets")
+    assert _rows(rocks, "offset_corrections.csv") == _rows(clean, "offset_corrections.csv")
+    assert sorted(p.relative_to(clean / "corrected").as_posix() for p in (clean / "corrected").rglob("*")) == [
+        "DefaultCluster", "DefaultCluster/broker-a", "DefaultCluster/broker-a/consumerOffset.json"]
+    assert not (rocks / "corrected").exists()
+    resets = lambda folder: [x for x in (folder / "offset_corrections.sh").read_text().splitlines()  # noqa: E731
+                             if x.startswith("mqadmin resetOffsetByTime")]
+    assert len(resets(rocks)) == 2 and resets(rocks) == resets(clean)
+    summary = json.loads((rocks / "summary.json").read_text())
+    assert summary["corrected_files_not_written"] == [
+        {"cluster": "DefaultCluster", "broker": "broker-a", "why": reconcile.ROCKSDB_NO_FILE}]
+    assert "corrected/DefaultCluster/broker-a/consumerOffset.json" not in summary["files"]
+    assert "data-no-corrected='broker-a'" in (rocks / "index.html").read_text()
+    assert json.loads((clean / "summary.json").read_text())["corrected_files_not_written"] == []
+

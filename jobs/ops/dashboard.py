@@ -620,6 +620,7 @@ class Site:
 
     def __init__(self) -> None:
         self.files: dict[str, str] = {}
+        self.corrected: set[tuple[str, str]] = set()  # (cluster, broker) of the run's corrected offset files
 
     def table(self, df: pd.DataFrame, columns: list[str], *, name: str, depth: int = 0,
               link: Callable[[dict[str, Any]], str | None] | None = None, max_rows: int = MAX_ROWS,
@@ -924,6 +925,8 @@ def render(data: dict[str, Any]) -> dict[str, str]:
                     "check</a> (store types, queues without bounds, groups without traces): their findings are left "
                     "out, not guessed.</p>")
     files_list = [f for f in _run_files(run) if f != "_SUCCESS"]
+    site.corrected = {(p[1], p[2]) for p in (f.split("/") for f in files_list)
+                      if len(p) == 4 and p[0] == "corrected" and p[3] == "consumerOffset.json"}
     body.append("<h2>This run's files</h2><ul>" + "".join(
         f"<li><a href='{_href(report_path + f)}'>{_esc(f)}</a></li>" for f in files_list) + "</ul>")
     site.files["index.html"] = _page("Consumer groups by severity", run, body, note=note)
@@ -1143,11 +1146,17 @@ def _corrections_section(site: Site, corrections: pd.DataFrame, key: tuple[str, 
                "</a>:</p>")
     out.append("<pre class='cmd' data-section='commands'>" + _esc("\n".join(setup + lines)) + "</pre>")
     brokers = sorted(set(mine[mine["client_id"].fillna("") == ""]["broker"]))
-    if brokers:
+    with_file = [b for b in brokers if (key[0], b) in site.corrected]
+    if with_file:
         out.append("<p>Offline (broker stopped): the broker's consumerOffset.json with the run's corrections applied: "
                    + ", ".join(f"<a data-corrected='{_esc(b)}' href='{_href(report_path)}"
                                f"{_esc('/'.join(urllib.parse.quote(x, safe='') for x in ('corrected', key[0], b)))}"
-                               f"/consumerOffset.json'>{_esc(b)}</a>" for b in brokers) + ".</p>")
+                               f"/consumerOffset.json'>{_esc(b)}</a>" for b in with_file) + ".</p>")
+    without = [b for b in brokers if b not in with_file]
+    if without:
+        out.append("<p data-field='no-corrected-file'>No offline file for " + ", ".join(_esc(b) for b in without)
+                   + ": the broker keeps its offsets in RocksDB (or the run wrote no file for it); use the mqadmin "
+                     "lines above.</p>")
     return out
 
 

@@ -272,6 +272,21 @@ def _with_run_id(df: Any, run_id: str) -> Any:
     return df.withColumn("run_id", F.lit(run_id))
 
 
+ROCKSDB_NO_FILE = ("the broker keeps its offsets in RocksDB (config/consumerOffsets/ or config/rdb/) and does not "
+                   "read consumerOffset.json: apply the corrections with offset_corrections.sh")
+
+
+def rocksdb_brokers(latest: pd.DataFrame) -> set[tuple[str, str]]:
+    """The brokers whose newest offsets came from a RocksDB config: a corrected consumerOffset.json would be a file
+    the broker never reads (spec §4.2: their offsets come from RocksDB), so none is written for them."""
+    from jobs.formats import rocksdb_config
+
+    if not len(latest):
+        return set()
+    return {(str(c), str(b)) for c, b, f in zip(latest["cluster"], latest["broker"], latest["source_file"])
+            if isinstance(f, str) and f.rstrip("/").rsplit("/", 1)[-1] in (*rocksdb_config.V1, rocksdb_config.V2)}
+
+
 def _original_offset_files(lake: str, latest: pd.DataFrame, version: int | None = None) -> dict[tuple[str, str], str]:
     """The consumerOffset.json text each broker's latest snapshot held (from bronze/files at ``version``)."""
     if not len(latest) or not _delta.exists(lake, files.TABLE):
@@ -361,10 +376,16 @@ def write_report_folder(folder: str, run_id: str, as_of: dt.datetime, lake: str,
     out["offset_corrections.sh"] = reports.corrections_script(corr, run_id)
     clustering = corr[corr["client_id"].fillna("") == ""] if len(corr) else corr
     originals = _original_offset_files(lake, latest_offsets, files_version)
+    rocksdb = rocksdb_brokers(latest_offsets)
+    not_written = []
     for (cluster, broker), rows in (clustering.groupby(["cluster", "broker"]) if len(clustering) else []):
+        if (cluster, broker) in rocksdb:
+            not_written.append({"cluster": cluster, "broker": broker, "why": ROCKSDB_NO_FILE})
+            continue
         out[f"corrected/{cluster}/{broker}/consumerOffset.json"] = reports.corrected_offset_file(
             originals.get((cluster, broker)), rows.to_dict("records"))
     summary = summarize(run_id, as_of, lake, pdfs, agreement, list(out) + ["summary.json", "index.html"], kind)
+    summary["corrected_files_not_written"] = not_written
     if horizon_info is not None:
         summary["horizon"] = horizon_info
     summary["missing_inputs"] = missing or []

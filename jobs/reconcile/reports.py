@@ -224,7 +224,9 @@ def corrected_offset_file(original_text: str | None, rows: Iterable[dict[str, An
     else:
         doc = {"offsetTable": {}}
     table = doc.setdefault("offsetTable", {})
-    for r in rows:
+    # an entry the original holds keeps its place; new ones are added in key order, so the text is the same
+    # whatever order the engine returned the rows in
+    for r in sorted(rows, key=lambda r: (str(r["topic"]), str(r["consumer_group"]), int(r["queue_id"]))):
         key = f"{r['topic']}@{r['consumer_group']}"
         queues = table.setdefault(key, {})
         queues[int(r["queue_id"])] = int(r["corrected_offset"])
@@ -344,6 +346,13 @@ def index_html(summary: dict[str, Any], frames: dict[str, pd.DataFrame], columns
         for m in summary["missing_inputs"]:
             parts.append(f"<tr><td>{esc(m['cluster'])}</td><td>{esc(m['broker'] or 'clients')}</td>"
                          f"<td>{esc(m['snapshot_ts'])}</td><td>{esc(', '.join(m['missing']))}</td></tr>")
+        parts.append("</table>")
+    if summary.get("corrected_files_not_written"):
+        parts.append("<h2>Corrected offset files not written</h2><table><tr><th>cluster</th><th>broker</th>"
+                     "<th>why</th></tr>")
+        for m in summary["corrected_files_not_written"]:
+            parts.append(f"<tr data-no-corrected='{esc(m['broker'])}'><td>{esc(m['cluster'])}</td>"
+                         f"<td>{esc(m['broker'])}</td><td>{esc(m['why'])}</td></tr>")
         parts.append("</table>")
     for name, df in frames.items():
         cols = columns[name]

@@ -308,3 +308,13 @@ def test_publish_folder_refuses_a_relative_name_and_leaves_the_parent(tmp_path: 
             reports.publish_folder(f"{tmp_path}/reports/{name}", {"a.csv": "x"})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep", "reports"]
     assert [p.name for p in (tmp_path / "reports").iterdir()] == ["older"]
+
+
+def test_a_corrected_file_is_the_same_whatever_order_the_rows_come_in() -> None:
+    """Entries the original holds keep their place; new ones go in key order (the engine's row order is not
+    stable: an S3 run wrote ``{2:590,1:590,3:589,0:590}`` where the local run wrote another order)."""
+    original = '{\n\t"offsetTable":{\n\t\t"T@G":{1:5,0:5\n\t\t}\n\t}\n}'
+    rows = [{"topic": t, "consumer_group": g, "queue_id": q, "corrected_offset": o}
+            for t, g, q, o in [("T", "G", 0, 9), ("U", "G", 3, 7), ("U", "G", 1, 6), ("T", "G", 2, 8)]]
+    texts = {reports.corrected_offset_file(original, order) for order in (rows, rows[::-1], rows[1:] + rows[:1])}
+    assert texts == {'{\n\t"offsetTable":{\n\t\t"T@G":{1:5,0:9,2:8\n\t\t},\n\t\t"U@G":{1:6,3:7\n\t\t}\n\t}\n}'}
