@@ -39,6 +39,7 @@ AUDIT_SLACK = dt.timedelta(hours=1)
 QUEUE = ["cluster", "topic", "broker", "queue_id"]
 SERIES_KEY = ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id"]
 GROUP = ["cluster", "consumer_group"]
+MODE_COLUMNS = ("cluster", "consumer_group", "topic")  # the mode rows a run keeps (reconcile.mode_state)
 
 
 def retention_hours(value: float | str | None = None) -> float:
@@ -781,7 +782,7 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
     more = range_checks(prev, lo, latest, first_old.toPandas())
     # consume modes (jobs.rules.modes): the previous run's local redeliveries plus the recent ones; a group whose
     # orderly pairs changed since then is computed in full (its carried RETRYING rows were judged by the old mode)
-    evidence = _spark.materialize(spark, _mode_rows(spark, previous["horizon"]["local_redelivery"]).unionByName(
+    evidence = _spark.materialize(spark, _rows_frame(spark, previous["horizon"]["local_redelivery"], MODE_COLUMNS).unionByName(
         modes.local_redeliveries(snapshots.deliveries_in_window(parts["recent_d"], series, as_of=as_of),
                                  parts["recent_m"])).distinct(), f"{tmp}/evidence")
     fifo = _spark.materialize(spark, modes.fifo_groups(frames["subscription_groups"], as_of=as_of), f"{tmp}/fifo")
@@ -869,9 +870,9 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
         read["retry_chains"] = len(chains)
     audit_rows, audit_info = audit_frame(spark, lake, frames, series, as_of=as_of, previous=previous, tmp=tmp,
                                          then=offsets.tail_before if offsets is not None else None)
-    traced = _traced_rows(spark, previous["horizon"]["traced"]).unionByName(
+    traced = _rows_frame(spark, previous["horizon"]["traced"], ("cluster", "consumer_group")).unionByName(
         snapshots.deliveries_as_of(parts["recent_d"], as_of=as_of).select("cluster", "consumer_group"))
-    mode_state = reconcile.mode_state(evidence, modes.orderly_pairs(series, evidence, fifo), traced)
+    mode_state = reconcile.mode_state(evidence, orderly_now, traced)
     return {"pdfs": pdfs, "agreement": pd.concat(agreement, ignore_index=True), "modes": mode_state,
             "status_samples": status.status_samples(series, window=window), "audit_hours": audit_rows,
             "series_tail": snapshots.unknown_newest(series), "offset_decreases": falls,
@@ -882,24 +883,15 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
             "old_max": {"cut": cut.astimezone(UTC).isoformat(), "rows": old_rows}}
 
 
-def _mode_rows(spark: Any, rows: list[list[str]]) -> Any:
-    """The (cluster, consumer_group, topic) rows a previous run kept (jobs.reconcile.reconcile.mode_state)."""
+def _rows_frame(spark: Any, rows: list[list[str]], columns: tuple[str, ...]) -> Any:
+    """Rows a previous run kept in its ledger summary (jobs.reconcile.reconcile.mode_state) as a string frame."""
     from pyspark.sql.types import StringType, StructField, StructType
 
-    schema = StructType([StructField(c, StringType()) for c in ("cluster", "consumer_group", "topic")])
-    return spark.createDataFrame([tuple(r) for r in rows], schema)
-
-
-def _traced_rows(spark: Any, rows: list[list[str]]) -> Any:
-    """The (cluster, consumer_group) pairs with a delivery a previous run kept (jobs.reconcile.reconcile.mode_state)."""
-    from pyspark.sql.types import StringType, StructField, StructType
-
-    schema = StructType([StructField(c, StringType()) for c in ("cluster", "consumer_group")])
-    return spark.createDataFrame([tuple(r) for r in rows], schema)
+    return spark.createDataFrame([tuple(r) for r in rows], StructType([StructField(c, StringType()) for c in columns]))
 
 
 def _pairs(df: Any) -> list[list[str]]:
-    return [[str(c), str(g), str(t)] for c, g, t in df.select("cluster", "consumer_group", "topic").collect()]
+    return [[str(c), str(g), str(t)] for c, g, t in df.select(*MODE_COLUMNS).collect()]
 
 
 def merge(pdfs: dict[str, pd.DataFrame], keep: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:

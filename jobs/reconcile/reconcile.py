@@ -238,14 +238,16 @@ def transform(frames: dict[str, Any], *, as_of: dt.datetime, window: int, dlq_wa
                     "evidence")
     fifo = modes.fifo_groups(frames["subscription_groups"], as_of=as_of)
     mode_rows = modes.mode_rows(series, evidence, fifo)
+    # the keys whose newest snapshot has no bounds: read by BACKLOG, the status, coverage and the next run
+    unknown = keep(snapshots.unknown_newest(series), "unknown_newest")
     out = {
         "duplicated_ranges": duplicates.duplicated_ranges(series, dels, msgs, as_of=as_of),
-        "unconsumed_ranges": unconsumed.unconsumed_ranges(series, dels, msgs, as_of=as_of),
+        "unconsumed_ranges": unconsumed.unconsumed_ranges(series, dels, msgs, as_of=as_of, unknown=unknown),
         "offset_corrections": corrections.offset_corrections(series),
         "dlq_candidates": dlq.dlq_candidates(series, dels, msgs, frames["subscription_groups"], as_of=as_of,
                                              dlq_warn_retries=dlq_warn_retries,
                                              blocking_min_age_s=blocking_min_age_s, evidence=evidence),
-        "consumer_status": status.consumer_status(series, msgs, window=window, modes=mode_rows),
+        "consumer_status": status.consumer_status(series, msgs, window=window, modes=mode_rows, unknown=unknown),
         "_agreement": replay.agreement(dels, series, as_of=as_of),
         "_evidence": evidence,
         "_orderly": modes.orderly_pairs(series, evidence, fifo),
@@ -256,7 +258,7 @@ def transform(frames: dict[str, Any], *, as_of: dt.datetime, window: int, dlq_wa
             series, snapshots.deliveries_in_window(dels, series, as_of=as_of),
             snapshots.messages_as_of(frames.get("stored_messages", frames["messages"]), as_of=as_of), as_of=as_of),
         # what the next run carries (jobs.reconcile.offset_state)
-        "series_tail": snapshots.unknown_newest(series),
+        "series_tail": unknown,
         "offset_decreases": snapshots.decreases(series),
         "subscription_latest": dlq.latest_subscriptions(frames["subscription_groups"], as_of=as_of),
     }
@@ -584,9 +586,9 @@ def covered(frames: dict[str, Any], pdfs: dict[str, pd.DataFrame], unknown_newes
     compaction = {(c, b, t) for c, b, t, f in zip(feats["cluster"], feats["broker"], feats["topic"], feats["feature"])
                   if f == "COMPACTION_TOPIC"}
     out = rules.without_unsupported(pdfs, compaction)
-    queues = rules.no_consume_queue(unknown_newest).toPandas()
-    unknown_groups = {(str(c), str(g)) for c, g in unknown_newest.select("cluster", "consumer_group").distinct()
-                      .collect()}
+    per_group = rules.unknown_queues(unknown_newest).toPandas()  # one action: report-sized
+    queues = rules.no_consume_queue(per_group)
+    unknown_groups = {(str(c), str(g)) for c, g in zip(per_group["cluster"], per_group["consumer_group"])}
     st = out["consumer_status"]
     groups = set(zip(st["cluster"], st["consumer_group"])) | unknown_groups
     out["coverage"] = rules.rows(feats, queues, rules.untraced_groups(groups, {(c, g) for c, g in traced}))

@@ -45,15 +45,25 @@ def features(store_features: DataFrame, *, as_of: dt.datetime) -> DataFrame:
             .select(*FEATURE_KEY, "detail"))
 
 
-def no_consume_queue(unknown_newest: DataFrame) -> DataFrame:
-    """(cluster, broker, topic, queue_id, detail) of the queues whose newest snapshot has no bounds (the rows of
-    :func:`jobs.rules.snapshots.unknown_newest`), once per queue whatever the groups."""
-    return (unknown_newest.groupBy("cluster", "broker", "topic", "queue_id")
-            .agg(F.max("snapshot_ts").alias("_ts"))
-            .select("cluster", "broker", "topic", "queue_id",
-                    F.concat(F.lit("snapshot "), F.date_format("_ts", "yyyy-MM-dd'T'HH:mm:ss'Z'"),
-                             F.lit(" has no consume queue data for this queue, which held messages: Min and Max "
-                                   "unknown; no BACKLOG, correction or lag at S")).alias("detail")))
+def unknown_queues(unknown_newest: DataFrame) -> DataFrame:
+    """(cluster, consumer_group, broker, topic, queue_id, snapshot_ts) of the keys whose newest snapshot has no
+    bounds (:func:`jobs.rules.snapshots.unknown_newest`), clients folded: report-sized, collected once a run for
+    :func:`no_consume_queue` and the groups those queues belong to."""
+    return (unknown_newest.groupBy("cluster", "consumer_group", "broker", "topic", "queue_id")
+            .agg(F.max("snapshot_ts").alias("snapshot_ts")))
+
+
+def no_consume_queue(unknown: pd.DataFrame) -> pd.DataFrame:
+    """(cluster, broker, topic, queue_id, detail) of the queues in ``unknown`` (:func:`unknown_queues`, as pandas),
+    once per queue whatever the groups."""
+    cols = ["cluster", "broker", "topic", "queue_id", "detail"]
+    if not len(unknown):
+        return pd.DataFrame(columns=cols)
+    q = unknown.groupby(["cluster", "broker", "topic", "queue_id"], as_index=False)["snapshot_ts"].max()
+    when = pd.to_datetime(q["snapshot_ts"], utc=True).dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+    q["detail"] = ("snapshot " + when + " has no consume queue data for this queue, which held messages: Min and Max "
+                   "unknown; no BACKLOG, correction or lag at S")
+    return q[cols]
 
 
 def rows(feature_rows: pd.DataFrame, queues: pd.DataFrame, untraced: list[tuple[str, str]]) -> pd.DataFrame:

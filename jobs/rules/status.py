@@ -110,8 +110,8 @@ def window_status(series: DataFrame, *, window: int = 10) -> DataFrame:
     return rows.select(bucket, *rows.columns).groupBy("_bucket").applyInPandas(_status_of_keys, _STATUS_SCHEMA)
 
 
-def consumer_status(series: DataFrame, messages: DataFrame, *, window: int = 10, modes: DataFrame | None = None
-                    ) -> DataFrame:
+def consumer_status(series: DataFrame, messages: DataFrame, *, window: int = 10, modes: DataFrame | None = None,
+                    unknown: DataFrame | None = None) -> DataFrame:
     """The gold/consumer_status rows (without run_id): lags at S and the Burrow-style status.
 
     Args:
@@ -121,6 +121,8 @@ def consumer_status(series: DataFrame, messages: DataFrame, *, window: int = 10,
         modes: (cluster, consumer_group, topic, consume_mode) of the orderly and broadcast pairs
             (:func:`jobs.rules.modes.mode_rows`); every other pair is ``CONCURRENT``. ``inflight`` is 0 until the
             POP rules (issue 36).
+        unknown: the keys whose newest snapshot has no bounds (:func:`jobs.rules.snapshots.unknown_newest`), when
+            the caller has them already.
 
     Returns:
         ``schemas.consumer_status.REPORT_COLUMNS``; lag = Max - C, consumable lag = Max - max(C, Min) (both
@@ -137,7 +139,8 @@ def consumer_status(series: DataFrame, messages: DataFrame, *, window: int = 10,
                    time_lag.alias("time_lag_s")).join(window_status(series, window=window), on=SERIES_KEY, how="left")
     # spec §4.2: a key whose newest snapshot gives no bounds is UNKNOWN at it, Min, Max and the lags null (its
     # latest snapshot with bounds would judge the consumer by a stale offset)
-    unknown = newest(series).where(~F.col("bounds_known"))
+    if unknown is None:
+        unknown = newest(series).where(~F.col("bounds_known"))
     nulls = [F.lit(None).cast("long").alias(c) for c in ("min_offset", "max_offset", "lag", "consumable_lag",
                                                          "time_lag_s")]
     out = out.join(unknown.select(*SERIES_KEY), on=SERIES_KEY, how="left_anti").unionByName(

@@ -40,12 +40,15 @@ def _typed(df: DataFrame, kind: str) -> DataFrame:
     return df.select(*[F.col(c).cast(types[c]).alias(c) for c in COLUMNS])
 
 
-def backlog(series: DataFrame) -> DataFrame:
+def backlog(series: DataFrame, unknown: DataFrame | None = None) -> DataFrame:
     """``BACKLOG``: not consumed yet, still consumable; empty when ``C_S >= Max_S``, and for a key whose newest
-    snapshot has no bounds (spec §4.2: an older snapshot's Max is not today's)."""
-    unknown = newest(series).where(~F.col("bounds_known")).select(*SERIES_KEY)
-    s = latest(series).join(unknown, on=SERIES_KEY, how="left_anti").select(*SERIES_KEY, F.greatest("committed_offset", "min_offset").alias("start_offset"),
-                              (F.col("max_offset") - 1).alias("end_offset"))
+    snapshot has no bounds (spec §4.2: an older snapshot's Max is not today's). ``unknown``: those keys'
+    newest rows (:func:`jobs.rules.snapshots.unknown_newest`), when the caller has them already."""
+    if unknown is None:
+        unknown = newest(series).where(~F.col("bounds_known"))
+    s = latest(series).join(unknown.select(*SERIES_KEY), on=SERIES_KEY, how="left_anti").select(
+        *SERIES_KEY, F.greatest("committed_offset", "min_offset").alias("start_offset"),
+        (F.col("max_offset") - 1).alias("end_offset"))
     return _typed(interval_union(s, keys=SERIES_KEY), "BACKLOG")
 
 
@@ -134,7 +137,7 @@ def broadcast_dropped(deliveries: DataFrame, messages: DataFrame) -> DataFrame:
 
 
 def unconsumed_ranges(series: DataFrame, deliveries: DataFrame, messages: DataFrame, *,
-                      as_of: dt.datetime) -> DataFrame:
+                      as_of: dt.datetime, unknown: DataFrame | None = None) -> DataFrame:
     """The gold/unconsumed_ranges rows (without run_id).
 
     Args:
@@ -142,13 +145,14 @@ def unconsumed_ranges(series: DataFrame, deliveries: DataFrame, messages: DataFr
         deliveries: silver/deliveries (those started after t_S or ``as_of`` are ignored).
         messages: silver/messages.
         as_of: the reconciliation time.
+        unknown: the keys whose newest snapshot has no bounds, if the caller has them (:func:`backlog`).
 
     Returns:
         ``schemas.unconsumed_ranges.REPORT_COLUMNS``.
     """
     d = deliveries_in_window(deliveries, series, as_of=as_of)
     return (
-        backlog(series)
+        backlog(series, unknown)
         .unionByName(expired(series))
         .unionByName(skipped(series, d, messages))
         .unionByName(broadcast_dropped(d, messages))
