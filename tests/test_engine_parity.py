@@ -33,7 +33,7 @@ SCENARIOS = [("mixed", 1)]
 # Every output of reconcile.transform (``_agreement`` is the replay's agreement per group) plus the offset series.
 OUTPUTS = ["offset_series", "series_after", "duplicated_ranges", "unconsumed_ranges", "offset_corrections",
            "dlq_candidates", "consumer_status", "status_samples", "audit_hours", "_agreement", "series_tail",
-           "offset_decreases", "subscription_latest", "_evidence", "_orderly", "_traced"]
+           "offset_decreases", "subscription_latest", "held_queues", "_evidence", "_orderly", "_traced"]
 PARAMS = {"window": 10, "dlq_warn_retries": 3, "blocking_min_age_s": 900}
 UTC = dt.timezone.utc
 _CONNECT_FLAG = "SPARK_CONNECT_MODE_ENABLED"

@@ -196,11 +196,13 @@ def test_a_rocksdb_consume_queue_that_cannot_be_opened_gives_unknown_bounds_and_
     assert status[("GID_plain", "TopicTest", "broker-b", "0")] == ("0", "STALL")
     coverage = [(r["topic"], r["queue_id"]) for r in _rows(damaged, "coverage.csv")
                 if r["reason"] == "NO_CONSUME_QUEUE"]
-    # every queue of broker-a: the snapshot holds no consume queue data at all (rule 5), so even the retry queues
-    # never used are unknown there
-    assert coverage == [("%RETRY%GID_batch", "0"), ("%RETRY%GID_compact", "0"), ("%RETRY%GID_plain", "0"),
-                        ("TopicBatch", "0"), ("TopicBatch", "1"), ("TopicCompact", "0"), ("TopicCompact", "1"),
+    # every queue of broker-a that held messages: the snapshot holds no consume queue data at all; the retry queues
+    # never used (committed 0, no entries before, no record) are the empty queues the broker reports (spec §4.2)
+    assert coverage == [("TopicBatch", "0"), ("TopicBatch", "1"), ("TopicCompact", "0"), ("TopicCompact", "1"),
                         ("TopicTest", "0"), ("TopicTest", "1")]
+    assert {(r["topic"], r["min_offset"], r["max_offset"], r["status"]) for r in _rows(damaged, "consumer_status.csv")
+            if r["broker"] == "broker-a" and r["topic"].startswith("%RETRY%")} == {
+        (f"%RETRY%{g}", "0", "0", "OK") for g in ("GID_batch", "GID_compact", "GID_plain")}
     assert [r["kind"] for r in _rows(damaged, "unconsumed_ranges.csv") if r["broker"] == "broker-a"] == [
         "EXPIRED", "EXPIRED"]
 

@@ -764,9 +764,10 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
         frames = {**frames, "subscription_groups": _spark.materialize(spark, subs, f"{tmp}/subscriptions")}
     # every report reads the offset series, some several times: computed once (Sail recomputes a shared frame); from
     # the previous run's tail and the offsets after its time when it left them (jobs.reconcile.offset_state)
-    offsets = offset_state.carried(spark, lake, frames, previous, as_of=as_of, window=window)
+    held = _spark.materialize(spark, offset_state.held(spark, lake, frames, previous, as_of=as_of), f"{tmp}/held")
+    offsets = offset_state.carried(spark, lake, frames, previous, as_of=as_of, window=window, held=held)
     series = _spark.materialize(spark, offsets.series if offsets is not None else snapshots.offset_series(
-        frames["consumer_offsets"], frames["queue_bounds"], as_of=as_of), f"{tmp}/series")
+        frames["consumer_offsets"], frames["queue_bounds"], as_of=as_of, held=held), f"{tmp}/series")
     falls = _spark.materialize(spark, offset_state.with_later_falls(offsets, series) if offsets is not None
                                else snapshots.decreases(series), f"{tmp}/falls")
     expired_before = offsets.expired_before if offsets is not None else None
@@ -877,7 +878,7 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
             "status_samples": status.status_samples(series, window=window), "audit_hours": audit_rows,
             "series_tail": snapshots.unknown_newest(series), "offset_decreases": falls,
             "subscription_latest": dlq.latest_subscriptions(frames["subscription_groups"], as_of=as_of),
-            "offsets": offsets,
+            "held_queues": held, "offsets": offsets,
             "audit": audit_info, "read": read,
             "full_groups": {f"{c}/{g}": why for (c, g), why in sorted(fallback.items())},
             "old_max": {"cut": cut.astimezone(UTC).isoformat(), "rows": old_rows}}

@@ -28,11 +28,11 @@ import pandas as pd
 
 from jobs.lake import _delta
 from jobs.reconcile import gold_runs
-from schemas import offset_decreases, series_tail, status_samples, subscription_latest, unconsumed_ranges
+from schemas import held_queues, offset_decreases, series_tail, status_samples, subscription_latest, unconsumed_ranges
 
 UTC = dt.timezone.utc
 CARRIED_TABLES = {"series_tail": series_tail.TABLE, "offset_decreases": offset_decreases.TABLE,
-                  "subscription_latest": subscription_latest.TABLE}
+                  "subscription_latest": subscription_latest.TABLE, "held_queues": held_queues.TABLE}
 
 
 def tail_keep(window: int) -> int:
@@ -65,8 +65,26 @@ def _parse(text: str) -> dt.datetime:
     return pd.Timestamp(text).tz_convert(UTC).to_pydatetime()
 
 
+def held(spark: Any, lake: str, frames: dict[str, Any], previous: dict, *, as_of: dt.datetime) -> Any:
+    """jobs.rules.snapshots.held_queues as of ``as_of``: P's gold/held_queues rows and the bounds and records after
+    P's time (the whole tables when P left none)."""
+    from pyspark.sql import functions as F
+
+    from jobs.rules import snapshots
+
+    messages = frames.get("stored_messages", frames["messages"])
+    version = previous.get("table_versions", {}).get(held_queues.TABLE.qualified)
+    if version is None:
+        return snapshots.held_queues(frames["queue_bounds"], messages, as_of=as_of)
+    at = version if _delta.table_format() == "delta" else None
+    before = (_delta.read(spark, lake, held_queues.TABLE, at=at).where(F.col("run_id") == F.lit(previous["run_id"]))
+              .select(*snapshots.HELD_COLUMNS))
+    later = snapshots.held_queues(frames["queue_bounds"], messages, as_of=as_of, after=previous["as_of"])
+    return snapshots.merge_held(before.unionByName(later))
+
+
 def carried(spark: Any, lake: str, frames: dict[str, Any], previous: dict, *, as_of: dt.datetime,
-            window: int) -> Offsets | None:
+            window: int, held: Any = None) -> Offsets | None:
     """The series from P's tail and the offsets after P's time, P's decreases plus the later ones, P's EXPIRED rows;
     None when P left no offset state (the caller reads the offsets whole)."""
     from pyspark.sql import functions as F
@@ -95,7 +113,7 @@ def carried(spark: Any, lake: str, frames: dict[str, Any], previous: dict, *, as
     expired_before = rows(unconsumed_ranges.TABLE).where(F.col("kind") == "EXPIRED")
     bounds_at = [(c, b, _parse(t)) for c, b, t in kept["bounds_at"]]
     series = snapshots.series_after(frames["consumer_offsets"], frames["queue_bounds"], tail, since=since,
-                                    as_of=as_of, bounds_at=bounds_at)
+                                    as_of=as_of, bounds_at=bounds_at, held=held)
     files = pd.DataFrame(kept["files"], columns=["cluster", "broker", "snapshot_ts", "source_file"])
     files["snapshot_ts"] = pd.to_datetime(files["snapshot_ts"], utc=True).dt.tz_localize(None)
     return Offsets(series=series, falls_before=falls_before, expired_before=expired_before, tail_before=tail,

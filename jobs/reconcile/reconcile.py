@@ -231,7 +231,12 @@ def transform(frames: dict[str, Any], *, as_of: dt.datetime, window: int, dlq_wa
     from jobs.rules import audit, corrections, dlq, duplicates, modes, replay, snapshots, status, unconsumed
 
     dels = keep(snapshots.deliveries_as_of(frames["deliveries"], as_of=as_of), "deliveries")
-    series = keep(snapshots.offset_series(frames["consumer_offsets"], frames["queue_bounds"], as_of=as_of), "series")
+    # since when each queue held messages (spec §4.2 NO_CONSUME_QUEUE): from every stored record, not only the ones
+    # the reports read one by one
+    held = keep(snapshots.held_queues(frames["queue_bounds"], frames.get("stored_messages", frames["messages"]),
+                                      as_of=as_of), "held")
+    series = keep(snapshots.offset_series(frames["consumer_offsets"], frames["queue_bounds"], as_of=as_of, held=held),
+                  "series")
     msgs = snapshots.messages_as_of(frames["messages"], as_of=as_of)
     # the consume modes (spec §4.1): the evidence of local redeliveries is kept for the next run (jobs.rules.modes)
     evidence = keep(modes.local_redeliveries(snapshots.deliveries_in_window(dels, series, as_of=as_of), msgs),
@@ -261,6 +266,7 @@ def transform(frames: dict[str, Any], *, as_of: dt.datetime, window: int, dlq_wa
         "series_tail": unknown,
         "offset_decreases": snapshots.decreases(series),
         "subscription_latest": dlq.latest_subscriptions(frames["subscription_groups"], as_of=as_of),
+        "held_queues": held,
     }
     return out
 

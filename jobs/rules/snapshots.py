@@ -32,16 +32,46 @@ def _ts(value: dt.datetime) -> Column:
     return F.lit(value.strftime("%Y-%m-%d %H:%M:%S.%f")).cast("timestamp")
 
 
-def offset_series(consumer_offsets: DataFrame, queue_bounds: DataFrame, *, as_of: dt.datetime) -> DataFrame:
+HELD_COLUMNS = ["cluster", "broker", "topic", "queue_id", "held_from"]
+EPOCH = dt.datetime(1970, 1, 1)
+
+
+def held_queues(queue_bounds: DataFrame, messages: DataFrame, *, as_of: dt.datetime,
+                after: dt.datetime | None = None) -> DataFrame:
+    """(cluster, broker, topic, queue_id, held_from): since when each queue is known to have held messages (spec
+    §4.2 NO_CONSUME_QUEUE's signs): its first snapshot at or before ``as_of`` whose consume queue had entries (Max
+    > 0), or the first snapshot that held one of its records (a record without a snapshot: always). A snapshot with
+    no consume queue data for q has unknown bounds there only when q held messages by then; otherwise q is the empty
+    queue the broker reports (Min = Max = 0). ``after``: only the bounds and records after that time (a horizon
+    run adds them to the previous run's rows, :func:`merge_held`)."""
+    b = queue_bounds.where((F.col("snapshot_ts") <= _ts(as_of)) & (F.col("max_offset") > 0))
+    m = messages_as_of(messages, as_of=as_of)
+    if after is not None:
+        b = b.where(F.col("snapshot_ts") > _ts(after))
+        m = m.where(F.col("first_snapshot_ts").isNull() | (F.col("first_snapshot_ts") > _ts(after)))
+    rows = (b.select("cluster", "broker", "topic", "queue_id", F.col("snapshot_ts").alias("held_from"))
+            .unionByName(m.select("cluster", "broker", "topic", "queue_id",
+                                  F.coalesce(F.col("first_snapshot_ts"), _ts(EPOCH)).alias("held_from"))))
+    return merge_held(rows)
+
+
+def merge_held(rows: DataFrame) -> DataFrame:
+    """One row per queue, its earliest ``held_from``."""
+    return (rows.groupBy("cluster", "broker", "topic", "queue_id").agg(F.min("held_from").alias("held_from"))
+            .select(*HELD_COLUMNS))
+
+
+def offset_series(consumer_offsets: DataFrame, queue_bounds: DataFrame, *, as_of: dt.datetime,
+                  held: DataFrame | None = None) -> DataFrame:
     """``C_s`` with ``Min_s``/``Max_s`` per (cluster, G, client, q, snapshot), snapshots at or before ``as_of``.
 
     Rules (docs/semantics.md): 1. groups or topics containing ``@`` are skipped; 2. only snapshots with
     ``snapshot_ts <= as_of``; 4. a broadcast client's snapshot (``client_id != ''``) takes the bounds of the
     latest broker snapshot with known bounds at or before it; 5. a broker snapshot without any queue bounds
-    has unknown bounds (``min_offset``/``max_offset`` null, ``bounds_known`` false), one with bounds but none
-    for q has ``Min = Max = 0`` unless q's committed offset is above 0 (then unknown: no consume queue data for a
-    queue that held messages, spec §4.2), one whose row for q has null bounds (its files could not give them) has
-    unknown bounds for q.
+    has no consume queue data for any q; one with no data for q has ``Min = Max = 0`` unless q held messages by
+    then (then unknown, spec §4.2 NO_CONSUME_QUEUE: q's committed offset is above 0, or ``held``, from
+    :func:`held_queues`, says so); one whose row for q has null bounds (its files could not give them) has unknown
+    bounds for q.
 
     ``snapshots_after`` (0 = latest) and ``is_latest`` count only the snapshots with known bounds, the ones every
     Min/Max-based output uses; they are null for the others.
@@ -50,17 +80,19 @@ def offset_series(consumer_offsets: DataFrame, queue_bounds: DataFrame, *, as_of
         consumer_offsets: silver/consumer_offsets.
         queue_bounds: silver/queue_bounds.
         as_of: the reconciliation time; later snapshots are ignored.
+        held: :func:`held_queues` (None: only the committed offset tells that a queue held messages).
 
     Returns:
         One row per (cluster, consumer_group, client_id, topic, broker, queue_id, snapshot_ts), columns
         ``SERIES_COLUMNS``.
     """
     bounds = queue_bounds.where(F.col("snapshot_ts") <= _ts(as_of))
-    return ranked(_with_bounds(_offset_rows(consumer_offsets, as_of=as_of), bounds))
+    return ranked(_with_bounds(_offset_rows(consumer_offsets, as_of=as_of), bounds, held))
 
 
 def series_after(consumer_offsets: DataFrame, queue_bounds: DataFrame, tail: DataFrame, *, since: dt.datetime,
-                 as_of: dt.datetime, bounds_at: list[tuple[str, str, dt.datetime]]) -> DataFrame:
+                 as_of: dt.datetime, bounds_at: list[tuple[str, str, dt.datetime]],
+                 held: DataFrame | None = None) -> DataFrame:
     """:func:`offset_series` from a previous run's :func:`tail` (its time ``since``) and the snapshots after it.
 
     Reads the offsets and bounds of ``(since, as_of]`` and, for a broadcast client's snapshot whose broker has taken
@@ -75,7 +107,7 @@ def series_after(consumer_offsets: DataFrame, queue_bounds: DataFrame, tail: Dat
         carried = carried | ((F.col("cluster") == cluster) & (F.col("broker") == broker)
                              & (F.col("snapshot_ts") == _ts(ts)))
     bounds = queue_bounds.where((after & (F.col("snapshot_ts") <= _ts(as_of))) | carried)
-    new = _with_bounds(_offset_rows(consumer_offsets, as_of=as_of, after=since), bounds)
+    new = _with_bounds(_offset_rows(consumer_offsets, as_of=as_of, after=since), bounds, held)
     return ranked(new.unionByName(tail.select(*new.columns)))
 
 
@@ -124,8 +156,9 @@ def commits(consumer_offsets: DataFrame, *, as_of: dt.datetime, since: dt.dateti
     return rows if since is not None else rows.where(F.lit(False))
 
 
-def _with_bounds(offsets: DataFrame, bounds: DataFrame) -> DataFrame:
-    """``offsets`` with ``min_offset``, ``max_offset`` and ``bounds_known`` from ``bounds`` (rules 4, 5)."""
+def _with_bounds(offsets: DataFrame, bounds: DataFrame, held: DataFrame | None = None) -> DataFrame:
+    """``offsets`` with ``min_offset``, ``max_offset`` and ``bounds_known`` from ``bounds`` (rules 4, 5); ``held``:
+    :func:`held_queues`."""
     with_bounds = bounds.select("cluster", "broker", F.col("snapshot_ts").alias("b_ts")).distinct()
     # Which broker snapshot gives the bounds: the same one (broker rows), the latest at or before (client rows).
     # Not a join of every snapshot with every bounds snapshot of its broker and a filter: that is quadratic in the
@@ -153,14 +186,22 @@ def _with_bounds(offsets: DataFrame, bounds: DataFrame) -> DataFrame:
         .join(source, on=["cluster", "broker", "snapshot_ts", "is_client"], how="left")
         .join(b, on=["cluster", "broker", "b_ts", "topic", "queue_id"], how="left")
     )
+    if held is not None:
+        joined = joined.join(held.select("cluster", "broker", "topic", "queue_id", F.col("held_from").alias("_held")),
+                             on=["cluster", "broker", "topic", "queue_id"], how="left")
+    else:
+        joined = joined.withColumn("_held", F.lit(None).cast("timestamp"))
     # rule 5a: a row of q with null bounds says the snapshot's files could not give them (a 0-byte consume queue
-    # file): unknown, not the empty queue that no row for q means. Nor is q empty when it has no row but a committed
-    # offset above 0 (spec §4.2 NO_CONSUME_QUEUE: a BatchCQ or RocksDB consume queue, no consumequeue/<topic>): the
-    # broker keeps at least the newest file of every queue that ever held a message, so Min = Max = 0 there would
-    # be a guess, and an ABOVE_MAX reset of the group to 0.
-    unknown = (F.col("_row").isNotNull() & F.col("_max").isNull()) | (F.col("_row").isNull()
-                                                                      & (F.col("committed_offset") > 0))
-    has_bounds = F.col("b_ts").isNotNull() & ~unknown
+    # file): unknown, not the empty queue that no row for q means. Without consume queue data for q (no row, or no
+    # data at all in the snapshot), q is the empty queue (Min = Max = 0, as the broker answers) unless it held
+    # messages by then (spec §4.2 NO_CONSUME_QUEUE): a committed offset above 0, an earlier snapshot with entries, a
+    # record of q held by a snapshot at or before it. The broker keeps at least the newest file of every queue that
+    # ever held a message, so Min = Max = 0 there would be a guess, and an ABOVE_MAX reset of the group to 0.
+    held_by_then = (F.col("committed_offset") > 0) | (F.col("_held").isNotNull()
+                                                       & (F.col("_held") <= F.col("snapshot_ts")))
+    no_data = F.col("_row").isNull()
+    unknown = (F.col("_row").isNotNull() & F.col("_max").isNull()) | (no_data & held_by_then)
+    has_bounds = ~unknown  # a row for q comes from a bounds snapshot; without one, no data for q
     return joined.select(
         *SERIES_KEY, "snapshot_ts", "committed_offset",
         F.when(has_bounds, F.coalesce(F.col("_min"), F.lit(0).cast("long"))).alias("min_offset"),

@@ -176,14 +176,32 @@ class Truth:
         by_key: dict[tuple[str, str, str, str, int], list[tuple[int, int, int, int]]] = defaultdict(list)
         commits: dict[tuple[str, str, str, str, int], list[tuple[int, int]]] = defaultdict(list)
         bsnaps = sorted(self.w.writer.broker_snaps, key=lambda s: (s.broker, s.ts))
+        # spec §4.2 NO_CONSUME_QUEUE: since when q held messages: a snapshot with entries for it (Max > 0), a record of
+        # it held by a snapshot (stored by the snapshot's time)
+        held_from: dict[tuple[str, str, int], int] = {}
+        for s in bsnaps:
+            for (topic, qid), (_lo, hi) in s.bounds.items():
+                if hi > 0:
+                    held_from.setdefault((s.broker, topic, qid), s.ts)
+        first_held: dict[tuple[str, str, int], int] = {}  # the first snapshot holding a record of q (rule 0)
+        for m in self.known:
+            q = (m.broker, m.topic, m.queue_id)
+            if q in first_held and first_held[q] <= m.store_ts:
+                continue
+            ts = min(t for t, lo, hi in self.captured[m.broker] if t >= m.store_ts and lo <= m.phys < hi)
+            first_held[q] = min(first_held.get(q, ts), ts)
+        for q, ts in first_held.items():
+            held_from[q] = min(held_from.get(q, ts), ts)
+
+        def held(broker: str, topic: str, qid: int, ts: int, c: int) -> bool:
+            return c > 0 or held_from.get((broker, topic, qid), ts + 1) <= ts
+
         for s in bsnaps:
             for (topic, group, qid), c in s.offsets.items():
                 if "@" in topic or "@" in group:
                     continue
                 commits[(group, "", topic, s.broker, qid)].append((s.ts, c))
-                if not s.bounds:
-                    continue  # no consumequeue folder: bounds unknown (rule 5)
-                if (topic, qid) not in s.bounds and c > 0:
+                if (topic, qid) not in s.bounds and held(s.broker, topic, qid, s.ts, c):
                     continue  # no consume queue data for a queue that held messages: unknown (spec §4.2)
                 lo, hi = s.bounds.get((topic, qid), (0, 0))
                 by_key[(group, "", topic, s.broker, qid)].append((s.ts, c, lo, hi))
@@ -194,9 +212,9 @@ class Truth:
             for (broker, topic, qid), c in cs.offsets.items():
                 commits[(cs.group, cs.client_id, topic, broker, qid)].append((cs.ts, c))
                 prior = [s for s in by_broker[broker] if s.ts <= cs.ts and s.bounds]
-                if not prior or ((topic, qid) not in prior[-1].bounds and c > 0):
+                if (not prior or (topic, qid) not in prior[-1].bounds) and held(broker, topic, qid, cs.ts, c):
                     continue
-                lo, hi = prior[-1].bounds.get((topic, qid), (0, 0))
+                lo, hi = prior[-1].bounds.get((topic, qid), (0, 0)) if prior else (0, 0)
                 by_key[(cs.group, cs.client_id, topic, broker, qid)].append((cs.ts, c, lo, hi))
         self.series = [Series(self.cluster, g, cid, t, b, q, sorted(p)) for (g, cid, t, b, q), p in
                        sorted(by_key.items())]

@@ -83,6 +83,62 @@ def test_offset_series(spark, offsets, bounds, as_of, expected) -> None:  # noqa
     assertDataFrameEqual(actual, spark.createDataFrame(expected, SERIES))
 
 
+HELD = "cluster string, broker string, topic string, queue_id int, held_from timestamp"
+CLIENT = "10.0.0.5@DEFAULT"
+
+
+@pytest.mark.parametrize(
+    "offsets, bounds, held, expected",
+    [
+        pytest.param([off(1, 0), off(2, 0)], [qb(1, 0, 10, topic="Other")], [],
+                     [row(1, 0, 0, 0, 1), row(2, 0, 0, 0, 0)],
+                     id="a_queue_never_used_is_empty_even_in_a_snapshot_without_any_consume_queue_data"),
+        pytest.param([off(1, 0), off(2, 0)], [qb(1, 0, 4)], [("c", "b", "T", 0, T(1))],
+                     [row(1, 0, 0, 4, 0), row(2, 0, None, None, None)],
+                     id="a_queue_with_entries_in_an_earlier_snapshot_is_unknown_without_data_though_c_is_0"),
+        pytest.param([off(1, 0), off(3, 0), off(4, 0)], [qb(m, 0, 0, topic="Other") for m in (1, 3)],
+                     [("c", "b", "T", 0, T(2))],
+                     [row(1, 0, 0, 0, 0), row(3, 0, None, None, None), row(4, 0, None, None, None)],
+                     id="a_queue_whose_records_a_snapshot_held_is_unknown_from_then_on"),
+        pytest.param([off(1, 0, client=CLIENT), off(3, 0, client=CLIENT)], [qb(2, 0, 0, topic="Other")],
+                     [("c", "b", "T", 0, T(3))],
+                     [row(1, 0, 0, 0, 0, client=CLIENT), row(3, 0, None, None, None, client=CLIENT)],
+                     id="a_client_snapshot_follows_the_same_signs_with_or_without_broker_bounds_before_it"),
+    ],
+)
+def test_no_consume_queue_data_is_unknown_only_for_a_queue_that_held_messages(spark, offsets, bounds, held,
+                                                                                expected) -> None:  # noqa: ANN001
+    """Spec §4.2 NO_CONSUME_QUEUE: without consume queue data for q, Min and Max are unknown when q held messages by
+    then (C > 0, an earlier snapshot's entries, a record of q held by a snapshot); a queue with none of those signs
+    (a %RETRY% queue never used) is empty, Min = Max = 0, as the broker reports it."""
+    actual = snapshots.offset_series(spark.createDataFrame(offsets, CO.SCHEMA), spark.createDataFrame(bounds, QB.SCHEMA),
+                                     as_of=T(9), held=spark.createDataFrame(held, HELD))
+    assertDataFrameEqual(actual, spark.createDataFrame(expected, SERIES))
+
+
+def test_held_queues_is_the_first_snapshot_with_entries_or_holding_a_record(spark) -> None:  # noqa: ANN001
+    def msg(topic: str, q: int, first: dt.datetime | None, phys: int) -> tuple:
+        r = {c: None for c in M.TABLE.columns}
+        r.update(cluster="c", broker="b", physical_offset=phys, topic=topic, queue_id=q, queue_offset=0,
+                 first_snapshot_ts=first, properties={})
+        return tuple(r[c] for c in M.TABLE.columns)
+
+    bounds = [qb(1, 0, 0), qb(2, 3, 4), qb(3, 3, 5), qb(1, 0, 7, topic="U"), qb(9, 0, 2, topic="W")]
+    records = [msg("T", 0, T(1), 0), msg("U", 1, T(5), 100), msg("U", 1, T(4), 200), msg("V", 0, None, 300),
+               msg("X", 0, T(8), 400)]
+    got = snapshots.held_queues(spark.createDataFrame(bounds, QB.SCHEMA), spark.createDataFrame(records, M.SCHEMA),
+                                as_of=T(6))
+    epoch = dt.datetime(1970, 1, 1, tzinfo=UTC)
+    assertDataFrameEqual(got, spark.createDataFrame(
+        [("c", "b", "T", 0, T(1)), ("c", "b", "U", 0, T(1)), ("c", "b", "U", 1, T(4)), ("c", "b", "V", 0, epoch)],
+        HELD))
+    later = snapshots.held_queues(spark.createDataFrame(bounds, QB.SCHEMA), spark.createDataFrame(records, M.SCHEMA),
+                                  as_of=T(9), after=T(4))
+    assertDataFrameEqual(later, spark.createDataFrame(
+        [("c", "b", "U", 1, T(5)), ("c", "b", "V", 0, epoch), ("c", "b", "W", 0, T(9)), ("c", "b", "X", 0, T(8))],
+        HELD))
+
+
 def test_decreases_are_listed_between_consecutive_snapshots_with_or_without_bounds(spark) -> None:  # noqa: ANN001
     # Snapshot 3 has no consumequeue folder (unknown bounds): it still has a committed offset, so 20 -> 30 -> 10
     # is compared through it, and the drop 30 -> 10 is a decrease although only snapshot 4 has bounds.
@@ -140,7 +196,6 @@ def test_relevant_messages_keep_every_record_a_report_reads(spark) -> None:  # n
     assert sorted(r[0] for r in got.select("physical_offset").collect()) == [1, 2, 4, 5, 6, 7, 9]
 
 
-CLIENT = "10.0.0.5@DEFAULT"
 # One broker: key G/T/0 snapshotted at minutes 1-9 (no consumequeue at 4 and 8: unknown bounds), with decreases at 3,
 # 5 (through the unknown 4) and 8; a broadcast client of G2 at 2, 5 and 8 (8 borrows the bounds of 7); a key that
 # stops after minute 2 (G3); a key whose newest snapshot (4) has unknown bounds (G4); retention moves Min past the
