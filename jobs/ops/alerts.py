@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from jobs.reconcile import gold_runs, reports
+from jobs.reconcile import gold_runs, reports, verdict
 from schemas import alerts_sent, consumer_status, dlq_candidates, unconsumed_ranges
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,8 @@ UTC = dt.timezone.utc
 QUEUE = ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id"]
 GROUP = ["cluster", "consumer_group"]
 ALERT_STATUSES = ("REWIND", "STALL", "WARN")  # worst first, the order a message names them in
-STATUS_RANK = {"OK": 0, "WARN": 1, "STALL": 2, "REWIND": 3}
+# UNKNOWN (no bounds at the newest snapshot, spec §4.2) ranks below OK: a group is UNKNOWN only when every queue is
+STATUS_RANK = verdict.STATUS_RANK
 DLQ_REASONS = ("IN_DLQ", "BLOCKING_COMMIT", "ORDERLY_BLOCKED")
 DLQ_KEY = QUEUE + ["queue_offset", "uniq_key", "reason"]
 STATUS_COLUMNS = QUEUE + ["status"]
@@ -65,7 +66,8 @@ def queues_entering(previous: pd.DataFrame, current: pd.DataFrame) -> pd.DataFra
 
 
 def group_status(status: pd.DataFrame) -> pd.DataFrame:
-    """Each group's status: its worst queue (REWIND > STALL > WARN > OK, spec §4). Columns ``GROUP`` + ``status``."""
+    """Each group's status: its worst queue (REWIND > STALL > WARN > OK > UNKNOWN, spec §4, §4.2). Columns ``GROUP`` +
+    ``status``."""
     if not len(status):
         return _typed(status, GROUP + ["status"])
     ranked = status.assign(_rank=status["status"].map(STATUS_RANK).fillna(0))

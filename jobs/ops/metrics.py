@@ -10,7 +10,8 @@ collides and one Grafana board can join both on those labels. A broadcast group'
 (``clientid``, empty for clustering groups). Per queue:
 
 * ``rocketmq_recon_lag``, ``rocketmq_recon_consumable_lag`` (messages), ``rocketmq_recon_time_lag_seconds``;
-* ``rocketmq_recon_status{status}``: 1 for the queue's status, 0 for the three others (a state set);
+* ``rocketmq_recon_status{status}``: 1 for the queue's status, 0 for the others (a state set: UNKNOWN, OK, WARN,
+  STALL, REWIND; UNKNOWN when the newest snapshot gave no bounds, its lag series then absent);
 * ``rocketmq_recon_duplicated_messages``, ``rocketmq_recon_unconsumed_messages{kind}``,
   ``rocketmq_recon_expired_messages`` (= kind EXPIRED), ``rocketmq_recon_dlq_candidates{reason}``.
 
@@ -43,8 +44,10 @@ QUEUE = ["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id"
 QUEUE_LABELS = {"cluster": "cluster", "broker": "broker", "topic": "topic", "consumer_group": "group",
                 "queue_id": "queueid", "client_id": "clientid"}
 GROUP_LABELS = {"cluster": "cluster", "consumer_group": "group"}
-STATUSES = ("OK", "WARN", "STALL", "REWIND")
-STATUS_RANK = {s: i for i, s in enumerate(STATUSES)}
+# the verdict's list: UNKNOWN (no bounds at the newest snapshot, spec §4.2) ranks lowest, so a group is UNKNOWN only
+# when every queue of it is
+STATUSES = verdict.STATUSES
+STATUS_RANK = verdict.STATUS_RANK
 UNCONSUMED_KINDS = ("BACKLOG", "EXPIRED", "SKIPPED", "BROADCAST_DROPPED")
 DLQ_REASONS = ("IN_DLQ", "RETRYING", "BLOCKING_COMMIT", "BROADCAST_DROPPED", "ORDERLY_BLOCKED")
 # TRANSACTION_DISCARDED rows have no group and no queue offset: counted in summary.json, not a per-queue series
@@ -52,7 +55,7 @@ HELP = {
     "lag": "Max - committed offset at the run's latest snapshot (spec 4), per queue: rocketmq_group_diff per queue",
     "consumable_lag": "Max - max(committed, Min): the backlog still in the commitlog",
     "time_lag_seconds": "latest snapshot time - store time of the message at the committed offset",
-    "status": "Burrow-style status (1 for the current one): OK, WARN, STALL or REWIND",
+    "status": "Burrow-style status (1 for the current one): OK, WARN, STALL or REWIND; UNKNOWN without bounds",
     "duplicated_messages": "offsets delivered twice (gold/duplicated_ranges), each once whatever its evidence",
     "unconsumed_messages": "offsets never consumed, by kind (gold/unconsumed_ranges)",
     "expired_messages": "offsets deleted by retention before the group consumed them (kind EXPIRED)",

@@ -69,6 +69,18 @@ def test_a_group_enters_its_worst_queue_status_once() -> None:
         ("DefaultCluster", "G", "STALL", "OK"), ("DefaultCluster", "K", "WARN", "STALL")]
 
 
+def test_an_unknown_queue_does_not_hide_its_groups_status() -> None:
+    """Spec §4.2: a queue without bounds (UNKNOWN) ranks below OK. G was OK with one queue UNKNOWN and goes WARN: the
+    message says "was OK"; U has only UNKNOWN queues and is UNKNOWN (no alert)."""
+    u = ("DefaultCluster", "U", "", "T", "broker-a", 0)
+    previous = status_frame([(*Q, 1, "OK"), (*Q, 0, "UNKNOWN"), (*u, "UNKNOWN")])
+    current = status_frame([(*Q, 0, "UNKNOWN"), (*Q, 1, "WARN"), (*u, "UNKNOWN")])
+    assert [tuple(r) for r in alerts.group_status(previous).itertuples(index=False)] == [
+        ("DefaultCluster", "G", "OK"), ("DefaultCluster", "U", "UNKNOWN")]
+    assert [tuple(r) for r in alerts.groups_entering(previous, current).itertuples(index=False)] == [
+        ("DefaultCluster", "G", "WARN", "OK")]
+
+
 def test_new_dlq_rows_are_in_dlq_and_blocking_commit_rows_the_previous_run_did_not_have() -> None:
     previous = dlq_frame([(*Q, 0, 32, "U32", "BLOCKING_COMMIT"), (*Q, 1, 7, "U7", "RETRYING")])
     current = dlq_frame([(*Q, 0, 32, "U32", "BLOCKING_COMMIT"), (*Q, 1, 7, "U7", "IN_DLQ"),

@@ -47,7 +47,7 @@ def test_samples_of_one_queue_and_its_group() -> None:
             (prefix + "expired_messages", _labels(**lab), 7.0),
             (prefix + "lag", _labels(**lab), 115.0),
             *[(prefix + "status", _labels(**lab, status=s), float(s == "STALL")) for s in ("OK", "REWIND", "STALL",
-                                                                                          "WARN")],
+                                                                                          "UNKNOWN", "WARN")],
             (prefix + "time_lag_seconds", _labels(**lab), 460.0),
             *[(prefix + "unconsumed_messages", _labels(**lab, kind=k), v)
               for k, v in (("BACKLOG", 115.0), ("BROADCAST_DROPPED", 0.0), ("EXPIRED", 7.0), ("SKIPPED", 0.0))],
@@ -70,6 +70,24 @@ def test_a_group_sums_its_queues_and_takes_the_worst_status_and_largest_time_lag
     groups = metrics.group_figures(queues)
     assert groups[["cluster", "consumer_group", "lag", "consumable_lag", "time_lag_s", "status"]].values.tolist() == [
         ["C", "G", 116, 111, 460, "STALL"]]
+
+
+def test_an_unknown_queue_has_its_state_set_and_no_lag_and_a_group_is_unknown_only_when_every_queue_is() -> None:
+    """Spec §4.2: a queue without bounds at the newest snapshot is UNKNOWN with null lags: its state set says so, no
+    lag series is sent for it, and it changes its group's status only when every queue of the group is UNKNOWN."""
+    cols = metrics.QUEUE + ["lag", "consumable_lag", "time_lag_s", "status"]
+    empty = {c: [] for c in metrics.QUEUE}
+    rest = (pd.DataFrame({**empty, "start_offset": [], "end_offset": []}),
+            pd.DataFrame({**empty, "kind": [], "messages": []}), pd.DataFrame({**empty, "reason": []}))
+    mixed = metrics.queue_figures(pd.DataFrame([(*QUEUE, 0, None, None, None, "UNKNOWN"), (*QUEUE, 1, 4, 4, 9, "OK")],
+                                               columns=cols), *rest)
+    assert metrics.group_figures(mixed)[["lag", "time_lag_s", "status"]].values.tolist() == [[4, 9, "OK"]]
+    alone = metrics.queue_figures(pd.DataFrame([(*QUEUE, 0, None, None, None, "UNKNOWN")], columns=cols), *rest)
+    assert metrics.group_figures(alone)["status"].tolist() == ["UNKNOWN"]
+    names = {c: c for c in metrics.QUEUE}
+    samples = {(n, dict(lb).get("status")): v for n, lb, v in metrics._figure_samples(  # noqa: SLF001
+        alone.to_dict("records"), names, "p_") if n in ("p_status", "p_lag", "p_time_lag_seconds")}
+    assert samples == {("p_status", s): float(s == "UNKNOWN") for s in ("UNKNOWN", "OK", "WARN", "STALL", "REWIND")}
 
 
 def test_metrics_are_off_without_a_url(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
@@ -123,15 +141,15 @@ def test_push_reads_back_from_a_real_pushgateway_and_a_later_run_replaces_it(run
     quality = {"gold/consumer_status": {"success": True, "failed": []},
                "gold/dlq_candidates": {"success": False, "failed": ["expect_column_values_to_not_be_null(reason)"]}}
     assert metrics.run(runs, "asof-20260105T001000Z", url=pushgateway, quality=quality) == {
-        "pushed": {"DefaultCluster": 117}}  # 5 queues x 19 (a mode each) + the group 18 + 2 quality + 2 run
+        "pushed": {"DefaultCluster": 123}}  # 5 queues x 20 (a mode each) + the group 19 + 2 quality + 2 run
     got = read_back(pushgateway)
-    assert len(got) == 117
+    assert len(got) == 123
     assert {q: got[("rocketmq_recon_lag", _q(q))] for q in range(4)} == {0: 1.0, 1: 1.0, 2: 115.0, 3: 1.0}
     assert got[("rocketmq_recon_lag", _q(0, "%RETRY%GID_recon"))] == 0.0
     assert {q: got[("rocketmq_recon_time_lag_seconds", _q(q))] for q in range(4)} == {0: 2.0, 1: 1.0, 2: 460.0, 3: 3.0}
     assert {q: got[("rocketmq_recon_consumable_lag", _q(q))] for q in range(4)} == {0: 1.0, 1: 1.0, 2: 115.0, 3: 1.0}
     assert {s: got[("rocketmq_recon_status", _q(2, status=s))] for s in metrics.STATUSES} == {
-        "OK": 0.0, "WARN": 0.0, "STALL": 1.0, "REWIND": 0.0}
+        "UNKNOWN": 0.0, "OK": 0.0, "WARN": 0.0, "STALL": 1.0, "REWIND": 0.0}
     assert [got[("rocketmq_recon_status", _q(q, status="WARN"))] for q in range(4)] == [1.0, 1.0, 0.0, 1.0]
     assert {q: got[("rocketmq_recon_unconsumed_messages", _q(q, kind="BACKLOG"))] for q in range(4)} == {
         0: 1.0, 1: 1.0, 2: 115.0, 3: 1.0}
@@ -165,5 +183,5 @@ def test_an_unreachable_pushgateway_fails_in_one_line(runs: str) -> None:
     with pytest.raises(OSError) as failed:
         metrics.run(runs, "asof-20260105T001000Z", url=f"http://127.0.0.1:{port}")
     assert str(failed.value) == (
-        f"metrics: Pushgateway http://127.0.0.1:{port} did not take cluster DefaultCluster's 115 samples "
+        f"metrics: Pushgateway http://127.0.0.1:{port} did not take cluster DefaultCluster's 121 samples "
         "(<urlopen error [Errno 111] Connection refused>); check RMQ_RECON_PUSHGATEWAY_URL")
