@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from expectations import (consumer_offsets, deliveries, gold, messages, queue_bounds, store_features,
+from expectations import (consumer_offsets, deliveries, gold, messages, pop, queue_bounds, store_features,
                           subscription_groups, topic_configs)
 
 SUITES: dict[str, Callable[[], Any]] = {
@@ -13,6 +13,8 @@ SUITES: dict[str, Callable[[], Any]] = {
     "silver/queue_bounds": queue_bounds.suite,
     "silver/store_features": store_features.suite,
     "silver/messages": messages.suite,
+    "silver/pop_checkpoints": pop.checkpoints_suite,
+    "silver/pop_acks": pop.acks_suite,
     "silver/deliveries": deliveries.suite,
     "gold/duplicated_ranges": gold.duplicated_ranges_suite,
     "gold/unconsumed_ranges": gold.unconsumed_ranges_suite,

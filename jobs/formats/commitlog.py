@@ -547,19 +547,22 @@ def _msg_ids(buf: np.ndarray, store_key: np.ndarray, store_at: np.ndarray, v6: n
 
 
 @_kernel
-def _topics_in(topic: np.ndarray, topic_off: np.ndarray, wanted: np.ndarray, wanted_off: np.ndarray) -> np.ndarray:
-    """Whether each topic is one of the ``wanted`` ones (both as string bytes + offsets)."""
+def _topics_in(topic: np.ndarray, topic_off: np.ndarray, wanted: np.ndarray, wanted_off: np.ndarray,
+               prefix: np.ndarray) -> np.ndarray:
+    """Whether each topic is one of the ``wanted`` ones (both as string bytes + offsets), or starts with one whose
+    ``prefix`` flag is set."""
     n = len(topic_off) - 1
     out = np.zeros(n, np.bool_)
     for i in range(n):
         a, length = topic_off[i], topic_off[i + 1] - topic_off[i]
         for w in range(len(wanted_off) - 1):
             b = wanted_off[w]
-            if wanted_off[w + 1] - b == length:
+            wl = wanted_off[w + 1] - b
+            if wl == length or (prefix[w] and wl <= length):
                 x = 0
-                while x < length and topic[a + x] == wanted[b + x]:
+                while x < wl and topic[a + x] == wanted[b + x]:
                     x += 1
-                if x == length:
+                if x == wl:
                     out[i] = True
                     break
     return out
@@ -753,7 +756,8 @@ def decode_segment(data: bytes | memoryview | np.ndarray, *, segment_start: int,
         segment: the name reported in problems (the landing path of the segment).
         begin: byte position in ``data`` to start at (where the previous run stopped).
         final: whether ``data`` ends where the file ends; if not, a record cut at the end is left for the next chunk.
-        body_topics: topics whose bodies are kept (decompressed); other bodies are dropped.
+        body_topics: topics whose bodies are kept (decompressed), a name ending in ``*`` a prefix; other bodies
+            are dropped.
 
     Returns:
         records, ``end`` (the byte position to resume from), ``complete`` (end-of-file marker reached), problems.
@@ -839,9 +843,11 @@ def _bodies(buf: np.ndarray, topic: tuple[np.ndarray, np.ndarray], body_topics: 
     n = len(body_pos)
     if not body_topics:
         return pa.nulls(n, pa.binary())
-    names = [t.encode("utf-8") for t in sorted(body_topics)]
+    # a name ending in "*" is a prefix (rmq_sys_REVIVE_LOG_*: the revive topic is named by the broker's cluster)
+    names = [t.rstrip("*").encode("utf-8") for t in sorted(body_topics)]
     wanted = _topics_in(*topic, np.frombuffer(b"".join(names), np.uint8),
-                        np.cumsum([0] + [len(t) for t in names]).astype(np.int64))
+                        np.cumsum([0] + [len(t) for t in names]).astype(np.int64),
+                        np.array([t.endswith("*") for t in sorted(body_topics)], np.bool_))
     keep = wanted & ~crc_bad  # a body whose CRC does not match is reported by the caller and not trusted
     plain = keep & ((sys_flag & COMPRESSED) == 0)
     # the plain bodies gathered in one numpy pass (one Python object per body was most of this function's time)

@@ -53,6 +53,8 @@ class Decoded:
     staging: str
     messages: int = 0
     trace: int = 0
+    pop_checkpoints: int = 0
+    pop_acks: int = 0
     # (cluster, broker) -> snapshot ts -> the record ranges known after that snapshot's copies were read
     ranges: dict[tuple[str, str], dict[dt.datetime, list[tuple[int, int]]]] = field(default_factory=dict)
     # (cluster, broker) -> (lowest, highest) physical offset of the bytes that gave records
@@ -61,13 +63,14 @@ class Decoded:
     # queue-bounds step reads them anyway (lake_records reads a range holding each span): the load does not again
     lake_overlap: bool | None = None
 
-    def read(self, spark: Any, table: Any, kind: str) -> Any:
-        """The staged rows of ``kind`` with the columns of ``table``."""
+    def read(self, spark: Any, table: Any, kind: str, renamed: dict[str, str] | None = None) -> Any:
+        """The staged rows of ``kind`` with the columns of ``table`` (``renamed``: table column -> staged column)."""
         from pyspark.sql import functions as F
 
-        cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in table.schema.fields)
+        renamed = renamed or {}
+        cols = ", ".join(f"`{renamed.get(f.name, f.name)}` {f.dataType.simpleString()}" for f in table.schema.fields)
         return (spark.read.schema(f"kind STRING, {cols}").parquet(self.staging).where(F.col("kind") == kind)
-                .select(*table.columns))
+                .select(*[F.col(renamed.get(c, c)).alias(c) for c in table.columns]))
 
 
 def staging_folder(lake: str) -> str:
@@ -157,6 +160,7 @@ def _decode_pass(spark: Any, work: list[dict[str, Any]], staged: Decoded, segmen
     rows = rows.cast(pa.schema([decode_tasks.OUTPUT_ARROW.field(c) for c in small_cols]))
     small: list[pa.RecordBatch] = rows.combine_chunks().to_batches()
     staged.messages, staged.trace = counts.get(decode_tasks.MESSAGE, 0), counts.get(decode_tasks.TRACE, 0)
+    staged.pop_checkpoints, staged.pop_acks = counts.get(decode_tasks.POP_CK, 0), counts.get(decode_tasks.POP_ACK, 0)
     return small
 
 

@@ -36,6 +36,9 @@ SYNC_WINDOW = 8 << 20
 
 # kinds of output rows
 MESSAGE, TRACE, PROBLEM, PROGRESS = "message", "trace", "problem", "progress"
+POP_CK, POP_ACK = "pop_ck", "pop_ack"  # POP checkpoints and acks (silver/pop_checkpoints, silver/pop_acks)
+# the records whose bodies a rule reads: traces, and POP checkpoints and acks (timer copies and revive copies)
+BODY_TOPICS = frozenset({TRACE_TOPIC, "rmq_sys_wheel_timer", "rmq_sys_REVIVE_LOG_*"})
 
 _MESSAGE_FIELDS = [
     ("physical_offset", pa.int64()), ("topic", _STR), ("queue_id", pa.int32()), ("queue_offset", pa.int64()),
@@ -50,10 +53,18 @@ _TRACE_ONLY = [
     ("request_id", _STR), ("msg_id", _STR), ("retry_times", pa.int32()), ("cost_time_ms", pa.int64()),
     ("success", pa.bool_()), ("context_code", pa.int32()), ("msg_type", pa.int32()),
 ]
+# POP checkpoint and ack columns not among the others' (a POP row's topic, queue_id, consumer_group are the
+# popped queue's and group's; physical_offset, store_ts the carrying message's)
+_POP_ONLY = [
+    ("stored_topic", _STR), ("consumer_group", _STR), ("start_offset", pa.int64()), ("pop_time", pa.int64()),
+    ("broker_name", _STR), ("invisible_time", pa.int64()), ("bitmap", pa.int32()), ("num", pa.int32()),
+    ("revive_offset", pa.int64()), ("deltas", pa.list_(pa.int32())), ("reput_times", _STR),
+    ("revive_time", pa.int64()), ("ack_offsets", pa.list_(pa.int64())), ("ack_kind", _STR),
+]
 OUTPUT_ARROW = pa.schema(
     [("kind", _STR), ("unit", pa.int64()), ("seq", pa.int64()), ("cluster", _STR), ("broker", _STR),
      ("snapshot_ts", _TS)]
-    + _MESSAGE_FIELDS + _TRACE_ONLY
+    + _MESSAGE_FIELDS + _TRACE_ONLY + _POP_ONLY
     + [("source_path", _STR), ("position", pa.int64()), ("reason", _STR), ("info", _STR)]
 )
 
@@ -63,7 +74,8 @@ def output_ddl() -> str:
     names = {pa.int64(): "BIGINT", pa.int32(): "INT", _STR: "STRING", _TS: "TIMESTAMP", pa.bool_(): "BOOLEAN"}
     cols = []
     for f in OUTPUT_ARROW:
-        typ = "MAP<STRING, STRING>" if pa.types.is_map(f.type) else names[f.type]
+        typ = ("MAP<STRING, STRING>" if pa.types.is_map(f.type) else
+               f"ARRAY<{names[f.type.value_type]}>" if pa.types.is_list(f.type) else names[f.type])
         cols.append(f"`{f.name}` {typ}")
     return ", ".join(cols)
 
@@ -230,6 +242,8 @@ class _Out:
         self.problems: list[tuple[str, str, int, str]] = []  # (snapshot ts, path, position, reason)
         self.trace: list[dict[str, pa.Array]] = []  # trace rows, column by column, a part per chunk
         self.trace_rows = 0
+        self.pop: dict[str, list[dict[str, pa.Array]]] = {POP_CK: [], POP_ACK: []}  # POP rows, as trace
+        self.pop_rows = 0
 
     def problem(self, ts: str, path: str, position: int, reason: str) -> None:
         self.problems.append((ts, path, position, reason))
@@ -258,6 +272,19 @@ class _Out:
         yield _batch(TRACE, self.unit, n, cols)
         self.trace = []
         self.trace_rows = 0
+
+
+    def flush_pop(self) -> Iterator[pa.RecordBatch]:
+        for kind, parts in self.pop.items():
+            if not parts:
+                continue
+            cols = {name: pa.concat_arrays([p[name] for p in parts]) for name in parts[0]}
+            n = len(cols["physical_offset"])
+            cols["cluster"] = pa.repeat(pa.scalar(self.cluster, _STR), n)
+            cols["broker"] = pa.repeat(pa.scalar(self.broker, _STR), n)
+            yield _batch(kind, self.unit, n, cols)
+            self.pop[kind] = []
+        self.pop_rows = 0
 
 
 def _messages(tbl: pa.Table, cluster: str, broker: str, ts: dt.datetime, unit: int) -> Iterator[pa.RecordBatch]:
@@ -337,6 +364,57 @@ def _trace_rows(out: _Out, tbl: pa.Table, ts: str, segment_path: str, segment_st
     out.trace_rows += n
 
 
+def _pop_rows(out: _Out, tbl: pa.Table, ts: str, segment_path: str, segment_start: int) -> None:
+    """Decode the POP checkpoint and ack bodies of ``tbl`` (the revive topic's messages, and the timer topic's
+    whose REAL_TOPIC is a revive topic) into silver/pop_checkpoints and silver/pop_acks rows (problems in order)."""
+    import pyarrow.compute as pc
+
+    from jobs.formats import names, pop
+
+    topic = tbl.column("topic").combine_chunks()
+    revive = pc.fill_null(pc.starts_with(topic, pop.REVIVE_TOPIC_PREFIX), False)
+    timer = pc.fill_null(pc.equal(topic, pop.TIMER_TOPIC), False)
+    if not (pc.any(revive).as_py() or pc.any(timer).as_py()):
+        return
+    real = (pc.map_lookup(tbl.column("properties").combine_chunks(), pop.PROPERTY_REAL_TOPIC, "first")
+            if pc.any(timer).as_py() else pa.nulls(len(topic), _STR))
+    wanted = pc.or_(revive, pc.and_(timer, pc.fill_null(pc.starts_with(real, pop.REVIVE_TOPIC_PREFIX), False)))
+    tags = pc.fill_null(tbl.column("tags").combine_chunks(), "")
+    wanted = pc.and_(wanted, pc.is_in(tags, pa.array(list(pop.TAGS), _STR)))
+    sub = tbl.filter(wanted)
+    if not sub.num_rows:
+        return
+    offsets = sub.column("physical_offset").combine_chunks()
+    extra = pa.table({"physical_offset": offsets, "stored_topic": sub.column("topic").combine_chunks(),
+                      "store_ts": sub.column("store_ts").combine_chunks()})
+    cks, acks, problems = pop.decode_pop_bodies(sub.column("tags").combine_chunks(), sub.column("body").combine_chunks(),
+                                                positions=offsets.to_numpy() - segment_start,
+                                                source_path=segment_path, extra=extra, default_broker_name=out.broker)
+    for p in problems:
+        out.problem(ts, p.source_path, p.position, p.reason)
+    first = _parse_ts(ts)
+    for kind, rows in ((POP_CK, cks), (POP_ACK, acks)):
+        # a body any client can send to the revive topic: names RocketMQ cannot produce are quarantined (issue 34)
+        for column, problem in (("consumer_group", names.group_problem), ("topic", names.topic_problem)):
+            bad_rows, bad = names.bad_rows(rows.column(column).combine_chunks(), problem)
+            if not len(bad_rows):
+                continue
+            for value, phys in zip(rows.column(column).take(bad_rows).to_pylist(),
+                                   rows.column("physical_offset").take(bad_rows).to_pylist()):
+                at = int(phys) - segment_start
+                out.problem(ts, segment_path, at, f"POP {kind[4:]} message at byte {at}: {column} "
+                            f"'{names.shown(value)}' {bad[value]}: skipped")
+            rows = _without(rows, bad_rows)
+        if not rows.num_rows:
+            continue
+        part = {name: rows.column(name).combine_chunks() for name in rows.column_names if name != "record"}
+        if kind == POP_ACK:
+            part["ack_kind"] = part.pop("kind")
+        part["first_snapshot_ts"] = pa.repeat(pa.scalar(first, _TS), rows.num_rows)
+        out.pop[kind].append(part)
+        out.pop_rows += rows.num_rows
+
+
 def decode_unit(unit: dict[str, Any]) -> Iterator[pa.RecordBatch]:
     """Decode the copies of one segment in snapshot order; the last batch is the unit's progress row.
 
@@ -405,7 +483,8 @@ def decode_unit(unit: dict[str, Any]) -> Iterator[pa.RecordBatch]:
                 failed = True
                 break
             final = hi >= size
-            res = commitlog.decode_segment(data, segment_start=start + pos, segment=path, final=final)
+            res = commitlog.decode_segment(data, segment_start=start + pos, segment=path, final=final,
+                                           body_topics=BODY_TOPICS)
             tbl, found, res_end, res_complete = res.table, res.problems, res.end, res.complete
             cut_short = cut_short or (res.cut and final)
             if stop is not None:
@@ -428,6 +507,7 @@ def decode_unit(unit: dict[str, Any]) -> Iterator[pa.RecordBatch]:
                 ranges.append((ts, start + lo, start + hi_abs))
                 decoded.append((ts, start + lo, start + hi_abs))
                 _trace_rows(out, tbl, ts, f"{c['folder']}/store/commitlog/{unit['segment']}", start)
+                _pop_rows(out, tbl, ts, f"{c['folder']}/store/commitlog/{unit['segment']}", start)
                 pending.append(tbl.drop_columns(["body"]))
                 pending_rows += tbl.num_rows
                 if pending_rows >= batch_rows:
@@ -435,6 +515,8 @@ def decode_unit(unit: dict[str, Any]) -> Iterator[pa.RecordBatch]:
                     pending, pending_rows = [], 0
                 if out.trace_rows >= trace_rows:
                     yield from out.flush_trace()
+                if out.pop_rows >= trace_rows:
+                    yield from out.flush_pop()
             end_abs = hi_abs
             if reached:
                 break
@@ -469,6 +551,7 @@ def decode_unit(unit: dict[str, Any]) -> Iterator[pa.RecordBatch]:
             files.append({"ts": ts, "path": path, "size": size, "sha256": digest.hexdigest(), "read_from": begin,
                           "read_to": end_abs})
     yield from out.flush_trace()
+    yield from out.flush_pop()
     yield from out.flush_problems()
     if piece:
         info = {"segment": unit["segment"], "piece": piece["index"], "count": piece["count"], "first": first,

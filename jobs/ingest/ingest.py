@@ -43,7 +43,7 @@ from jobs.ingest.deliveries_update import build_deliveries, deliveries_stale
 from jobs.ingest.exports import load_exports
 from jobs.ingest.extracted import Extracted, rows_folder
 from jobs.ingest.late import lower_first_held
-from jobs.ingest.load import load_decoded, load_small, load_trace
+from jobs.ingest.load import load_decoded, load_pop, load_small, load_trace
 from jobs.ingest.plan import LATE_WINDOW_ENV
 from jobs.ingest.segment_ledger import load_segments_state, save_segments_state
 from jobs.ingest.snapshot_configs import extract_all_configs
@@ -57,6 +57,8 @@ from schemas import (
     files,
     messages,
     quarantine,
+    pop_acks,
+    pop_checkpoints,
     queue_bounds,
     segments,
     store_features,
@@ -77,7 +79,7 @@ UTC = dt.timezone.utc
 LEDGER_TABLES = [files.TABLE, quarantine.TABLE, segments.TABLE, snapshots_table.TABLE, trace_records.TABLE,
                  cq_files.TABLE, consumer_offsets.TABLE,
                  subscription_groups.TABLE, topic_configs.TABLE, delay_offsets.TABLE, queue_bounds.TABLE,
-                 store_features.TABLE, messages.TABLE, deliveries.TABLE]
+                 store_features.TABLE, messages.TABLE, pop_checkpoints.TABLE, pop_acks.TABLE, deliveries.TABLE]
 
 
 class _Background:
@@ -318,12 +320,15 @@ def _load_records_beside_bounds(spark: Any, lake: str, landing_uri: str, snaps: 
     n_messages += load_exports(spark, lake, snaps, ex)
     n_trace = load_trace(spark, lake, staged)
     say(f"ingest: bronze/trace_records loaded ({_since(t_decode)} since the decode began)")
+    n_pop = load_pop(spark, lake, staged)
+    if n_pop:
+        say(f"ingest: silver/pop_checkpoints, silver/pop_acks loaded ({_since(t_decode)} since the decode began)")
     reads = bounds.result()
     ex.splice(mark, qx)
     say(f"ingest: queue bounds of {len(snaps)} snapshot(s) ({reads.read} consume queue file(s) read, "
         f"{reads.skipped} unchanged not read; beside the loads; {_since(t_decode)} since the decode began)")
     storage.delete_tree(staged.staging)
-    return {messages.TABLE.qualified: n_messages, trace_records.TABLE.qualified: n_trace}
+    return {messages.TABLE.qualified: n_messages, trace_records.TABLE.qualified: n_trace, **n_pop}
 
 
 def _lower_late(spark: Any, lake: str, late: list[landing.Snapshot], say: Callable[[str], None]) -> None:

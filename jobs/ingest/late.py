@@ -9,7 +9,7 @@ from jobs.ingest.extracted import rows_folder
 from jobs.ingest.landing import Snapshot
 from jobs.ingest.load import _spans_filter
 from jobs.lake import _delta, _spark
-from schemas import messages, trace_records
+from schemas import messages, pop_acks, pop_checkpoints, trace_records
 
 
 def lower_first_held(spark: Any, lake: str, late: list[Snapshot]) -> int:
@@ -54,7 +54,7 @@ def lower_first_held(spark: Any, lake: str, late: list[Snapshot]) -> int:
         F.min("physical_offset"), F.max("physical_offset")).collect()}
     in_spans = _spans_filter(spans)
     n = 0
-    for table in (messages, trace_records):
+    for table in (messages, trace_records, pop_checkpoints, pop_acks):
         if not _delta.exists(lake, table.TABLE):
             continue
         rows = (_delta.read(spark, lake, table.TABLE).alias("t").where(in_spans)

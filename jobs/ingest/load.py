@@ -13,6 +13,8 @@ from schemas import (
     delay_offsets,
     files,
     messages,
+    pop_acks,
+    pop_checkpoints,
     quarantine,
     queue_bounds,
     store_features,
@@ -58,6 +60,23 @@ def load_trace(spark: Any, lake: str, staged: Decoded) -> int:
         return staged.trace
     return _delta.merge(spark, df.dropDuplicates(list(trace_records.TABLE.key)), lake, trace_records.TABLE,
                         insert_only=True, target_filter=_spans_filter(staged.spans))
+
+
+def load_pop(spark: Any, lake: str, staged: Decoded) -> dict[str, int]:
+    """MERGE the staged POP checkpoints and acks (insert-only on their key, as the trace records); one commit each."""
+    counts = {}
+    for table, kind, n, renamed in ((pop_checkpoints.TABLE, "pop_ck", staged.pop_checkpoints, None),
+                                    (pop_acks.TABLE, "pop_ack", staged.pop_acks, {"kind": "ack_kind"})):
+        if not n:
+            continue
+        df = staged.read(spark, table, kind, renamed)
+        if not _delta.exists(lake, table):
+            _delta.insert_new(spark, df, lake, table, target_filter="true")
+            counts[table.qualified] = n
+        else:
+            counts[table.qualified] = _delta.merge(spark, df.dropDuplicates(list(table.key)), lake, table,
+                                                   insert_only=True, target_filter=_spans_filter(staged.spans))
+    return counts
 
 
 def load_small(spark: Any, lake: str, ex: Extracted, now: dt.datetime) -> dict[str, int]:
