@@ -24,8 +24,8 @@ def ck(phys: int, store_s: float, *, so: int = 10, n: int = 3, deltas: list[int]
 
 
 def ack(phys: int, store_s: float, offsets: list[int], *, so: int = 10, pt: int = PT, kind: str = "ack",
-        seen_s: float = 0) -> tuple:
-    return ("c", "b", phys, "rmq_sys_REVIVE_LOG_c", ts(store_s), "T", 0, so, "G", pt, "b", offsets, kind, ts(seen_s))
+        seen_s: float = 0, topic: str = "T") -> tuple:
+    return ("c", "b", phys, "rmq_sys_REVIVE_LOG_c", ts(store_s), topic, 0, so, "G", pt, "b", offsets, kind, ts(seen_s))
 
 
 def test_a_checkpoint_is_counted_once_and_covers_its_deltas_or_its_run(spark) -> None:  # noqa: ANN001
@@ -62,3 +62,51 @@ def test_copies_not_seen_by_the_as_of_time_do_not_count(spark) -> None:  # noqa:
     assert pop.checkpoints(cks, as_of=ts(300)).count() == 0
     acks = spark.createDataFrame([ack(300, 5, [10], seen_s=600), ack(400, 60, [10], seen_s=60)], PA.SCHEMA)
     assert [(r.queue_offset, r.acked_ms - PT) for r in pop.acked(acks, as_of=ts(300)).collect()] == [(10, 60000)]
+
+
+def msg(phys: int, topic: str, qo: int, uniq: str, r: int = 0) -> tuple:
+    from schemas import messages as M
+
+    row = {c: None for c in M.TABLE.columns}
+    row.update(cluster="c", broker="b", physical_offset=phys, topic=topic, queue_id=0, queue_offset=qo, uniq_key=uniq,
+               reconsume_times=r, store_ts=ts(0), properties={})
+    return tuple(row[c] for c in M.TABLE.columns)
+
+
+RETRY = "%RETRY%G_T"
+
+
+def test_late_acks_are_duplicates_and_unrevived_pops_are_lost(spark) -> None:  # noqa: ANN001
+    """Originals K10-K16 at T/0/10-16. 10 acked in time. 11 acked late, its revive copy (r 1) popped and acked: one
+    POP_LATE_ACK. 12 never acked, its revive copy popped (revive at 140 s) and never acked, no newer copy: lost.
+    13 popped (revive 160 s), never acked, never revived (the original had expired): lost; 12-13 one range. 14 popped
+    at 3550 s: its revive time (3610 s) is after S (3600 s): in flight, not lost. 15 in %DLQ%G: not lost.
+    16's revive copy was not popped yet: the retry topic's backlog, not lost."""
+    from jobs.rules import pop
+    from schemas import messages as M
+
+    msgs = spark.createDataFrame([msg(i, "T", i, f"K{i}") for i in range(10, 17)]
+                                 + [msg(100, RETRY, 0, "K11", 1), msg(101, RETRY, 1, "K12", 1),
+                                    msg(102, RETRY, 2, "K16", 1), msg(200, "%DLQ%G", 0, "K15", 2)], M.SCHEMA)
+    cks = spark.createDataFrame([
+        ck(1, 0), ck(2, 100, so=13, n=1, pt=PT + 100_000), ck(3, 3550, so=14, n=1, pt=PT + 3_550_000),
+        ck(4, 0, so=15, n=2, pt=PT + 1), ck(5, 70, so=0, n=1, pt=PT + 70_000, topic=RETRY),
+        ck(6, 80, so=1, n=1, pt=PT + 80_000, topic=RETRY)], PC.SCHEMA)
+    acks = spark.createDataFrame([ack(7, 5, [10]), ack(8, 61, [11]), ack(9, 75, [0], so=0, pt=PT + 70_000,
+                                                                         topic=RETRY)], PA.SCHEMA)
+    as_of = ts(3600)
+    c = pop.checkpoints(cks, as_of=as_of)
+    state = pop.popped_state(c, pop.acked(acks, as_of=as_of))
+    fate = pop.message_fate(pop.popped_copies(state, msgs), msgs, pop.pop_pairs(c))
+    assert sorted((r.uniq_key, r.queue_offset, r.newest_r, r.late_again, r.acked, r.in_dlq,
+                   None if r.newest_revive_ms is None else (r.newest_revive_ms - PT) // 1000)
+                  for r in fate.collect()) == [
+        ("K10", 10, 0, False, True, False, 60), ("K11", 11, 1, True, True, False, 130),
+        ("K12", 12, 1, False, False, False, 140), ("K13", 13, 0, False, False, False, 160),
+        ("K14", 14, 0, False, False, False, 3610), ("K15", 15, 0, False, False, True, 60),
+        ("K16", 16, 1, False, False, False, None)]
+    assert [tuple(r) for r in pop.late_ack_ranges(fate).collect()] == [
+        ("c", "G", "", "T", "b", 0, 11, 11, 1, "POP_LATE_ACK", "INVISIBLE_TIME_EXCEEDED")]
+    assert [tuple(r) for r in pop.lost_ranges(fate, t_s=as_of, blocking_min_age_s=900).collect()] == [
+        ("c", "G", "", "T", "b", 0, 12, 13, 2, "POP_LOST")]
+    assert [(r.topic, r.inflight) for r in pop.inflight(state, t_s=as_of).orderBy("topic").collect()] == [("T", 1)]
