@@ -16,7 +16,7 @@ __all__ = ["run", "tree_size", "SCENARIO_NAMES"]
 
 SCENARIO_NAMES = ["blocked-head", "queue2-offset32", "out-of-order-acks", "retry-to-dlq", "expired-offset",
                   "skip-accumulated", "rewind", "broadcast", "rebalance", "orderly-blocked", "store-types",
-                  "mixed"]
+                  "pop", "mixed"]
 
 
 def tree_size(root: str | os.PathLike[str]) -> tuple[int, int, int]:

@@ -244,6 +244,79 @@ def store_types(out: str, seed: int, scale: int = 1) -> World:
     return w
 
 
+POP_TOPIC = "TopicPop"
+POP_GROUP = "GID_pop"
+POP_LATE = (50, 7)  # i % 50 == 7: the first copy is acked after 45 s, past its 30 s invisible time
+POP_FAIL_ONCE = (50, 33)  # i % 50 == 33: the first copy fails (not acked), its revive copy is acked
+POP_SLOW = (10, 4)  # i % 10 == 4: 20 s to process, acked in time
+POP_DLQ_I = 20  # fails every time: 17 pops (retryMaxTimes 16 + 1), then the proxy forwards it to %DLQ%GID_pop
+POP_RETRYING_I = 864  # fails every time from 00:36:10: still retrying at the last snapshot
+POP_TAIL_MS = 30 * SECOND  # popped in the last 30 s before the last snapshot: 25 s to process (in flight at S)
+
+
+def pop_consumption(out: str, seed: int, scale: int = 1) -> World:
+    """Spec §7 ``pop``: a 5.x POP group (gRPC SimpleConsumers behind the proxy, no traces) on TopicPop (2 queues),
+    beside a traced concurrent push group on TopicTest. Retention is 10 min in hour 00 (``fileReservedTime``,
+    ``deleteWhen`` 00) on 64 KiB commitlog segments, so old segments go while the POP group works.
+
+    TopicPop gets 4 messages every 10 s from 00:00:10 (``pop-<i>``, queue i % 2, offset i // 2). One client pops
+    queue 0 once at 00:00:10.5 (one message, offset 0, invisible 20 min) and dies: the revive at about 00:20:13 finds
+    the original deleted by retention (its segment went at about 00:11) and writes nothing: POP_LOST. The main client
+    pops every 2 s (up to 16 messages, invisible 30 s) and acks as it finishes (one AckMessage request per 100 ms:
+    ``bAck`` for 2+ entries of one checkpoint, else ``ack``): most messages in 5-45 ms; i % 10 == 4 in 20 s (in time);
+    i % 50 == 7 in 45 s (late: revived anyway, the retry copy is processed again and acked: POP_LATE_ACK);
+    i % 50 == 33 fails once (revived, retried, acked); i = 20 fails every time (IN_DLQ with reconsume_times 17);
+    i = 864 fails every time from 00:36:10 (RETRYING at 00:40); whatever is popped from 00:39:30 takes 25 s (in
+    flight at the last snapshot). Snapshots every 5 min to 00:40."""
+    from jobs.simulate.pop import pop_consumer
+
+    w = World(out, seed, broker_cfg=BrokerConfig(segment_size=64 * 1024, file_reserved_ms=10 * MINUTE,
+                                                 delete_when_hour=0))
+    b = w.add_broker("broker-a")
+    w.topic(TOPIC, 2)
+    w.topic(POP_TOPIC, 2)
+    end = T0_MS + 40 * MINUTE
+    traced = w.producer(trace=True)
+    w.traffic(traced, TOPIC, every_ms=2 * SECOND, start=T0_MS + 10 * SECOND, end=T0_MS + 39 * MINUTE)
+    w.consumer(GROUP, TOPIC, start_at=T0_MS + 5 * SECOND, from_first=True)
+    grpc = w.producer()
+    sent = {"i": 0}
+
+    def burst() -> None:
+        for _ in range(4):
+            i = sent["i"]
+            grpc.send(b, POP_TOPIC, i % 2, keys=f"pop-{i}", tags="TagA", body=b"pop-payload-%06d" % i)
+            sent["i"] += 1
+
+    w.loop.every(T0_MS + 10 * SECOND, 10 * SECOND, burst, until_ms=end - 1)
+
+    def behaviour(c, m: Stored) -> tuple[int, str]:  # noqa: ANN001 - a PopConsumer
+        i = int((m.keys or "pop--1").rsplit("-", 1)[1])
+        if i in (POP_DLQ_I, POP_RETRYING_I):
+            return 30, "fail"
+        if c.loop.now >= end - POP_TAIL_MS:
+            return 25 * SECOND, "ok"
+        if m.reconsume == 0 and i % POP_LATE[0] == POP_LATE[1]:
+            return 45 * SECOND, "ok"
+        if m.reconsume == 0 and i % POP_FAIL_ONCE[0] == POP_FAIL_ONCE[1]:
+            return 50, "fail"
+        if i % POP_SLOW[0] == POP_SLOW[1]:
+            return 20 * SECOND, "ok"
+        return 5 + c.loop.rng.randrange(40), "ok"
+
+    pop_consumer(w, POP_GROUP, POP_TOPIC, start_at=T0_MS + 5 * SECOND, behaviour=behaviour, batch=16,
+                 invisible_ms=30 * SECOND, poll_ms=2 * SECOND)
+    pop_consumer(w, POP_GROUP, POP_TOPIC, start_at=T0_MS + 10_500, behaviour=lambda c, m: (0, "hang"), queue_id=0,
+                 batch=1, invisible_ms=20 * MINUTE, receives=1)
+    w.inject("pop_dies_holding", group=POP_GROUP, topic=POP_TOPIC, queue_id=0, queue_offset=0,
+             invisible_ms=20 * MINUTE)
+    w.inject("pop_always_fails", group=POP_GROUP, keys=[f"pop-{POP_DLQ_I}", f"pop-{POP_RETRYING_I}"])
+    w.inject("pop_late_acks", group=POP_GROUP, every=POP_LATE[0], remainder=POP_LATE[1], ack_after_ms=45 * SECOND)
+    w.snapshots([T0_MS + m * 5 * MINUTE for m in range(1, 9)])
+    w.run()
+    return w
+
+
 SCENARIOS: dict[str, Callable[[str, int, int], World]] = {
     "blocked-head": blocked_head,
     "queue2-offset32": queue2_offset32,
@@ -256,4 +329,5 @@ SCENARIOS: dict[str, Callable[[str, int, int], World]] = {
     "rebalance": rebalance,
     "orderly-blocked": orderly_blocked,
     "store-types": store_types,
+    "pop": pop_consumption,
 }

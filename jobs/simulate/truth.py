@@ -15,8 +15,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
+from jobs.formats.topics import is_reserved_topic, is_system_group
 from jobs.simulate.broker import DELAY_LEVELS_MS, SCHEDULE_TOPIC, dlq_topic, is_system_topic, retry_topic
 from jobs.simulate.clock import iso_ms
+from jobs.simulate.pop_truth import PopTruth
 
 if TYPE_CHECKING:  # pragma: no cover
     from jobs.simulate.broker import Stored
@@ -108,6 +110,8 @@ class Truth:
         self._index_deliveries()
         self._series()
         self._modes()
+        # spec §4.1 POP groups (checkpoints and acks decoded from the captured records; nothing without them)
+        self.pop = PopTruth(self, blocking_min_age_ms=BLOCKING_MIN_AGE_MS, dlq_warn_retries=DLQ_WARN_RETRIES)
 
     # ---------------------------------------------------------------- what the snapshots captured
 
@@ -200,6 +204,8 @@ class Truth:
             for (topic, group, qid), c in s.offsets.items():
                 if "@" in topic or "@" in group:
                     continue
+                if is_system_group(group) or is_reserved_topic(topic):
+                    continue  # RocketMQ's own progress (the POP revive scan's): never a finding (spec §4.2)
                 commits[(group, "", topic, s.broker, qid)].append((s.ts, c))
                 if (topic, qid) not in s.bounds and held(s.broker, topic, qid, s.ts, c):
                     continue  # no consume queue data for a queue that held messages: unknown (spec §4.2)
@@ -258,6 +264,8 @@ class Truth:
     def mode(self, group: str, topic: str) -> str:
         if group in self.broadcast_groups:
             return "BROADCAST"
+        if self.pop.is_pop(group, topic):
+            return "POP"
         if group in self.fifo_flag or (group, topic) in self.local_redelivery:
             return "ORDERLY"
         return "CONCURRENT"
@@ -282,7 +290,8 @@ class Truth:
                 unknown.add(key)
                 out.append(self._row(s, snapshot_ts=iso_ms(ts), committed_offset=c, min_offset=None, max_offset=None,
                                      lag=None, consumable_lag=None, time_lag_s=None, status="UNKNOWN",
-                                     consume_mode=self.mode(s.group, s.topic), inflight=0))
+                                     consume_mode=self.mode(s.group, s.topic),
+                                     inflight=self.pop.inflight(s.group, s.broker, s.topic, s.qid)))
         for s in self.series:
             if (s.group, s.client_id, s.topic, s.broker, s.qid) in unknown:
                 continue
@@ -296,7 +305,7 @@ class Truth:
             out.append(self._row(s, snapshot_ts=iso_ms(ts), committed_offset=c, min_offset=lo, max_offset=hi,
                                  lag=hi - c, consumable_lag=hi - max(c, lo), time_lag_s=time_lag,
                                  status=status(s.points[-WINDOW:]), consume_mode=self.mode(s.group, s.topic),
-                                 inflight=0))
+                                 inflight=self.pop.inflight(s.group, s.broker, s.topic, s.qid)))
         return out
 
     def offset_corrections(self) -> list[dict[str, Any]]:
@@ -345,6 +354,10 @@ class Truth:
             s = series_by.get((g, cid, topic, broker, qid)) or Series(self.cluster, g, cid, topic, broker, qid, [])
             for a, b in ranges(offs):
                 out.append(self._range(s, a, b, kind="BROADCAST_DROPPED"))
+        for (g, topic, broker, qid), offs in sorted(self.pop.lost().items()):
+            s = Series(self.cluster, g, "", topic, broker, qid, [])
+            for a, b in ranges(offs):
+                out.append(self._range(s, a, b, kind="POP_LOST"))
         return out
 
     def _range(self, s: Series, a: int, b: int, **kw: Any) -> dict[str, Any]:
@@ -353,8 +366,8 @@ class Truth:
     def _skipped(self, s: Series) -> set[int]:
         """docs/semantics.md rule 15."""
         ds = self.deliveries.get(s.group)
-        if not ds or is_system_topic(s.topic):
-            return set()
+        if not ds or is_system_topic(s.topic) or self.mode(s.group, s.topic) == "POP":
+            return set()  # spec §4.1: not evaluated for POP groups
         broadcast = bool(s.client_id)
         mapped = []  # the first delivered offset: the group's, a broadcast client's own
         for d in ds:
@@ -405,6 +418,10 @@ class Truth:
             for a, b in ranges(offs):
                 cause = max((offs[o] for o in range(a, b + 1)), key=lambda c: CAUSE_RANK[c])
                 out.append(self._range(s, a, b, evidence="TRACE", cause=cause))
+        for (g, topic, broker, qid), pop_offs in sorted(self.pop.duplicated().items()):
+            s = Series(self.cluster, g, "", topic, broker, qid, [])
+            for a, b in ranges(pop_offs):
+                out.append(self._range(s, a, b, evidence="POP_LATE_ACK", cause="INVISIBLE_TIME_EXCEEDED"))
         return out
 
     def _cause(self, group: str, cid: str, m: "Stored", d1: Delivery, d2: Delivery) -> str:
@@ -476,8 +493,9 @@ class Truth:
                 orig = self.original(uniq)
                 if orig is None:
                     continue
-                if self.mode(g, orig.topic) == "ORDERLY":
-                    continue  # an orderly queue retries locally: ORDERLY_BLOCKED at its committed offset instead
+                if self.mode(g, orig.topic) in ("ORDERLY", "POP"):
+                    continue  # an orderly queue retries locally: ORDERLY_BLOCKED at its committed offset instead;
+                    # a POP group's RETRYING comes from its copies (self.pop)
                 mx = self.max_times(g, orig.broker)  # the original's broker receives its send-backs
                 eta = base + sum(DELAY_LEVELS_MS[min(3 + k, 18) - 1] for k in range(r, mx))
                 out.append(self._dlq_row(g, "", orig, uniq, orig.keys, r, mx, "RETRYING", last.start, eta))
@@ -485,8 +503,8 @@ class Truth:
             # queues, its %RETRY% queues (reported at the original copy) and each broadcast client's own
             blocking_rows: dict[tuple, tuple[Delivery, dict[str, Any]]] = {}
             for s in self.commit_series:
-                if s.group != g or bool(s.client_id) != bool(info["broadcast"]):
-                    continue
+                if s.group != g or bool(s.client_id) != bool(info["broadcast"]) or self.mode(g, s.topic) == "POP":
+                    continue  # spec §4.1: BLOCKING_COMMIT does not apply to POP groups
                 ts, c = s.commits[-1]
                 m = self.at.get((s.broker, s.topic, s.qid, c))
                 if m is None:
@@ -504,6 +522,10 @@ class Truth:
                         blocking_rows[where] = (d, row)  # an original and its retry copy can both hang
             out.extend(row for _, row in blocking_rows.values())
             out.extend(self._orderly_blocked(g, by_key))
+        for r in self.pop.retrying():
+            last = r.pop("last_attempt")
+            out.append({"cluster": self.cluster, **r, "last_attempt_ts": iso_ms(last), "dlq_eta_ts": "",
+                        "producer_group": ""})
         return out + self._transactions_discarded()
 
     def _transactions_discarded(self) -> list[dict[str, Any]]:
@@ -569,8 +591,10 @@ class Truth:
         known = {(s.group, s.client_id, s.topic, s.broker, s.qid): s.points[-1][0] for s in self.series}
         unknown: dict[tuple[str, str, int], int] = {}
         groups = set()
+        group_topics: dict[str, set[str]] = defaultdict(set)
         for s in self.commit_series:
             groups.add(s.group)
+            group_topics[s.group].add(s.topic)
             newest = s.commits[-1][0]
             if known.get((s.group, s.client_id, s.topic, s.broker, s.qid)) != newest:
                 q = (s.broker, s.topic, s.qid)
@@ -579,7 +603,7 @@ class Truth:
             out.append({"cluster": self.cluster, "broker": broker, "topic": topic, "consumer_group": "",
                         "client_id": "", "queue_id": qid, "reason": "NO_CONSUME_QUEUE", "detail": iso_ms(ts)})
         for g in sorted(groups):
-            if not self.deliveries.get(g):
+            if not self.deliveries.get(g) and not self.pop.pop_everywhere(g, group_topics[g]):
                 out.append({"cluster": self.cluster, "broker": "", "topic": "", "consumer_group": g, "client_id": "",
                             "queue_id": None, "reason": "NO_TRACE", "detail": ""})
         for (broker, topic, reason), detail in sorted(getattr(self.w, "store_features", {}).items()):
