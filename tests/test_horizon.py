@@ -303,3 +303,26 @@ def test_records_at_reads_the_hits_whole_and_nothing_else(spark: Any, monkeypatc
 
     assert got == sorted([stored[1], stored[3], stored[5]])
     assert horizon.records_at(df, hits.where("broker = 'c'"), lambda d, _name: d, "t").count() == 0
+
+
+@pytest.mark.integration
+def test_scheduled_runs_over_pop_groups_equal_one_full_run_and_the_truth(tmp_path: pathlib.Path) -> None:
+    """Issue 36: the POP rows (late acks, a lost pop, POP RETRYING, in flight) of scheduled runs as of 00:20, 00:30
+    and 00:40 with a 15-minute horizon equal one full run as of 00:40, and the truth."""
+    from jobs import simulate
+    from jobs.ingest import ingest
+    from jobs.reconcile import reconcile
+
+    simulate.run("pop", str(tmp_path / "landing"), seed=3)
+    ingest.run(str(tmp_path / "landing"), str(tmp_path / "lake"))
+    lake, reports = str(tmp_path / "lake"), str(tmp_path / "reports")
+    modes = [reconcile.run(lake, reports, as_of=f"2026-01-05T00:{m}:00Z", run_id=f"sched-{m}", retention_h=0.25)
+             ["horizon"]["mode"] for m in ("20", "30", "40")]
+    assert modes == ["full", "horizon", "horizon"]
+    reconcile.run(lake, reports, as_of="2026-01-05T00:40:00Z", run_id="full-40", full=True)
+    sched, full = tmp_path / "reports" / "sched-40", tmp_path / "reports" / "full-40"
+    for name in REPORTS:
+        assert (sched / f"{name}.csv").read_text() == (full / f"{name}.csv").read_text(), name
+    assert compare(sched, tmp_path / "landing" / "_truth") == []
+    kinds = {r.split(",")[-2] for r in (sched / "duplicated_ranges.csv").read_text().splitlines()[1:]}
+    assert kinds == {"POP_LATE_ACK"}

@@ -9,7 +9,7 @@ import pytest
 from exactness import compare
 
 SCENARIOS = ["blocked-head", "queue2-offset32", "out-of-order-acks", "retry-to-dlq", "expired-offset",
-             "skip-accumulated", "rewind", "broadcast", "rebalance", "orderly-blocked", "store-types"]
+             "skip-accumulated", "rewind", "broadcast", "rebalance", "orderly-blocked", "store-types", "pop"]
 # Scenarios whose cause column the spec states outright (§7), compared strictly.
 STRICT_CAUSE = {"blocked-head"}
 

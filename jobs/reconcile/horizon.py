@@ -876,7 +876,7 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
     mode_state = reconcile.mode_state(evidence, orderly_now, traced)
     return {"pdfs": pdfs, "agreement": pd.concat(agreement, ignore_index=True), "modes": mode_state,
             "status_samples": status.status_samples(series, window=window), "audit_hours": audit_rows,
-            "series_tail": snapshots.unknown_newest(series), "offset_decreases": falls,
+            "series_tail": snapshots.unknown_newest(series), "offset_decreases": falls, "series": series,
             "subscription_latest": dlq.latest_subscriptions(frames["subscription_groups"], as_of=as_of),
             "held_queues": held, "offsets": offsets,
             "audit": audit_info, "read": read,

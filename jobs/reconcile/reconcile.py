@@ -43,6 +43,8 @@ from schemas import (
     files,
     messages,
     offset_corrections,
+    pop_acks,
+    pop_checkpoints,
     queue_bounds,
     store_features,
     subscription_groups,
@@ -179,7 +181,8 @@ def sanitize_run_id(run_id: str) -> str:
 
 READ_TABLES = {"consumer_offsets": consumer_offsets.TABLE, "queue_bounds": queue_bounds.TABLE,
                "messages": messages.TABLE, "deliveries": deliveries.TABLE,
-               "subscription_groups": subscription_groups.TABLE, "store_features": store_features.TABLE}
+               "subscription_groups": subscription_groups.TABLE, "store_features": store_features.TABLE,
+               "pop_checkpoints": pop_checkpoints.TABLE, "pop_acks": pop_acks.TABLE}
 
 
 def extract(spark: Any, lake: str, groups: list[str] | None, versions: dict[str, int] | None = None) -> dict[str, Any]:
@@ -192,7 +195,8 @@ def extract(spark: Any, lake: str, groups: list[str] | None, versions: dict[str,
 
     def read(table: Any) -> Any:
         if versions is None:
-            return _delta.read(spark, lake, table)
+            return _delta.read(spark, lake, table) if _delta.exists(lake, table) else \
+                spark.createDataFrame([], table.schema)
         if table.qualified not in versions:
             return spark.createDataFrame([], table.schema)
         return _delta.read(spark, lake, table, at=versions[table.qualified])
@@ -207,8 +211,10 @@ def extract(spark: Any, lake: str, groups: list[str] | None, versions: dict[str,
         frames[name] = frames[name].where(~system)
     frames["messages"] = frames["messages"].where(~(F.col("topic").startswith(DLQ_PREFIX) & topics.is_system_group_col(
         F.expr(f"substring(topic, {len(DLQ_PREFIX) + 1})"))))
+    for name in ("pop_checkpoints", "pop_acks"):
+        frames[name] = frames[name].where(~system)
     if groups:
-        for name in ("consumer_offsets", "deliveries", "subscription_groups"):
+        for name in ("consumer_offsets", "deliveries", "subscription_groups", "pop_checkpoints", "pop_acks"):
             frames[name] = frames[name].where(F.col("consumer_group").isin(list(groups)))
         # records carry no group; a DLQ topic names its group (IN_DLQ reports every record of %DLQ%G); a discarded
         # transaction has no group: not in a run about some groups
@@ -267,6 +273,7 @@ def transform(frames: dict[str, Any], *, as_of: dt.datetime, window: int, dlq_wa
         "offset_decreases": snapshots.decreases(series),
         "subscription_latest": dlq.latest_subscriptions(frames["subscription_groups"], as_of=as_of),
         "held_queues": held,
+        "_series": series,
     }
     return out
 
@@ -488,8 +495,11 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
                     frames["consumer_offsets"], as_of=as_of_ts, since=h["offsets"].since,
                     before=h["offsets"].files_before) if h["offsets"] else \
                     offset_state.latest_files(frames["consumer_offsets"], as_of=as_of_ts)
+                popped = pop_rows(frames, h["series"], as_of=as_of_ts, dlq_warn_retries=dlq_warn_retries,
+                                  blocking_min_age_s=blocking_min_age_s,
+                                  keep=_spark.materializer(spark, storage.join(tmp, "pop")))
                 r = _load(spark, lake, as_of_ts, rid, covered(frames, h["pdfs"], h["series_tail"], h["modes"]["traced"],
-                                                              as_of=as_of_ts), h["agreement"],
+                                                              as_of=as_of_ts, popped=popped), h["agreement"],
                           {n: h[n] for n in [*DASHBOARD_TABLES, *CARRIED_TABLES]}, offset_files, say)
                 kept_offsets = offset_state.state(spark, frames, h["offsets"], offset_files, as_of=as_of_ts,
                                                   window=window)
@@ -565,7 +575,9 @@ def _reconcile(spark: Any, lake: str, frames: dict[str, Any], as_of_ts: dt.datet
     pdfs = {name: out[name].select(*mod.REPORT_COLUMNS).toPandas() for name, mod in REPORT_MODULES.items()
             if name in out}
     modes = mode_state(out["_evidence"], out["_orderly"], out["_traced"])
-    pdfs = covered(frames, pdfs, out["series_tail"], modes["traced"], as_of=as_of_ts)
+    popped = pop_rows(frames, out["_series"], as_of=as_of_ts, dlq_warn_retries=dlq_warn_retries,
+                      blocking_min_age_s=blocking_min_age_s, keep=keep)
+    pdfs = covered(frames, pdfs, out["series_tail"], modes["traced"], as_of=as_of_ts, popped=popped)
     r = _load(spark, lake, as_of_ts, rid, pdfs, out["_agreement"].toPandas(),
               {name: out[name] for name in [*DASHBOARD_TABLES, *CARRIED_TABLES]}, files, say)
     return {**r, "modes": modes}
@@ -582,11 +594,33 @@ def mode_state(evidence: Any, orderly: Any, traced: Any) -> dict[str, list[list[
             "traced": rows(traced, ("cluster", "consumer_group"))}
 
 
+def pop_rows(frames: dict[str, Any], series: Any, *, as_of: dt.datetime, dlq_warn_retries: int,
+             blocking_min_age_s: int, keep: Callable[[Any, str], Any] = lambda df, _name: df
+             ) -> dict[str, pd.DataFrame] | None:
+    """The POP rows of the run (jobs.rules.pop.reports), collected (report-sized); None when the lake holds no POP
+    checkpoint (one small read). From the whole pop tables and every stored record, after a full and a scheduled
+    run alike."""
+    from jobs.rules import dlq, pop, snapshots
+
+    if not frames["pop_checkpoints"].limit(1).count():
+        return None
+    msgs = snapshots.messages_as_of(frames.get("stored_messages", frames["messages"]), as_of=as_of)
+    rows = pop.reports({k: frames[k] for k in ("pop_checkpoints", "pop_acks")}, msgs, series,
+                       dlq.retry_max_times(frames["subscription_groups"], as_of=as_of), as_of=as_of,
+                       dlq_warn_retries=dlq_warn_retries, blocking_min_age_s=blocking_min_age_s, keep=keep)
+    return {k: v.toPandas() for k, v in rows.items()}
+
+
 def covered(frames: dict[str, Any], pdfs: dict[str, pd.DataFrame], unknown_newest: Any, traced: list[list[str]], *,
-            as_of: dt.datetime) -> dict[str, pd.DataFrame]:
-    """The report rows less what the files cannot support, and the coverage report (jobs.rules.coverage): the same
-    step after a full and a horizon run. ``unknown_newest``: the keys whose newest snapshot has no bounds."""
+            as_of: dt.datetime, popped: dict[str, pd.DataFrame] | None = None) -> dict[str, pd.DataFrame]:
+    """The report rows with the POP rows in (``popped``: :func:`pop_rows`), less what the files cannot support, and
+    the coverage report (jobs.rules.coverage): the same step after a full and a horizon run. ``unknown_newest``:
+    the keys whose newest snapshot has no bounds."""
     from jobs.rules import coverage as rules
+    from jobs.rules import pop
+
+    if popped is not None:
+        pdfs = pop.merged(pdfs, popped)
 
     feats = rules.features(frames["store_features"], as_of=as_of).toPandas()
     compaction = {(c, b, t) for c, b, t, f in zip(feats["cluster"], feats["broker"], feats["topic"], feats["feature"])
@@ -597,7 +631,10 @@ def covered(frames: dict[str, Any], pdfs: dict[str, pd.DataFrame], unknown_newes
     unknown_groups = {(str(c), str(g)) for c, g in zip(per_group["cluster"], per_group["consumer_group"])}
     st = out["consumer_status"]
     groups = set(zip(st["cluster"], st["consumer_group"])) | unknown_groups
-    out["coverage"] = rules.rows(feats, queues, rules.untraced_groups(groups, {(c, g) for c, g in traced}))
+    # a POP group needs no traces (spec §4.1): no NO_TRACE row for a group that is POP on every topic
+    pop_only = pop.pop_only_groups(popped["pairs"], set(zip(st["cluster"], st["consumer_group"], st["topic"]))) \
+        if popped is not None else set()
+    out["coverage"] = rules.rows(feats, queues, rules.untraced_groups(groups - pop_only, {(c, g) for c, g in traced}))
     return out
 
 

@@ -5,7 +5,8 @@ group's ``consumeMessageOrderly`` flag, a 5.x FIFO group; or a *local redelivery
 orderly consumer retries a failing head in memory, so a delivery with retryTimes k >= 1 has no copy with
 reconsumeTimes k in ``%RETRY%G`` or ``SCHEDULE_TOPIC_XXXX``), ``CONCURRENT``. The evidence of a local redelivery
 names the original's topic, so an orderly group's ``%RETRY%G`` stays ``CONCURRENT`` unless the flag is set.
-``POP`` comes with the POP rules (issue 36): until then a POP group reads as ``CONCURRENT``.
+``POP`` (second, after ``BROADCAST``): the lake holds a POP checkpoint of the group for the topic or for its POP
+retry topic (jobs.rules.pop.pop_pairs); a POP pair is never ``ORDERLY`` (its FIFO flag orders the pops instead).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pyspark.sql import functions as F
 from jobs.formats.topics import RETRY_PREFIX, SCHEDULE_TOPIC
 from jobs.rules.snapshots import broadcast_groups, first_original
 
-MODES = ("BROADCAST", "ORDERLY", "CONCURRENT")
+MODES = ("BROADCAST", "POP", "ORDERLY", "CONCURRENT")
 EVIDENCE_COLUMNS = ["cluster", "consumer_group", "topic"]
 
 
@@ -55,34 +56,45 @@ def fifo_groups(subscription_groups: DataFrame, *, as_of: dt.datetime) -> DataFr
             .select("cluster", "consumer_group").distinct())
 
 
-def with_mode(df: DataFrame, series: DataFrame, evidence: DataFrame, fifo: DataFrame) -> DataFrame:
+def with_mode(df: DataFrame, series: DataFrame, evidence: DataFrame, fifo: DataFrame,
+              pop: DataFrame | None = None) -> DataFrame:
     """``df`` (with cluster, consumer_group, topic) plus ``consume_mode``. ``series``: the offset series (its client
-    rows name the broadcast groups); ``evidence``: :func:`local_redeliveries`; ``fifo``: :func:`fifo_groups`."""
+    rows name the broadcast groups); ``evidence``: :func:`local_redeliveries`; ``fifo``: :func:`fifo_groups`;
+    ``pop``: the POP pairs (jobs.rules.pop.pop_pairs)."""
     bcast = broadcast_groups(series).withColumn("_bcast", F.lit(True))
     flag = fifo.withColumn("_fifo", F.lit(True))
     local = evidence.withColumn("_local", F.lit(True))
     j = (df.join(bcast, on=["cluster", "consumer_group"], how="left")
          .join(flag, on=["cluster", "consumer_group"], how="left")
          .join(local, on=EVIDENCE_COLUMNS, how="left"))
-    return j.withColumn("consume_mode", mode_col()).drop("_bcast", "_fifo", "_local")
+    if pop is not None:
+        j = j.join(pop.select(*EVIDENCE_COLUMNS).distinct().withColumn("_pop", F.lit(True)), on=EVIDENCE_COLUMNS,
+                   how="left")
+    else:
+        j = j.withColumn("_pop", F.lit(None).cast("boolean"))
+    return j.withColumn("consume_mode", mode_col()).drop("_bcast", "_fifo", "_local", "_pop")
 
 
 def mode_col() -> Column:
     return (F.when(F.col("_bcast").isNotNull(), F.lit("BROADCAST"))
+            .when(F.col("_pop").isNotNull(), F.lit("POP"))
             .when(F.col("_fifo").isNotNull() | F.col("_local").isNotNull(), F.lit("ORDERLY"))
             .otherwise(F.lit("CONCURRENT")))
 
 
-def orderly_pairs(series: DataFrame, evidence: DataFrame, fifo: DataFrame) -> DataFrame:
+def orderly_pairs(series: DataFrame, evidence: DataFrame, fifo: DataFrame, pop: DataFrame | None = None) -> DataFrame:
     """(cluster, consumer_group, topic) of every orderly pair: a FIFO group's topics in the series and the pairs
-    with a local redelivery, broadcast groups left out."""
+    with a local redelivery, broadcast groups and POP pairs left out."""
     bcast = broadcast_groups(series)
     flagged = series.select(*EVIDENCE_COLUMNS).distinct().join(fifo, on=["cluster", "consumer_group"], how="inner")
-    return (flagged.unionByName(evidence).distinct()
-            .join(bcast, on=["cluster", "consumer_group"], how="left_anti"))
+    out = (flagged.unionByName(evidence).distinct()
+           .join(bcast, on=["cluster", "consumer_group"], how="left_anti"))
+    if pop is not None:
+        out = out.join(pop.select(*EVIDENCE_COLUMNS), on=EVIDENCE_COLUMNS, how="left_anti")
+    return out
 
 
-def mode_rows(series: DataFrame, evidence: DataFrame, fifo: DataFrame) -> DataFrame:
+def mode_rows(series: DataFrame, evidence: DataFrame, fifo: DataFrame, pop: DataFrame | None = None) -> DataFrame:
     """(cluster, consumer_group, topic, consume_mode) of every pair of the series that is not ``CONCURRENT``."""
     pairs = series.select(*EVIDENCE_COLUMNS).distinct()
-    return with_mode(pairs, series, evidence, fifo).where(F.col("consume_mode") != "CONCURRENT")
+    return with_mode(pairs, series, evidence, fifo, pop).where(F.col("consume_mode") != "CONCURRENT")

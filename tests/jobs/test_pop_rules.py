@@ -17,6 +17,10 @@ def ts(seconds: float) -> dt.datetime:
     return T0 + dt.timedelta(seconds=seconds)
 
 
+def _ends(spark, t: dt.datetime):  # noqa: ANN001, ANN202
+    return spark.createDataFrame([("c", t)], "cluster string, t_end timestamp")
+
+
 def ck(phys: int, store_s: float, *, so: int = 10, n: int = 3, deltas: list[int] | None = None, pt: int = PT,
        it: int = 60000, topic: str = "T", seen_s: float = 0, stored: str = "rmq_sys_wheel_timer") -> tuple:
     return ("c", "b", phys, stored, ts(store_s), topic, 0, so, "G", pt, "b", it, 0, n, 0, deltas, None, pt + it,
@@ -53,8 +57,9 @@ def test_acks_by_their_first_copy_late_or_in_time_and_what_is_in_flight(spark) -
                   for r in state.collect()) == [(10, 5000, False), (11, 61000, True), (12, None, None),
                                                 (20, None, None), (21, 130000, False)]
     assert [(r.consumer_group, r.topic, r.broker, r.queue_id, r.inflight)
-            for r in pop.inflight(state, t_s=ts(120)).collect()] == [("G", "T", "b", 0, 2)]
-    assert [tuple(r) for r in pop.pop_pairs(cks).collect()] == [("c", "G", "T")]
+            for r in pop.inflight(state, _ends(spark, ts(120))).collect()] == [("G", "T", "b", 0, 2)]
+    assert sorted(tuple(r) for r in pop.pop_pairs(cks).collect()) == [
+        ("c", "G", "%RETRY%G+T"), ("c", "G", "%RETRY%G_T"), ("c", "G", "T")]
 
 
 def test_copies_not_seen_by_the_as_of_time_do_not_count(spark) -> None:  # noqa: ANN001
@@ -107,6 +112,69 @@ def test_late_acks_are_duplicates_and_unrevived_pops_are_lost(spark) -> None:  #
         ("K16", 16, 1, False, False, False, None)]
     assert [tuple(r) for r in pop.late_ack_ranges(fate).collect()] == [
         ("c", "G", "", "T", "b", 0, 11, 11, 1, "POP_LATE_ACK", "INVISIBLE_TIME_EXCEEDED")]
-    assert [tuple(r) for r in pop.lost_ranges(fate, t_s=as_of, blocking_min_age_s=900).collect()] == [
+    assert [tuple(r) for r in pop.lost_ranges(fate, _ends(spark, as_of), blocking_min_age_s=900).collect()] == [
         ("c", "G", "", "T", "b", 0, 12, 13, 2, "POP_LOST")]
-    assert [(r.topic, r.inflight) for r in pop.inflight(state, t_s=as_of).orderBy("topic").collect()] == [("T", 1)]
+    assert [(r.topic, r.inflight) for r in pop.inflight(state, _ends(spark, as_of)).orderBy("topic").collect()] == [("T", 1)]
+
+
+def test_pop_pairs_name_the_topic_of_a_retry_topics_checkpoint(spark) -> None:  # noqa: ANN001
+    from jobs.rules import pop
+
+    cks = pop.checkpoints(spark.createDataFrame([
+        ck(1, 0), ck(2, 0, topic="%RETRY%G_T", so=0, n=1), ck(3, 0, topic="%RETRY%G+U", so=0, n=1),
+        ck(4, 0, topic="%RETRY%H_V", so=0, n=1)], PC.SCHEMA), as_of=ts(60))
+    assert sorted(tuple(r) for r in pop.pop_pairs(cks).collect()) == [
+        ("c", "G", "%RETRY%G+T"), ("c", "G", "%RETRY%G+U"), ("c", "G", "%RETRY%G_T"), ("c", "G", "%RETRY%G_U"),
+        ("c", "G", "%RETRY%H_V"), ("c", "G", "T"), ("c", "G", "U")]
+
+
+def test_merged_takes_the_pop_pairs_rows_out_and_puts_the_pop_rows_in() -> None:
+    """A POP pair loses its SKIPPED and push RETRYING/BLOCKING_COMMIT rows and gets the POP rows; its status row is
+    POP with its in-flight count; a broadcast group stays BROADCAST; other pairs are untouched."""
+    import pandas as pd
+
+    from jobs.rules import pop
+
+    unc = pd.DataFrame([("c", "G", "", "T", "b", 0, 1, 2, 2, "SKIPPED"), ("c", "G", "", "T", "b", 0, 5, 9, 5, "BACKLOG"),
+                        ("c", "H", "", "T", "b", 0, 1, 2, 2, "SKIPPED")],
+                       columns=["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id", "start_offset",
+                                "end_offset", "messages", "kind"])
+    dlq = pd.DataFrame([("c", "G", "T", "RETRYING"), ("c", "G", "T", "IN_DLQ"), ("c", "G", "T", "BLOCKING_COMMIT")],
+                       columns=["cluster", "consumer_group", "topic", "reason"])
+    dup = pd.DataFrame(columns=["cluster", "consumer_group", "topic", "evidence"])
+    st = pd.DataFrame([("c", "G", "", "T", "b", 0, "CONCURRENT", 0), ("c", "B", "x@1", "T", "b", 0, "BROADCAST", 0),
+                       ("c", "H", "", "T", "b", 0, "ORDERLY", 0)],
+                      columns=["cluster", "consumer_group", "client_id", "topic", "broker", "queue_id", "consume_mode",
+                               "inflight"])
+    found = {"pairs": pd.DataFrame([("c", "G", "T"), ("c", "B", "T")], columns=["cluster", "consumer_group", "topic"]),
+             "duplicated": pd.DataFrame([("c", "G", "T", "POP_LATE_ACK")], columns=dup.columns),
+             "lost": pd.DataFrame([("c", "G", "", "T", "b", 0, 3, 3, 1, "POP_LOST")], columns=unc.columns),
+             "retrying": pd.DataFrame([("c", "G", "T", "RETRYING")], columns=dlq.columns),
+             "inflight": pd.DataFrame([("c", "G", "T", "b", 0, 4)], columns=[*pop.QUEUE, "inflight"])}
+    got = pop.merged({"unconsumed_ranges": unc, "dlq_candidates": dlq, "duplicated_ranges": dup,
+                      "consumer_status": st}, found)
+    assert got["unconsumed_ranges"][["consumer_group", "start_offset", "kind"]].values.tolist() == [
+        ["G", 5, "BACKLOG"], ["H", 1, "SKIPPED"], ["G", 3, "POP_LOST"]]
+    assert got["dlq_candidates"]["reason"].tolist() == ["IN_DLQ", "RETRYING"]
+    assert got["duplicated_ranges"].values.tolist() == [["c", "G", "T", "POP_LATE_ACK"]]
+    assert got["consumer_status"][["consumer_group", "consume_mode", "inflight"]].values.tolist() == [
+        ["G", "POP", 4], ["B", "BROADCAST", 0], ["H", "ORDERLY", 0]]
+    assert pop.pop_only_groups(found["pairs"], {("c", "G", "T"), ("c", "G", "%RETRY%G"), ("c", "B", "T")}) == {
+        ("c", "B")}
+
+
+def test_a_popped_record_the_lake_lacks_and_a_copy_without_its_original_are_reported_where_they_are(spark) -> None:  # noqa: ANN001
+    """T/0/50 was popped but the lake holds no record there: a message of its own, lost at T/0/50. K60's original
+    expired before any snapshot held it; its revive copy (r 1, %RETRY%G_T/0/5) was popped and never acked: lost at
+    the copy's place."""
+    from jobs.rules import pop
+    from schemas import messages as M
+
+    msgs = spark.createDataFrame([msg(1, RETRY, 5, "K60", 1)], M.SCHEMA)
+    cks = spark.createDataFrame([ck(1, 0, so=50, n=1), ck(2, 0, so=5, n=1, topic=RETRY)], PC.SCHEMA)
+    as_of = ts(3600)
+    c = pop.checkpoints(cks, as_of=as_of)
+    state = pop.popped_state(c, pop.acked(spark.createDataFrame([], PA.SCHEMA), as_of=as_of))
+    fate = pop.message_fate(pop.popped_copies(state, msgs), msgs, pop.pop_pairs(c))
+    assert sorted(tuple(r) for r in pop.lost_ranges(fate, _ends(spark, as_of), blocking_min_age_s=900).collect()) == [
+        ("c", "G", "", RETRY, "b", 0, 5, 5, 1, "POP_LOST"), ("c", "G", "", "T", "b", 0, 50, 50, 1, "POP_LOST")]
