@@ -259,7 +259,7 @@ def audit_rows(audit_hours: pd.DataFrame, consumer_status: pd.DataFrame, duplica
     """Per group, client, queue and hour: the hour's offsets intersected with the run's verdicts.
 
     ``committed_past``: offsets below the committed offset C_S; ``duplicated``: inside a duplicated range (once);
-    ``never_consumed``: inside an EXPIRED, SKIPPED or BROADCAST_DROPPED range; ``backlog``: inside BACKLOG;
+    ``never_consumed``: inside an EXPIRED, SKIPPED, BROADCAST_DROPPED or POP_LOST range; ``backlog``: inside BACKLOG;
     ``consumed = stored - (offsets inside any unconsumed range)``.
     """
     cols = [*SERIES_KEY, "hour", "stored", "delivered", "committed_past", "consumed", "duplicated", "never_consumed",
@@ -361,12 +361,12 @@ def quality_trend(per_table: pd.DataFrame) -> pd.DataFrame:
 def queue_table(consumer_status: pd.DataFrame, duplicated_ranges: pd.DataFrame,
                 unconsumed_ranges: pd.DataFrame) -> pd.DataFrame:
     """Per queue (and client) of the run: status, offsets, lag, duplicated offsets (once) and unconsumed per kind."""
-    cols = [*SERIES_KEY, "consume_mode", "status", "committed_offset", "min_offset", "max_offset", "lag", "duplicated",
-            *UNCONSUMED_KINDS]
+    cols = [*SERIES_KEY, "consume_mode", "status", "committed_offset", "min_offset", "max_offset", "lag", "inflight",
+            "duplicated", *UNCONSUMED_KINDS]
     if not len(consumer_status):
         return pd.DataFrame(columns=cols)
     out = consumer_status.reindex(columns=[*SERIES_KEY, "consume_mode", "status", "committed_offset", "min_offset",
-                                           "max_offset", "lag"]).copy()  # a run before consume modes: none
+                                           "max_offset", "lag", "inflight"]).copy()  # a run before consume modes: none
     dup = union_ranges(duplicated_ranges, SERIES_KEY)
     d = dup.groupby(SERIES_KEY)["messages"].sum().rename("duplicated").reset_index() if len(dup) else \
         pd.DataFrame(columns=[*SERIES_KEY, "duplicated"])
@@ -819,6 +819,9 @@ WHAT_TO_DO = {
                "group back to the range's start (mqadmin resetOffsetByTime) if they must be processed.",
     "BROADCAST_DROPPED": "A broadcast client failed them and broadcast mode never retries: send them to that client "
                          "again or process them by hand.",
+    "POP_LOST": "Popped by a POP consumer, never acked, and the broker could not revive them (the original had "
+                "expired before its invisible time ran out, or the checkpoint was dropped): lost. Replay them from the "
+                "producers; give the consumers an invisible time they can finish in.",
     "IN_DLQ": "Failed retryMaxTimes times and stored in %DLQ%<group>: look each one up (command below), fix the cause, "
               "then resend it from the DLQ.",
     "RETRYING": "Failing and retrying: it reaches the DLQ at the ETA shown unless it succeeds; read the consumer's "
@@ -839,7 +842,8 @@ WHAT_TO_DO = {
              "not blocked (a BLOCKING_COMMIT row names the message).",
     "WARN": "Lag never shrank over the window: the consumers are slower than the producers; add consumers or queues.",
     "duplicated": "Delivered twice: HEAD_BLOCKED and UNPERSISTED are RocketMQ's at-least-once semantics (make the "
-                  "consumers idempotent), REWIND an operator's reset.",
+                  "consumers idempotent), REWIND an operator's reset, POP_LATE_ACK a POP consumer that acked after its "
+                  "invisible time (the broker had delivered it again: raise the invisible time).",
 }
 
 
@@ -911,7 +915,7 @@ def render(data: dict[str, Any]) -> dict[str, str]:
     if len(per_hour):
         body.append(plot_audit(per_hour, "all groups: completeness and duplicates per store hour"))
     body.append("<h2>Groups by severity</h2><p class='muted'>CRITICAL: messages lost (EXPIRED, SKIPPED, "
-                "BROADCAST_DROPPED), in the DLQ or blocking the commit, offsets to correct, or a REWIND/STALL queue; "
+                "BROADCAST_DROPPED, POP_LOST), in the DLQ or blocking the commit, offsets to correct, or a REWIND/STALL queue; "
                 "WARNING: duplicated offsets (each counted once, whatever the evidence), RETRYING messages or a WARN "
                 "queue. <b>since</b>: when the trouble began (the first snapshot of a queue's lag or loss, the first "
                 "run that saw a range, a DLQ message's last attempt); <b>time lag</b>: how long the oldest waiting "
@@ -940,7 +944,7 @@ def render(data: dict[str, Any]) -> dict[str, str]:
         body.append(plot_audit(per_hour, "all groups: completeness and duplicates per store hour"))
     body.append("<p class='muted'>Per group and store hour: messages stored, delivered (trace), committed past "
                 "(below the committed offset), consumed, duplicated and never consumed (EXPIRED, SKIPPED, "
-                "BROADCAST_DROPPED); completeness = consumed / stored, duplicates = duplicated / stored.</p>")
+                "BROADCAST_DROPPED, POP_LOST); completeness = consumed / stored, duplicates = duplicated / stored.</p>")
     body.append(site.table(per_group_hour, AUDIT_COLUMNS, name="audit"))
     site.files["audit.html"] = _page("Audit per group and hour", run, body, note=note)
 
@@ -1075,10 +1079,14 @@ def _group_body(site: Site, r: dict[str, Any], cur: dict[str, pd.DataFrame], row
         queues = queues.merge(seen["queues"], on=SERIES_KEY, how="left")
     else:
         queues = queues.assign(since=None)
-    body.append("<h2>Queues</h2>")
+    pop_note = ("<p class='muted' data-field='pop-note'>POP queues: the committed offset is the next offset to "
+                "<i>pop</i>; <b>inflight</b> = popped, not acked and not yet revived at the newest snapshot; the POP "
+                "retry topic (%RETRY%&lt;group&gt;_&lt;topic&gt;) is a queue of its own below, its lag the messages "
+                "waiting to be popped again.</p>") if len(queues) and (queues["consume_mode"] == "POP").any() else ""
+    body.append("<h2>Queues</h2>" + pop_note)
     body.append(site.table(queues, [*SERIES_KEY[2:], "consume_mode", "status", "since", "committed_offset",
-                                    "min_offset", "max_offset",
-                                    "lag", "duplicated", *UNCONSUMED_KINDS], name=f"{slug}-queues", depth=1))
+                                    "min_offset", "max_offset", "lag", "inflight", "duplicated", *UNCONSUMED_KINDS],
+                           name=f"{slug}-queues", depth=1))
     for name, df, cols in (("duplicated ranges", of_group(seen["dup"]), [*duplicated_ranges.REPORT_COLUMNS[2:],
                                                                           "first_seen"]),
                            ("unconsumed ranges", of_group(seen["unc"]), [*unconsumed_ranges.REPORT_COLUMNS[2:],

@@ -48,7 +48,7 @@ GROUP_LABELS = {"cluster": "cluster", "consumer_group": "group"}
 # when every queue of it is
 STATUSES = verdict.STATUSES
 STATUS_RANK = verdict.STATUS_RANK
-UNCONSUMED_KINDS = ("BACKLOG", "EXPIRED", "SKIPPED", "BROADCAST_DROPPED")
+UNCONSUMED_KINDS = verdict.UNCONSUMED_KINDS
 DLQ_REASONS = ("IN_DLQ", "RETRYING", "BLOCKING_COMMIT", "BROADCAST_DROPPED", "ORDERLY_BLOCKED")
 # TRANSACTION_DISCARDED rows have no group and no queue offset: counted in summary.json, not a per-queue series
 HELP = {

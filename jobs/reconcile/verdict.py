@@ -18,7 +18,8 @@ GROUP = ["cluster", "consumer_group"]
 STATUSES = ("UNKNOWN", "OK", "WARN", "STALL", "REWIND")
 STATUS_RANK = {s: i for i, s in enumerate(STATUSES)}
 SEVERITIES = ("OK", "WARNING", "CRITICAL")
-LOST_KINDS = ("EXPIRED", "SKIPPED", "BROADCAST_DROPPED")
+# messages the group will never consume: POP_LOST too (a pop the broker could not revive, spec §4.1)
+LOST_KINDS = ("EXPIRED", "SKIPPED", "BROADCAST_DROPPED", "POP_LOST")
 UNCONSUMED_KINDS = ("BACKLOG", *LOST_KINDS)
 DLQ_REASONS = ("IN_DLQ", "BLOCKING_COMMIT", "RETRYING", "BROADCAST_DROPPED", "ORDERLY_BLOCKED", "TRANSACTION_DISCARDED")
 # a DLQ candidate's reason BROADCAST_DROPPED is not the unconsumed kind of the same name: its own column
@@ -70,7 +71,7 @@ def worst_status(statuses: Iterable[str]) -> str:
 
 
 def has_lost_messages(row: dict[str, Any]) -> bool:
-    """Messages the group will never consume: EXPIRED, SKIPPED or BROADCAST_DROPPED offsets."""
+    """Messages the group will never consume: EXPIRED, SKIPPED, BROADCAST_DROPPED or POP_LOST offsets."""
     return sum(int(row[k]) for k in LOST_KINDS) > 0
 
 

@@ -93,6 +93,8 @@ SEVERITY_CASES = [
     (_row(status="WARN", RETRYING=2), False, False, True, "WARNING"),
     # 8. an offset to correct (committed outside [Min, Max])
     (_row(corrections=1), False, True, False, "CRITICAL"),
+    # 9. issue 36: a pop the broker could not revive is lost: CRITICAL
+    (_row(POP_LOST=1), True, False, False, "CRITICAL"),
 ]
 
 
@@ -175,8 +177,8 @@ def test_run_trends_counts_per_run_oldest_first() -> None:
     st = _frame(["run_id", "status"], [("r1", "OK"), ("r1", "STALL"), ("r2", "OK"), ("r2", "OK")])
     out = d.run_trends(runs, dup, unc, q, st)
     assert [tuple(r) for r in out.itertuples(index=False, name=None)] == [
-        ("r1", T0, 0, 5, 0, 5, 0, 0, 1, 0, 1, 0, 1, 0),
-        ("r2", T1, 15, 15, 10, 5, 0, 0, 2, 0, 2, 0, 0, 0),
+        ("r1", T0, 0, 5, 0, 5, 0, 0, 0, 1, 0, 1, 0, 1, 0),
+        ("r2", T1, 15, 15, 10, 5, 0, 0, 0, 2, 0, 2, 0, 0, 0),
     ]
 
 
@@ -469,3 +471,32 @@ def test_the_coverage_page_says_what_the_run_could_not_check(tmp_path) -> None: 
     assert "<a href" not in page.split("data-table='coverage'")[0]
     none = "".join(d._coverage_body(site, rows.iloc[0:0]))
     assert "data-field='coverage-none'" in none
+
+
+def test_a_pop_groups_page_shows_its_in_flight_messages_and_its_retry_topic_beside_the_queues(tmp_path) -> None:  # noqa: ANN001
+    """Issue 36: the pop scenario's site: GID_pop's page says POP, its queue table has the in-flight count of each
+    queue (the truth's 4, 4 and 2) and the POP retry topic as a queue with its lag; POP_LOST makes it CRITICAL and
+    the page says what to do about it and about POP_LATE_ACK."""
+    import re
+
+    from jobs import simulate
+    from jobs.ingest import ingest
+    from jobs.ops import dashboard
+    from jobs.reconcile import reconcile
+
+    simulate.run("pop", str(tmp_path / "landing"), seed=7)
+    ingest.run(str(tmp_path / "landing"), str(tmp_path / "lake"))
+    reconcile.run(str(tmp_path / "lake"), str(tmp_path / "reports"))
+    dashboard.run(str(tmp_path / "lake"), str(tmp_path / "reports"))
+    page = (tmp_path / "reports" / "dashboard" / "groups" /
+            f"{dashboard.group_slug('DefaultCluster', 'GID_pop')}.html").read_text()
+    assert "<span data-field='consume_mode'>POP</span>" in page
+    assert "data-field='pop-note'" in page and "data-finding='POP_LOST'" in page
+    table = page.split("-queues'")[1].split("</table>")[0]
+    head = re.findall(r"<th>([^<]*)</th>", table)
+    rows = [re.findall(r"<td[^>]*>(?:<a[^>]*>)?([^<]*)", r) for r in table.split("<tr")[2:]]
+    got = sorted((r[head.index("topic")], r[head.index("queue_id")], r[head.index("inflight")]) for r in rows)
+    assert got == [("%RETRY%GID_pop_TopicPop", "0", "2"), ("TopicPop", "0", "4"), ("TopicPop", "1", "4")]
+    overview = (tmp_path / "reports" / "dashboard" / "index.html").read_text()
+    assert "GID_pop</a></td><td data-col='severity' class='CRITICAL'>CRITICAL</td><td data-col='why'>1 POP_LOST; " \
+        "1 IN_DLQ; 19 duplicated; 1 RETRYING" in overview

@@ -50,7 +50,8 @@ def test_samples_of_one_queue_and_its_group() -> None:
                                                                                           "UNKNOWN", "WARN")],
             (prefix + "time_lag_seconds", _labels(**lab), 460.0),
             *[(prefix + "unconsumed_messages", _labels(**lab, kind=k), v)
-              for k, v in (("BACKLOG", 115.0), ("BROADCAST_DROPPED", 0.0), ("EXPIRED", 7.0), ("SKIPPED", 0.0))],
+              for k, v in (("BACKLOG", 115.0), ("BROADCAST_DROPPED", 0.0), ("EXPIRED", 7.0), ("POP_LOST", 0.0),
+                           ("SKIPPED", 0.0))],
         ]
     expected += [("rocketmq_recon_consume_mode", _labels(**q, mode="ORDERLY"), 1.0),
                  ("rocketmq_recon_quality_pass", (("table", "gold/consumer_status"),), 1.0),
@@ -141,9 +142,9 @@ def test_push_reads_back_from_a_real_pushgateway_and_a_later_run_replaces_it(run
     quality = {"gold/consumer_status": {"success": True, "failed": []},
                "gold/dlq_candidates": {"success": False, "failed": ["expect_column_values_to_not_be_null(reason)"]}}
     assert metrics.run(runs, "asof-20260105T001000Z", url=pushgateway, quality=quality) == {
-        "pushed": {"DefaultCluster": 123}}  # 5 queues x 20 (a mode each) + the group 19 + 2 quality + 2 run
+        "pushed": {"DefaultCluster": 129}}  # 5 queues x 21 (a mode each) + the group 20 + 2 quality + 2 run
     got = read_back(pushgateway)
-    assert len(got) == 123
+    assert len(got) == 129
     assert {q: got[("rocketmq_recon_lag", _q(q))] for q in range(4)} == {0: 1.0, 1: 1.0, 2: 115.0, 3: 1.0}
     assert got[("rocketmq_recon_lag", _q(0, "%RETRY%GID_recon"))] == 0.0
     assert {q: got[("rocketmq_recon_time_lag_seconds", _q(q))] for q in range(4)} == {0: 2.0, 1: 1.0, 2: 460.0, 3: 3.0}
@@ -183,5 +184,5 @@ def test_an_unreachable_pushgateway_fails_in_one_line(runs: str) -> None:
     with pytest.raises(OSError) as failed:
         metrics.run(runs, "asof-20260105T001000Z", url=f"http://127.0.0.1:{port}")
     assert str(failed.value) == (
-        f"metrics: Pushgateway http://127.0.0.1:{port} did not take cluster DefaultCluster's 121 samples "
+        f"metrics: Pushgateway http://127.0.0.1:{port} did not take cluster DefaultCluster's 127 samples "
         "(<urlopen error [Errno 111] Connection refused>); check RMQ_RECON_PUSHGATEWAY_URL")
