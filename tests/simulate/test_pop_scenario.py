@@ -11,8 +11,6 @@ from 00:36:10: RETRYING with 6 retries at 00:40; what is popped from 00:39:30 ta
 from __future__ import annotations
 
 import csv
-import hashlib
-import os
 import pathlib
 
 import pytest
@@ -22,6 +20,7 @@ from jobs.formats import commitlog, pop
 from jobs.simulate.clock import MINUTE, T0_MS, iso_ms
 from jobs.simulate.scenarios import POP_DLQ_I, POP_GROUP, POP_RETRYING_I, POP_TOPIC, pop_consumption
 from jobs.simulate.truth import BLOCKING_MIN_AGE_MS, Truth
+from test_scenarios import _digest  # tests/simulate: the landing zone's bytes, one hash
 
 C, B = "DefaultCluster", "broker-a"
 RETRY = "%RETRY%GID_pop_TopicPop"
@@ -215,17 +214,6 @@ def test_truth_agrees_with_the_simulators_own_log(world) -> None:
     # the RETRYING message's 6th copy, popped at 00:39:35, and i = 933's first revive copy (failed once at 00:39:01)
     copies = sorted(m.keys for m in w.stored if m.topic == RETRY and m.queue_offset in inflight[(RETRY, 0)])
     assert copies == ["pop-864", "pop-933"]
-
-
-def _digest(folder: str) -> str:
-    h = hashlib.sha256()
-    for d, _, names in sorted(os.walk(folder)):
-        for n in sorted(names):
-            p = os.path.join(d, n)
-            h.update(os.path.relpath(p, folder).encode())
-            with open(p, "rb") as f:
-                h.update(f.read())
-    return h.hexdigest()
 
 
 def test_deterministic_per_seed(tmp_path: pathlib.Path) -> None:
