@@ -11,6 +11,7 @@ local ``offsets.json`` (``LocalFileOffsetStore``) that drop failed messages.
 from __future__ import annotations
 
 import heapq
+import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
@@ -43,12 +44,14 @@ class Client:
     """One JVM: an IP, a pid, its UNIQ id generator and (optionally) its trace dispatcher."""
 
     def __init__(self, loop: EventLoop, ip: str, brokers: list["Broker"], *, trace: bool,
-                 trace_log: list[dict[str, Any]]) -> None:
+                 trace_log: list[dict[str, Any]], rng: Optional[random.Random] = None) -> None:
         self.loop = loop
         self.ip = ip
-        self.pid = 1000 + loop.rng.randrange(30000)
-        self.uniq = UniqIdGenerator(ip, self.pid, loop.rng.randrange(1 << 31))
-        self.port = 40000 + loop.rng.randrange(20000)
+        # rng: a generator of its own keeps the world's draws as they were (mixed's POP part); default the world's
+        self.rng = rng if rng is not None else loop.rng
+        self.pid = 1000 + self.rng.randrange(30000)
+        self.uniq = UniqIdGenerator(ip, self.pid, self.rng.randrange(1 << 31))
+        self.port = 40000 + self.rng.randrange(20000)
         self.brokers = brokers
         self.alive = True
         self.tracer = TraceDispatcher(loop, ip, self.port, self.uniq, brokers, trace_log) if trace else None
@@ -58,8 +61,10 @@ class Producer(Client):
     """``DefaultMQProducer``: TAGS, KEYS, WAIT=true then UNIQ_KEY (``Message``, ``MessageClientIDSetter``)."""
 
     def __init__(self, loop: EventLoop, ip: str, brokers: list["Broker"], *, group: str = "PID_sim",
-                 trace: bool = False, trace_log: Optional[list[dict[str, Any]]] = None) -> None:
-        super().__init__(loop, ip, brokers, trace=trace, trace_log=trace_log if trace_log is not None else [])
+                 trace: bool = False, trace_log: Optional[list[dict[str, Any]]] = None,
+                 rng: Optional[random.Random] = None) -> None:
+        super().__init__(loop, ip, brokers, trace=trace, trace_log=trace_log if trace_log is not None else [],
+                         rng=rng)
         self.group = group
 
     def send(self, broker: "Broker", topic: str, qid: int, *, keys: Optional[str], tags: Optional[str],
@@ -70,7 +75,7 @@ class Producer(Client):
         if keys:
             props["KEYS"] = keys
         props["WAIT"] = "true"
-        born = self.loop.now - 1 - self.loop.rng.randrange(3)
+        born = self.loop.now - 1 - self.rng.randrange(3)
         props["UNIQ_KEY"] = self.uniq.next(born)
         msg = broker.put(topic=topic, queue_id=qid, props=props, body=body, born_ts=born, born_host=(self.ip, self.port))
         if self.tracer is not None:

@@ -16,6 +16,8 @@ from jobs.simulate.consumer import (Behaviour, Delivery, GroupRegistry, OrderlyP
 from jobs.simulate.snapshot import SnapshotWriter
 
 if TYPE_CHECKING:  # pragma: no cover
+    import random
+
     from jobs.simulate.bulk import BulkFleet
     from jobs.simulate.stores import StoreKind
 
@@ -93,8 +95,9 @@ class World:
         for b in brokers or self.brokers:
             b.create_topic(name, queues)
 
-    def producer(self, *, trace: bool = False) -> Producer:
-        p = Producer(self.loop, self.next_ip(), self.brokers, trace=trace, trace_log=self.trace_log)
+    def producer(self, *, trace: bool = False, rng: Optional["random.Random"] = None) -> Producer:
+        """A producer process; ``rng``: its own generator (default the world's)."""
+        p = Producer(self.loop, self.next_ip(), self.brokers, trace=trace, trace_log=self.trace_log, rng=rng)
         self.producers.append(p)
         return p
 

@@ -10,6 +10,7 @@ dropped failures, a consumer joining (rebalance), an orderly consumer whose fail
 (healed later, or still failing at the end), half of them 5.x FIFO groups (the subscription flag) and half 4.x
 (known only by their local retries). Groups without trace are reconciled offsets-only. The brokers' store types
 are drawn apart (:func:`store_kinds`): RocksDB v1 and v2 config, tiered storage, compaction and BatchCQ topics.
+POP groups (5.x, spec §4.1) have topics and a broker of their own, drawn apart too (:func:`_pop_part`).
 """
 from __future__ import annotations
 
@@ -78,6 +79,7 @@ def mixed(out: str, seed: int, scale: int = 1, bulk_messages: int | None = None,
             kind = kinds[gi % len(kinds)] if gi < len(kinds) else rng.choice(kinds)
             _group(w, f"GID_{gi:03d}_{kind.replace('-', '_')}", topic, kind)
             gi += 1
+    _pop_part(w, seed, scale, end)
     if bulk:
         w.add_bulk(-(-shape // BULK_MESSAGES_PER_BROKER), max(1, round(5 * shape / BULK_UNIT_MESSAGES)), bulk,
                    cfg=BrokerConfig(segment_size=4 * 1024 * 1024, cq_entries_per_file=6000,
@@ -86,6 +88,79 @@ def mixed(out: str, seed: int, scale: int = 1, bulk_messages: int | None = None,
     w.snapshots([T0_MS + m * every * MINUTE for m in range(1, hours * 60 // every + 1)])
     w.run()
     return w
+
+
+POP_INVISIBLE_MS = 30 * SECOND
+POP_TAIL_MS = 30 * SECOND  # popped in the last 30 s before the last snapshot: 25 s to process (in flight at S)
+
+
+def pop_groups(scale: int) -> int:
+    """POP groups of ``mixed`` at ``scale`` (the anomaly scale, at most ``ANOMALY_SCALE_MAX``)."""
+    return 1 + min(scale, ANOMALY_SCALE_MAX)
+
+
+def _pop_part(w: World, seed: int, scale: int, end: int) -> None:
+    """The POP groups (spec §4.1, §7 mixed: every consume mode): ``pop_groups(scale)`` 5.x POP groups
+    ``GID_pop_<p>``, each alone on its topic ``TopicPop<p>`` (2 or 4 queues) on a broker of their own added after
+    every other broker, client and draw: the clients made before keep the broker list they were given (they never
+    see it), and everything here draws from a generator of its own (the POP clients, their producer and the POP
+    service's randomQ too), so every other group, message and broker is as without it.
+
+    Each topic gets a message every 15, 20 or 30 s (``p<p>-<i>``, queue i % n, offset i // n) until the end; one client
+    pops every 5 s (up to 16, invisible 30 s) and acks as it finishes: most in 5-45 ms, i % slow == r in 20 s (in
+    time); of a few keys drawn from the first three quarters, 2-3 take 45 s the first time (acked late: POP_LATE_ACK),
+    the others but one fail the first time (revived, acked) and the last fails every time (IN_DLQ, reconsume_times
+    17); one key sent 4-8 min before the end fails every time (RETRYING at the end); whatever is popped in the last
+    30 s takes 25 s (in flight at the last snapshot). The first group's other client pops queue 0 once at 00:00:10.5
+    (offset 0, invisible 4 h 15 min - 4 h 45 min) and dies: its revive finds the original gone (retention, hour 04)
+    and writes nothing (POP_LOST)."""
+    import random
+
+    from jobs.simulate.pop import pop_consumer
+
+    rng = random.Random(seed * 1_000_003 + 61)
+    w.brokers = list(w.brokers)  # the clients made so far keep the old list: the POP broker is not theirs
+    b = w.add_broker(f"broker-{chr(ord('a') + len(w.brokers))}")
+    prod = w.producer(rng=rng)
+    start = T0_MS + 10 * SECOND
+    for p in range(pop_groups(scale)):
+        topic, group = f"TopicPop{p:02d}", f"GID_pop_{p:02d}"
+        queues = rng.choice([2, 4])
+        every = rng.choice([15, 20, 30]) * SECOND
+        w.topic(topic, queues, brokers=[b])
+        w.traffic(prod, topic, every_ms=every, start=start, end=end - 1, brokers=[b], key_prefix=f"p{p}")
+        sent = (end - 1 - start) // every + 1  # messages the topic gets
+        slow = (rng.choice([10, 20]), rng.randrange(10))
+        early = rng.sample(range(20, sent * 3 // 4), 7)  # 2-3 late acks, 2-3 fail-once, one always failing (DLQ)
+        n_late = rng.randrange(2, 4)
+        late, fail_once, dlq_i = set(early[:n_late]), set(early[n_late:-1]), early[-1]
+        retrying_i = (end - start - rng.randrange(4, 8) * MINUTE) // every
+
+        def behaviour(c, m: Stored, slow=slow, late=late, fail_once=fail_once, dlq_i=dlq_i,  # noqa: ANN001
+                      retrying_i=retrying_i) -> tuple[int, str]:
+            i = int((m.keys or "p-1").rsplit("-", 1)[1])
+            if i in (dlq_i, retrying_i):
+                return 30, "fail"
+            if c.loop.now >= end - POP_TAIL_MS:
+                return 25 * SECOND, "ok"
+            if m.reconsume == 0 and i in late:
+                return 45 * SECOND, "ok"
+            if m.reconsume == 0 and i in fail_once:
+                return 50, "fail"
+            if i % slow[0] == slow[1]:
+                return 20 * SECOND, "ok"
+            return 5 + c.rng.randrange(40), "ok"
+
+        pop_consumer(w, group, topic, start_at=T0_MS + 11 * SECOND, behaviour=behaviour, batch=16,
+                     invisible_ms=POP_INVISIBLE_MS, poll_ms=5 * SECOND, rng=rng, brokers=[b])
+        w.inject("pop_always_fails", group=group, keys=[f"p{p}-{dlq_i}", f"p{p}-{retrying_i}"])
+        w.inject("pop_late_acks", group=group, keys=[f"p{p}-{i}" for i in sorted(late)], ack_after_ms=45 * SECOND)
+        w.inject("pop_fails_once", group=group, keys=[f"p{p}-{i}" for i in sorted(fail_once)])
+        if p == 0:
+            invisible = 4 * HOUR + rng.randrange(15, 45) * MINUTE
+            pop_consumer(w, group, topic, start_at=T0_MS + 10_500, behaviour=lambda c, m: (0, "hang"), queue_id=0,
+                         batch=1, invisible_ms=invisible, receives=1, rng=rng, brokers=[b])
+            w.inject("pop_dies_holding", group=group, topic=topic, queue_id=0, queue_offset=0, invisible_ms=invisible)
 
 
 def store_kinds(seed: int, n_brokers: int, topics: list[str]) -> list[StoreKind]:

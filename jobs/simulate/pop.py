@@ -60,6 +60,8 @@ from jobs.simulate.broker import Stored
 from jobs.simulate.clock import SECOND
 
 if TYPE_CHECKING:  # pragma: no cover
+    import random
+
     from jobs.simulate.broker import Broker
     from jobs.simulate.engine import World
 
@@ -152,10 +154,11 @@ class AckRecord:
 class PopService:
     """A broker's POP side: pops, acks, the revive scan (module docstring)."""
 
-    def __init__(self, world: "World", broker: "Broker") -> None:
+    def __init__(self, world: "World", broker: "Broker", rng: Optional["random.Random"] = None) -> None:
         self.world = world
         self.broker = broker
         self.loop = broker.loop
+        self.rng = rng if rng is not None else self.loop.rng  # randomQ's generator (default the world's)
         self.revive_topic = fmt.revive_topic(broker.cluster)
         # TopicConfigManager's constructor: the revive topic (reviveQueueNum queues) and, timerWheelEnable, the timer
         # topic (1 queue); both perm 6 (TopicConfig's default)
@@ -216,7 +219,7 @@ class PopService:
             raise ValueError(f"maxMsgNums {max_n} > {fmt.MAX_POP_NUM}")
         if group not in b.groups or topic not in b.topics:
             return []
-        random_q = self.loop.rng.randrange(100)
+        random_q = self.rng.randrange(100)
         revive_qid = self.ck_counter % fmt.REVIVE_QUEUE_NUM
         self.ck_counter += 1
         need_retry = random_q < POP_FROM_RETRY_PROBABILITY
@@ -367,11 +370,12 @@ class PopService:
                                       body=msg.body, born_ts=msg.born_ts, born_host=b.addr, reconsume=times)
 
 
-def pop_service(world: "World", broker: "Broker") -> PopService:
-    """The broker's POP service (created on first use: the broker is a 5.x broker with the timer wheel on)."""
+def pop_service(world: "World", broker: "Broker", rng: Optional["random.Random"] = None) -> PopService:
+    """The broker's POP service (created on first use: the broker is a 5.x broker with the timer wheel on; ``rng``:
+    the generator of its draws, the world's by default)."""
     services: dict[str, PopService] = world.__dict__.setdefault("pop_services", {})
     if broker.name not in services:
-        services[broker.name] = PopService(world, broker)
+        services[broker.name] = PopService(world, broker, rng)
     return services[broker.name]
 
 
@@ -380,9 +384,12 @@ class PopConsumer:
 
     def __init__(self, world: "World", group: str, topic: str, *, behaviour: PopBehaviour, batch: int = 16,
                  invisible_ms: int = 30 * SECOND, poll_ms: int = 2 * SECOND, queue_id: int = -1,
-                 receives: Optional[int] = None, ack_flush_ms: int = 100, retry_max_times: int = 16) -> None:
+                 receives: Optional[int] = None, ack_flush_ms: int = 100, retry_max_times: int = 16,
+                 rng: Optional["random.Random"] = None, brokers: Optional[list["Broker"]] = None) -> None:
         self.world = world
         self.loop = world.loop
+        self.rng = rng if rng is not None else self.loop.rng
+        self.brokers = brokers  # the brokers the proxy serves the group on (None: every broker of the world)
         self.group = group
         self.topic = topic
         self.behaviour = behaviour
@@ -394,19 +401,22 @@ class PopConsumer:
         self.ack_flush_ms = ack_flush_ms
         self.retry_max_times = retry_max_times
         self.ip = world.next_ip()
-        self.client_id = f"{self.ip}@{self.loop.rng.randrange(10**12, 10**13)}"
+        self.client_id = f"{self.ip}@{self.rng.randrange(10**12, 10**13)}"
         self.alive = False
         self.handles: list[Handle] = []  # every message handed to the client
         self.outcomes: dict[int, tuple[str, int]] = {}  # id(handle) -> (outcome, done at)
         self._pending: list[Handle] = []
         self._flush_scheduled = False
 
+    def _brokers(self) -> list["Broker"]:
+        return self.world.brokers if self.brokers is None else self.brokers
+
     def services(self) -> list[PopService]:
-        return [pop_service(self.world, b) for b in self.world.brokers if self.topic in b.topics]
+        return [pop_service(self.world, b) for b in self._brokers() if self.topic in b.topics]
 
     def start(self) -> None:
         self.alive = True
-        for b in self.world.brokers:
+        for b in self._brokers():
             b.ensure_group(self.group, retry_max_times=self.retry_max_times)  # the proxy's heartbeat
         self.loop.every(self.loop.now, self.poll_ms, self._receive)
 
@@ -468,14 +478,16 @@ class PopConsumer:
 
 
 def pop_consumer(world: "World", group: str, topic: str, *, start_at: int, behaviour: PopBehaviour,
+                 rng: Optional["random.Random"] = None, brokers: Optional[list["Broker"]] = None,
                  **kw: Any) -> PopConsumer:
     """A POP client of ``group`` on ``topic`` starting at ``start_at`` (the group is recorded as a POP group without
-    traces in ``world.group_info``)."""
+    traces in ``world.group_info``). ``rng``: the generator of the client's and its brokers' POP draws (default the
+    world's); ``brokers``: the brokers with a POP service the group is on (default every broker of the world)."""
     world.group_info.setdefault(group, {"group": group, "topic": topic, "broadcast": False, "trace": False,
                                         "orderly": False, "fifo_flag": False, "pop": True})
-    for b in world.brokers:
-        pop_service(world, b)
-    c = PopConsumer(world, group, topic, behaviour=behaviour, **kw)
+    for b in world.brokers if brokers is None else brokers:
+        pop_service(world, b, rng)
+    c = PopConsumer(world, group, topic, behaviour=behaviour, rng=rng, brokers=brokers, **kw)
     world.__dict__.setdefault("pop_consumers", []).append(c)
     world.loop.at(start_at, c.start)
     return c

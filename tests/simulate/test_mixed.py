@@ -29,26 +29,31 @@ def test_mixed_draws_every_kind_on_several_brokers(mixed) -> None:
     from jobs.simulate.mixed import KINDS
 
     assert set(KINDS) <= kinds
-    assert meta["brokers"] == ["broker-a", "broker-b"]
+    # broker-c: the POP groups' broker, added after every other draw (jobs.simulate.mixed._pop_part)
+    assert meta["brokers"] == ["broker-a", "broker-b", "broker-c"]
     assert {g["trace"] for g in meta["groups"]} == {True, False}
-    assert summary["truth_rows"] == {"duplicated_ranges": 12, "unconsumed_ranges": 42, "offset_corrections": 2,
-                                     "dlq_candidates": 29, "consumer_status": 180, "coverage": 9}
+    # issue 36 item 1, the POP groups' rows added: duplicated 12 -> 17 (5 POP_LATE_ACK), unconsumed 42 -> 43
+    # (POP_LOST), dlq 29 -> 33 (2 IN_DLQ, 2 RETRYING), status 180 -> 188 (8 POP queues); nothing else changed
+    assert summary["truth_rows"] == {"duplicated_ranges": 17, "unconsumed_ranges": 43, "offset_corrections": 2,
+                                     "dlq_candidates": 33, "consumer_status": 188, "coverage": 9}
 
 
 def test_mixed_truth_rows_per_group_and_kind(mixed) -> None:
     out, _ = mixed
     assert _count(out, "duplicated_ranges", "evidence") == Counter({
         ("GID_005_out_of_order", "TRACE"): 1, ("GID_006_rebalance", "TRACE"): 1, ("GID_011_rewind", "REWIND"): 4,
-        ("GID_011_rewind", "TRACE"): 4, ("GID_013_blocked_head", "TRACE"): 2})
+        ("GID_011_rewind", "TRACE"): 4, ("GID_013_blocked_head", "TRACE"): 2,
+        ("GID_pop_00", "POP_LATE_ACK"): 2, ("GID_pop_01", "POP_LATE_ACK"): 3})
     assert _count(out, "unconsumed_ranges", "kind") == Counter({
         ("GID_001_broadcast", "BROADCAST_DROPPED"): 26, ("GID_003_expired", "BACKLOG"): 4,
         ("GID_003_expired", "EXPIRED"): 2, ("GID_008_expired_return", "EXPIRED"): 4,
         # broker-b is tiered (its tier serves every offset): what was EXPIRED there is not, and the offsets an
         # operator moved past there are SKIPPED, not lost to retention
-        ("GID_004_reset_later", "SKIPPED"): 2, ("GID_007_skip", "SKIPPED"): 4})
+        ("GID_004_reset_later", "SKIPPED"): 2, ("GID_007_skip", "SKIPPED"): 4, ("GID_pop_00", "POP_LOST"): 1})
     assert _count(out, "dlq_candidates", "reason") == Counter({
         ("GID_001_broadcast", "BROADCAST_DROPPED"): 26, ("GID_012_retrying", "RETRYING"): 1,
-        ("GID_014_retry_to_dlq", "IN_DLQ"): 2})
+        ("GID_014_retry_to_dlq", "IN_DLQ"): 2, ("GID_pop_00", "IN_DLQ"): 1, ("GID_pop_00", "RETRYING"): 1,
+        ("GID_pop_01", "IN_DLQ"): 1, ("GID_pop_01", "RETRYING"): 1})
     assert _count(out, "offset_corrections", "reason") == Counter({("GID_003_expired", "BELOW_MIN"): 2})
     statuses = _count(out, "consumer_status", "status")
     assert {k: v for k, v in statuses.items() if k[1] != "OK"} == {("GID_003_expired", "STALL"): 4}
@@ -56,7 +61,8 @@ def test_mixed_truth_rows_per_group_and_kind(mixed) -> None:
     # %RETRY% queues on the two brokers stay concurrent); the broadcast group by its clients' offsets.json
     modes = _count(out, "consumer_status", "consume_mode")
     assert {k: v for k, v in modes.items() if k[1] != "CONCURRENT"} == {
-        ("GID_002_orderly_blocked", "ORDERLY"): 16, ("GID_001_broadcast", "BROADCAST"): 48}
+        ("GID_002_orderly_blocked", "ORDERLY"): 16, ("GID_001_broadcast", "BROADCAST"): 48,
+        ("GID_pop_00", "POP"): 3, ("GID_pop_01", "POP"): 5}
     assert modes[("GID_002_orderly_blocked", "CONCURRENT")] == 2
 
     # every store type (spec §7 mixed): RocksDB v1 and v2 beside stale JSON, tiered broker-b, a BatchCQ and a
@@ -64,3 +70,48 @@ def test_mixed_truth_rows_per_group_and_kind(mixed) -> None:
     assert _count(out, "coverage", "reason") == Counter({
         ("", "BATCH_CQ"): 2, ("", "COMPACTION_TOPIC"): 2, ("", "STALE_JSON_IGNORED"): 2, ("", "TIERED"): 1,
         ("GID_008_expired_return", "NO_TRACE"): 1, ("GID_009_healthy_offsets_only", "NO_TRACE"): 1})
+
+
+def _rows(out: pathlib.Path, name: str, cols: list[str]) -> list[tuple]:
+    with open(out / "_truth" / f"{name}.csv", newline="", encoding="utf-8") as f:
+        return sorted(tuple(r[c] for c in cols) for r in csv.DictReader(f) if r["consumer_group"].startswith("GID_pop"))
+
+
+def test_mixed_draws_pop_groups_with_their_findings(mixed) -> None:
+    """Issue 36 item 1 (spec §7 mixed: every consume mode): POP groups on their own topics and broker, each with late
+    acks, messages failing once, one always failing (IN_DLQ) and one still RETRYING at the end, messages in flight
+    at the last snapshot; the first group's dead client loses its pop to retention (POP_LOST)."""
+    out, _ = mixed
+    meta = json.loads((out / "_truth" / "scenario.json").read_text())
+    assert [(g["group"], g["topic"], g.get("pop"), g["trace"]) for g in meta["groups"] if g.get("pop")] == [
+        ("GID_pop_00", "TopicPop00", True, False), ("GID_pop_01", "TopicPop01", True, False)]
+    modes = _count(out, "consumer_status", "consume_mode")
+    assert {k for k in modes if k[0].startswith("GID_pop")} == {("GID_pop_00", "POP"), ("GID_pop_01", "POP")}
+    status = _rows(out, "consumer_status", ["consumer_group", "topic", "broker", "queue_id", "committed_offset",
+                                            "max_offset", "status", "consume_mode", "inflight"])
+    assert status == [
+        ("GID_pop_00", "%RETRY%GID_pop_00_TopicPop00", "broker-c", "0", "30", "30", "OK", "POP", "1"),
+        ("GID_pop_00", "TopicPop00", "broker-c", "0", "360", "360", "OK", "POP", "0"),
+        ("GID_pop_00", "TopicPop00", "broker-c", "1", "360", "360", "OK", "POP", "1"),
+        ("GID_pop_01", "%RETRY%GID_pop_01_TopicPop01", "broker-c", "0", "31", "31", "OK", "POP", "1"),
+        ("GID_pop_01", "TopicPop01", "broker-c", "0", "270", "270", "OK", "POP", "0"),
+        ("GID_pop_01", "TopicPop01", "broker-c", "1", "270", "270", "OK", "POP", "0"),
+        ("GID_pop_01", "TopicPop01", "broker-c", "2", "270", "270", "OK", "POP", "0"),
+        ("GID_pop_01", "TopicPop01", "broker-c", "3", "270", "270", "OK", "POP", "1")]
+    assert _rows(out, "dlq_candidates", ["consumer_group", "topic", "queue_id", "queue_offset", "keys",
+                                         "reconsume_times", "reason"]) == [
+        ("GID_pop_00", "TopicPop00", "0", "176", "p0-352", "17", "IN_DLQ"),
+        ("GID_pop_00", "TopicPop00", "1", "355", "p0-711", "7", "RETRYING"),
+        ("GID_pop_01", "TopicPop01", "0", "266", "p1-1064", "8", "RETRYING"),
+        ("GID_pop_01", "TopicPop01", "1", "14", "p1-57", "17", "IN_DLQ")]
+    assert _rows(out, "duplicated_ranges", ["consumer_group", "topic", "queue_id", "start_offset", "end_offset",
+                                            "evidence", "cause"]) == [
+        ("GID_pop_00", "TopicPop00", "0", "40", "40", "POP_LATE_ACK", "INVISIBLE_TIME_EXCEEDED"),
+        ("GID_pop_00", "TopicPop00", "1", "172", "172", "POP_LATE_ACK", "INVISIBLE_TIME_EXCEEDED"),
+        ("GID_pop_01", "TopicPop01", "0", "124", "124", "POP_LATE_ACK", "INVISIBLE_TIME_EXCEEDED"),
+        ("GID_pop_01", "TopicPop01", "1", "192", "192", "POP_LATE_ACK", "INVISIBLE_TIME_EXCEEDED"),
+        ("GID_pop_01", "TopicPop01", "3", "72", "72", "POP_LATE_ACK", "INVISIBLE_TIME_EXCEEDED")]
+    assert _rows(out, "unconsumed_ranges", ["consumer_group", "topic", "queue_id", "start_offset", "end_offset",
+                                            "kind"]) == [("GID_pop_00", "TopicPop00", "0", "0", "0", "POP_LOST")]
+    # no NO_TRACE row for them (spec §4.1: a POP group needs no traces)
+    assert not [k for k in _count(out, "coverage", "reason") if k[0].startswith("GID_pop")]
