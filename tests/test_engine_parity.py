@@ -33,7 +33,10 @@ SCENARIOS = [("mixed", 1)]
 # Every output of reconcile.transform (``_agreement`` is the replay's agreement per group) plus the offset series.
 OUTPUTS = ["offset_series", "series_after", "duplicated_ranges", "unconsumed_ranges", "offset_corrections",
            "dlq_candidates", "consumer_status", "status_samples", "audit_hours", "_agreement", "series_tail",
-           "offset_decreases", "subscription_latest", "held_queues", "_evidence", "_orderly", "_traced"]
+           "offset_decreases", "subscription_latest", "held_queues", "_evidence", "_orderly", "_traced",
+           # the POP rows (jobs.rules.pop.reports, which the reconcile runs after the transform)
+           "pop_pairs", "pop_duplicated", "pop_lost", "pop_retrying", "pop_inflight"]
+TRANSFORM_OUTPUTS = [o for o in OUTPUTS[2:] if not o.startswith("pop_")]
 PARAMS = {"window": 10, "dlq_warn_retries": 3, "blocking_min_age_s": 900}
 UTC = dt.timezone.utc
 _CONNECT_FLAG = "SPARK_CONNECT_MODE_ENABLED"
@@ -114,6 +117,8 @@ def _python_value(value: Any, data_type: Any) -> Any:
     if isinstance(data_type, T.MapType):
         items = value.items() if isinstance(value, dict) else value
         return {k: v for k, v in items}
+    if isinstance(data_type, T.ArrayType):  # a POP checkpoint's deltas, an ack's offsets
+        return [_python_value(v, data_type.elementType) for v in value]
     if isinstance(value, float) and math.isnan(value):
         return None
     try:
@@ -150,15 +155,20 @@ def _silver(tmp_path: pathlib.Path, scenario: str, seed: int) -> tuple[dict[str,
     from jobs.ingest import ingest
     from jobs.lake import _delta
     from jobs.reconcile import reconcile
-    from schemas import consumer_offsets, deliveries, messages, queue_bounds, subscription_groups
+    from schemas import (consumer_offsets, deliveries, messages, pop_acks, pop_checkpoints, queue_bounds,
+                         subscription_groups)
 
     landing, lake = tmp_path / "landing", tmp_path / "lake"
     simulate.run(scenario, str(landing), seed=seed, scale=1)
     ingest.run(str(landing), str(lake))
     tables = {"consumer_offsets": consumer_offsets, "queue_bounds": queue_bounds, "messages": messages,
-              "deliveries": deliveries, "subscription_groups": subscription_groups}
+              "deliveries": deliveries, "subscription_groups": subscription_groups,
+              "pop_checkpoints": pop_checkpoints, "pop_acks": pop_acks}
     out = {}
     for name, mod in tables.items():
+        if not _delta.exists(str(lake), mod.TABLE):
+            out[name] = ([], mod.SCHEMA)
+            continue
         pdf = _delta.read_pandas(str(lake), mod.TABLE)
         out[name] = (_rows(pdf, mod.SCHEMA), mod.SCHEMA)
     offsets = out["consumer_offsets"][0]
@@ -217,10 +227,16 @@ def _outputs(spark: Any, silver: dict[str, tuple[list, Any]], as_of: dt.datetime
     from jobs.reconcile import reconcile
     from jobs.rules import snapshots
 
+    from jobs.rules import dlq, pop
+
     frames = _frames(spark, silver)
     out = dict(reconcile.transform(frames, as_of=as_of, **PARAMS))
-    assert set(out) == set(OUTPUTS[2:]), f"transform outputs changed: {sorted(out)}"
-    out["offset_series"] = snapshots.offset_series(frames["consumer_offsets"], frames["queue_bounds"], as_of=as_of)
+    out["offset_series"] = out.pop("_series")  # the series every report read
+    assert set(out) == {"offset_series", *TRANSFORM_OUTPUTS}, f"transform outputs changed: {sorted(out)}"
+    found = pop.reports(frames, snapshots.messages_as_of(frames["messages"], as_of=as_of), out["offset_series"],
+                        dlq.retry_max_times(frames["subscription_groups"], as_of=as_of), as_of=as_of,
+                        dlq_warn_retries=PARAMS["dlq_warn_retries"], blocking_min_age_s=PARAMS["blocking_min_age_s"])
+    out.update({f"pop_{k}": v for k, v in found.items()})
     # a scheduled run's series (jobs.reconcile.offset_state): an hour before as-of, a tail of 3 snapshots a key
     since = as_of - dt.timedelta(hours=1)
     co, qb = frames["consumer_offsets"], frames["queue_bounds"]
