@@ -82,9 +82,9 @@ def test_v1_and_v2_records_read_as_the_json_entries_would(tmp_path: pathlib.Path
 def test_100000_offsets_read_in_under_5_seconds(tmp_path: pathlib.Path) -> None:
     _db(tmp_path / "big", v1_offsets({f"T{i // 8}@G{i % 50}": {q: i + q for q in range(2)} for i in range(50_000)}))
     files = {p.name: p.read_bytes() for p in (tmp_path / "big").iterdir()}
-    t0 = time.process_time()
+    t0 = time.thread_time()
     out, problems = rocksdb_config.load("consumerOffsets", files, "big")
-    assert time.process_time() - t0 < 5.0
+    assert time.thread_time() - t0 < 5.0
     assert (len(out["consumer_offsets"]), problems) == (100_000, [])
 
 

@@ -359,16 +359,17 @@ LINEAR: dict[str, tuple[str, Callable[[], Any], int, dict[int, dict[str, Any]]]]
 @pytest.mark.parametrize("shape", list(LINEAR))
 def test_100000_entries_parse_in_linear_time(shape: str) -> None:
     """Before: a position search from the top of the file per key and a regex compiled per queue made parsing
-    quadratic (one group of 20,000 queues 36.9 s, 100,000 keys 45.5 s). Timed in CPU seconds, as another job may
-    share the machine."""
+    quadratic (one group of 20,000 queues 36.9 s, 100,000 keys 45.5 s). Timed in this thread's CPU seconds: another
+    job may share the machine, and the embedded engine's threads in this process (process_time counted them: the
+    every_key case failed in make test at 2.0 s) do work of their own."""
     kind, doc, count, some = LINEAR[shape]
     data = fastjson.dumps(doc()).encode()
-    start = time.process_time()
+    start = time.thread_time()
     parsed = configs.load(_mem({"c.json": data}), "c.json", kind)
-    seconds = time.process_time() - start
+    seconds = time.thread_time() - start
     assert (len(parsed.rows), parsed.problems) == (count, [])
     assert {i: parsed.rows[i] for i in some} == some
-    assert seconds < 2.0
+    assert seconds < 5.0  # quadratic was 36-46 s; linear is 0.1-1.5 s
 
 
 @pytest.mark.parametrize("shape", ["every_queue", "every_key"])
@@ -382,25 +383,25 @@ def test_100000_bad_entries_each_have_their_position_in_linear_time(shape: str) 
         text = fastjson.dumps({"offsetTable": {f"T{i}@G;": {0: i} for i in range(N)}})
         first, last = "group 'G;' of key 'T0@G;'", f"group 'G;' of key 'T{N - 1}@G;'"
         at_first, at_last = text.index('"T0@G;"'), text.index(f'"T{N - 1}@G;"')
-    start = time.process_time()
+    start = time.thread_time()
     parsed = configs.load(_mem({"c.json": text.encode()}), "c.json", "consumer_offsets")
-    seconds = time.process_time() - start
+    seconds = time.thread_time() - start
     assert (len(parsed.rows), len(parsed.problems), len({p.position for p in parsed.problems})) == (0, N, N)
     assert (parsed.problems[0].position, parsed.problems[-1].position) == (at_first, at_last)
     assert parsed.problems[0].reason.startswith(first) and parsed.problems[-1].reason.startswith(last)
-    assert seconds < 2.0
+    assert seconds < 5.0  # quadratic was 36-46 s; linear is 0.1-1.5 s
 
 
 def test_keys_found_nowhere_cannot_make_parsing_slow() -> None:
     """100,000 bad keys written with escapes fastjson does not use: no key text matches, and the searches stop
     after a few reads of the file (their positions are then the file's start)."""
     text = "{\"offsetTable\":{" + ",".join(f'"T\\u0041{i}@G;":{{0:1}}' for i in range(N)) + "}}"
-    start = time.process_time()
+    start = time.thread_time()
     parsed = configs.load(_mem({"c.json": text.encode()}), "c.json", "consumer_offsets")
-    seconds = time.process_time() - start
+    seconds = time.thread_time() - start
     assert (len(parsed.rows), len(parsed.problems)) == (0, N)
     assert parsed.problems[-1] == Problem("c.json", 0, f"group 'G;' of key 'TA{N - 1}@G;' " + CHARS.format("group"))
-    assert seconds < 2.0
+    assert seconds < 5.0  # quadratic was 36-46 s; linear is 0.1-1.5 s
 
 
 def test_topic_attributes_are_read_with_the_brokers_defaults() -> None:
