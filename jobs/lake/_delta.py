@@ -452,6 +452,8 @@ def _arrow_schema(table: "Table") -> Any:
                 return arrow_type
         if isinstance(t, T.MapType):
             return pa.map_(conv(t.keyType), conv(t.valueType))
+        if isinstance(t, T.ArrayType):  # a POP checkpoint's deltas, an ack's offsets
+            return pa.list_(conv(t.elementType))
         raise TypeError(f"no Arrow type for {t}")
 
     return pa.schema([pa.field(f.name, conv(f.dataType)) for f in table.schema.fields])
