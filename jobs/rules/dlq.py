@@ -62,7 +62,9 @@ def remaining_delay_ms_col(retries: Column, max_retries: Column) -> Column:
     return (part1 + capped * F.lit(DELAY_LEVELS_MS[-1])).cast("long")
 
 
-def _typed(df: DataFrame) -> DataFrame:
+def typed(df: DataFrame) -> DataFrame:
+    """``df`` as dlq_candidates rows: the schema's columns in order, cast to their types, absent ones null (every
+    rule that writes a candidate, the POP rule's included)."""
     types = {f.name: f.dataType for f in schema.SCHEMA.fields}
     have = set(df.columns)
     return df.select(*[(F.col(c) if c in have else F.lit(None)).cast(types[c]).alias(c) for c in COLUMNS])
@@ -126,7 +128,7 @@ def in_dlq(deliveries: DataFrame, messages: DataFrame, retry_max: DataFrame) -> 
     j = with_retry_max(  # the broker that moved it to the DLQ decided with its own retryMaxTimes
         dlq.join(orig, on=["cluster", "uniq_key"], how="left")
         .join(last, on=["cluster", "consumer_group", "uniq_key"], how="left"), retry_max)
-    return _typed(j.select(
+    return typed(j.select(
         "cluster", "consumer_group", F.lit("").alias("client_id"),
         *[F.coalesce(F.col(f"o_{c}"), F.col(c)).alias(c) for c in ("topic", "broker", "queue_id", "queue_offset")],
         "uniq_key", "keys", (F.col("reconsume_times") - 1).alias("reconsume_times"),
@@ -175,7 +177,7 @@ def retrying(deliveries: DataFrame, messages: DataFrame, retry_max: DataFrame, *
     j = with_retry_max(j, retry_max).withColumn("_max", F.coalesce(F.col("retry_max"),
                                                                    F.lit(DEFAULT_RETRY_MAX_TIMES)))
     base_ms = F.unix_millis(F.coalesce(F.col("end_ts"), F.col("start_ts")))
-    return _typed(j.select(
+    return typed(j.select(
         "cluster", "consumer_group", F.lit("").alias("client_id"), *QUEUE[1:], "queue_offset", "uniq_key", "keys",
         F.col("_r").alias("reconsume_times"), F.col("_max").alias("max_reconsume_times"), F.lit("RETRYING").alias("reason"),
         F.col("start_ts").alias("last_attempt_ts"),
@@ -220,7 +222,7 @@ def blocking_commit(series: DataFrame, deliveries: DataFrame, messages: DataFram
     w = Window.partitionBy("cluster", "consumer_group", "client_id", *place, "uniq_key").orderBy(
         F.col("_start").desc(), F.col("_req").desc())
     j = j.withColumn("_rn", F.row_number().over(w)).where("_rn = 1")
-    return _typed(j.select(
+    return typed(j.select(
         "cluster", "consumer_group", "client_id", *QUEUE[1:], "queue_offset", "uniq_key", "keys",
         F.col("_r").alias("reconsume_times"),
         F.when(F.col("_bcast"), F.lit(0)).otherwise(F.coalesce(F.col("retry_max"), F.lit(DEFAULT_RETRY_MAX_TIMES)))
@@ -260,7 +262,7 @@ def orderly_blocked(series: DataFrame, deliveries: DataFrame, messages: DataFram
         *[F.when(copy, F.col(f"_o_{c}")).otherwise(F.col(c)).alias(c) for c in place])
     w = Window.partitionBy("cluster", "consumer_group", *place, "uniq_key").orderBy(F.col("_start").desc())
     j = j.withColumn("_rn", F.row_number().over(w)).where("_rn = 1")
-    return _typed(j.select(
+    return typed(j.select(
         "cluster", "consumer_group", F.lit("").alias("client_id"), *QUEUE[1:], "queue_offset", "uniq_key", "keys",
         F.col("_r").alias("reconsume_times"),
         F.when(F.col("_fifo").isNotNull(), F.coalesce(F.col("retry_max"), F.lit(DEFAULT_RETRY_MAX_TIMES)))
@@ -284,7 +286,7 @@ def transaction_discarded(messages: DataFrame) -> DataFrame:
     w = Window.partitionBy("cluster", "topic", "broker", "queue_id", "uniq_key").orderBy(
         F.col("store_ts").desc(), F.col("physical_offset").desc())
     t = t.withColumn("_rn", F.row_number().over(w)).where("_rn = 1")
-    return _typed(t.select(
+    return typed(t.select(
         "cluster", F.lit("").alias("consumer_group"), F.lit("").alias("client_id"), "topic", "broker", "queue_id",
         F.lit(None).cast("long").alias("queue_offset"), "uniq_key", "keys",
         F.lit(None).cast("int").alias("reconsume_times"), F.lit(None).cast("int").alias("max_reconsume_times"),
@@ -300,7 +302,7 @@ def broadcast_dropped(deliveries: DataFrame, messages: DataFrame) -> DataFrame:
     last = failed.withColumn("_rn", F.row_number().over(w)).where("_rn = 1").select(
         "cluster", "consumer_group", "client_id", "uniq_key", "start_ts")
     j = last.join(first_original(messages), on=["cluster", "uniq_key"], how="inner")
-    return _typed(j.select(
+    return typed(j.select(
         "cluster", "consumer_group", "client_id", *QUEUE[1:], "queue_offset", "uniq_key", "keys",
         # broadcast mode never retries (spec §4): 0 reconsumes of at most 0
         F.lit(0).alias("reconsume_times"), F.lit(0).alias("max_reconsume_times"),

@@ -178,10 +178,11 @@ def message_fate(copies: DataFrame, messages: DataFrame, pairs: DataFrame) -> Da
     is_newest = ((F.col("topic") == F.col("n_topic")) & (F.col("broker") == F.col("n_broker"))
                  & (F.col("queue_id") == F.col("n_queue_id")) & (F.col("queue_offset") == F.col("n_queue_offset")))
     wl = Window.partitionBy(*on).orderBy(F.col("pop_time").desc(), F.col("revive_time").desc())
-    newest_pops = pops.join(newest, on=on).where(is_newest)
-    newest_last = (newest_pops.withColumn("_rn", F.row_number().over(wl)).where("_rn = 1")
-                   .select(*on, F.col("revive_time").alias("newest_revive_ms")))
-    newest_acked = newest_pops.groupBy(*on).agg(F.max(F.col("acked_ms").isNotNull()).alias("newest_acked"))
+    # the newest copy's last pop and whether any of its pops was acked, in one pass over its pops
+    newest_last = (pops.join(newest, on=on).where(is_newest)
+                   .withColumn("newest_acked", F.max(F.col("acked_ms").isNotNull()).over(Window.partitionBy(*on)))
+                   .withColumn("_rn", F.row_number().over(wl)).where("_rn = 1")
+                   .select(*on, F.col("revive_time").alias("newest_revive_ms"), "newest_acked"))
     revive_rs = revive.select(*on, F.col("reconsume_times").alias("_r")).distinct()
     late_again = (pops.where(F.col("late") & F.col("reconsume_times").isNotNull())
                   .select(*on, (F.col("reconsume_times") + 1).alias("_r"))
@@ -204,7 +205,7 @@ def message_fate(copies: DataFrame, messages: DataFrame, pairs: DataFrame) -> Da
     return (places.join(keys.select(*on, "uniq_key"), on=on, how="left")
             .join(newest.select(*on, "newest_r"), on=on, how="left")
             .join(late_again, on=on, how="left").join(per_msg, on=on, how="left")
-            .join(newest_last, on=on, how="left").join(newest_acked, on=on, how="left")
+            .join(newest_last, on=on, how="left")
             .join(dlq, on=["cluster", "consumer_group", "msg_key"], how="left")
             .select("cluster", "consumer_group", F.col("_place_topic").alias("topic"), "msg_key", "uniq_key", *PLACE,
                     "keys", F.coalesce("popped_original", F.lit(False)).alias("popped_original"), "newest_r",
@@ -261,7 +262,7 @@ def retrying(fate: DataFrame, retry_max: DataFrame, *, dlq_warn_retries: int) ->
     rows = fate.where((F.col("newest_r") >= F.lit(int(dlq_warn_retries))) & ~F.col("newest_acked") & ~F.col("in_dlq"))
     rows = dlq.with_retry_max(rows, retry_max).withColumn(
         "_max", F.coalesce(F.col("retry_max"), F.lit(dlq.DEFAULT_RETRY_MAX_TIMES)))
-    return dlq._typed(rows.select(  # noqa: SLF001 - the report's one typing
+    return dlq.typed(rows.select(
         "cluster", "consumer_group", F.lit("").alias("client_id"), "topic", "broker", "queue_id",
         F.col("queue_offset").cast("long").alias("queue_offset"), "uniq_key", "keys",
         F.col("newest_r").alias("reconsume_times"), F.col("_max").alias("max_reconsume_times"),

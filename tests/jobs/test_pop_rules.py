@@ -22,8 +22,9 @@ def _ends(spark, t: dt.datetime):  # noqa: ANN001, ANN202
 
 
 def ck(phys: int, store_s: float, *, so: int = 10, n: int = 3, deltas: list[int] | None = None, pt: int = PT,
-       it: int = 60000, topic: str = "T", seen_s: float = 0, stored: str = "rmq_sys_wheel_timer") -> tuple:
-    return ("c", "b", phys, stored, ts(store_s), topic, 0, so, "G", pt, "b", it, 0, n, 0, deltas, None, pt + it,
+       it: int = 60000, topic: str = "T", seen_s: float = 0, stored: str = "rmq_sys_wheel_timer",
+       rp: str | None = None) -> tuple:
+    return ("c", "b", phys, stored, ts(store_s), topic, 0, so, "G", pt, "b", it, 0, n, 0, deltas, rp, pt + it,
             ts(seen_s))
 
 
@@ -60,6 +61,38 @@ def test_acks_by_their_first_copy_late_or_in_time_and_what_is_in_flight(spark) -
             for r in pop.inflight(state, _ends(spark, ts(120))).collect()] == [("G", "T", "b", 0, 2)]
     assert sorted(tuple(r) for r in pop.pop_pairs(cks).collect()) == [
         ("c", "G", "%RETRY%G+T"), ("c", "G", "%RETRY%G_T"), ("c", "G", "T")]
+
+
+def test_a_re_put_checkpoint_is_a_pop_of_its_own_offset_that_revives_later(spark) -> None:  # noqa: ANN001
+    """PopReviveService.rePutCK: a CK the revive could not act on is written again per unrevived offset (n 1, d [0],
+    so = that offset, the old pt, ``rp`` + 1, invisible time + 10 s once overdue). CK covers 10-12 (revive 60 s):
+    10 acked at 5 s, 11 acked at 61 s (late: the broker "never expects an ACK matched in the future" once the revive
+    time passed), 12 never. At 62 s the broker re-puts 11 and 12 (revive 70 s) and re-puts 10 with the CK's own
+    identity (so 10: the same checkpoint, counted once). At S = 65 s 11 and 12 are in flight (their re-puts revive
+    at 70 s; the late ack names the old pop), at S = 75 s nothing is; 12's last pop revives at 70 s, so it is lost
+    once 900 s have passed."""
+    from schemas import messages as M
+
+    cks = spark.createDataFrame([ck(1, 0), ck(2, 62, so=11, n=1, deltas=[0], it=70000, rp="1"),
+                                 ck(3, 62, so=12, n=1, deltas=[0], it=70000, rp="1"),
+                                 ck(4, 62, so=10, n=1, deltas=[0], it=70000, rp="1")], PC.SCHEMA)
+    c = pop.checkpoints(cks, as_of=ts(3600))
+    state = pop.popped_state(c, pop.acked(spark.createDataFrame([ack(5, 5, [10]), ack(6, 61, [11])], PA.SCHEMA),
+                                          as_of=ts(3600)))
+    assert sorted((r.start_offset, r.queue_offset, r.revive_time - PT,
+                   None if r.acked_ms is None else r.acked_ms - PT, r.late) for r in state.collect()) == [
+        (10, 10, 60000, 5000, False), (10, 11, 60000, 61000, True), (10, 12, 60000, None, None),
+        (11, 11, 70000, None, None), (12, 12, 70000, None, None)]
+    assert [r.inflight for r in pop.inflight(state, _ends(spark, ts(65))).collect()] == [2]
+    assert pop.inflight(state, _ends(spark, ts(75))).where("inflight > 0").count() == 0
+    msgs = spark.createDataFrame([msg(i, "T", i, f"K{i}") for i in (10, 11, 12)], M.SCHEMA)
+    fate = pop.message_fate(pop.popped_copies(state, msgs), msgs, pop.pop_pairs(c))
+    assert sorted((r.uniq_key, r.acked, (r.newest_revive_ms - PT) // 1000) for r in fate.collect()) == [
+        ("K10", True, 60), ("K11", True, 70), ("K12", False, 70)]
+    assert [(r.start_offset, r.end_offset) for r in
+            pop.lost_ranges(fate, _ends(spark, ts(969)), blocking_min_age_s=900).collect()] == []
+    assert [(r.start_offset, r.end_offset) for r in
+            pop.lost_ranges(fate, _ends(spark, ts(970)), blocking_min_age_s=900).collect()] == [(12, 12)]
 
 
 def test_copies_not_seen_by_the_as_of_time_do_not_count(spark) -> None:  # noqa: ANN001
