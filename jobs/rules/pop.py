@@ -114,6 +114,20 @@ def popped_copies(state: DataFrame, messages: DataFrame) -> DataFrame:
     return state.join(m, on=["cluster", "topic", "broker", "queue_id", "queue_offset"], how="left")
 
 
+RECORD_COLUMNS = ["cluster", "topic", "broker", "queue_id", "queue_offset", "physical_offset", "uniq_key",
+                  "reconsume_times", "keys", "store_ts"]
+
+
+def pop_records(messages: DataFrame, pairs: DataFrame) -> DataFrame:
+    """The records the POP rules read (RECORD_COLUMNS): those of the POP pairs' topics (their POP retry topics among
+    them: :func:`pop_pairs`) and of the POP groups' ``%DLQ%G``. One pass over the stored records, which every later
+    lookup (popped records by position, originals and revive copies by key, DLQ copies) reads instead of the whole
+    table; the names are report-sized (a few per POP group), collected once."""
+    named = pairs.select("consumer_group", "topic").distinct().collect()
+    names = sorted({t for _g, t in named} | {DLQ_PREFIX + g for g, _t in named})
+    return messages.where(F.col("topic").isin(names)).select(*RECORD_COLUMNS)
+
+
 def retry_topics(pairs: DataFrame) -> DataFrame:
     """(cluster, consumer_group, topic, retry_topic): both names a POP retry topic of (G, T) can have (``%RETRY%G_T``,
     and ``%RETRY%G+T`` with enableRetryTopicV2; KeyBuilder.buildPopRetryTopic)."""
@@ -286,6 +300,7 @@ def reports(frames: dict[str, DataFrame], msgs: DataFrame, series: DataFrame, re
     cks = keep(checkpoints(frames["pop_checkpoints"], as_of=as_of), "pop_checkpoints")
     state = keep(popped_state(cks, acked(frames["pop_acks"], as_of=as_of)), "pop_state")
     pairs = keep(pop_pairs(cks), "pop_pairs")
+    msgs = keep(pop_records(msgs, pairs), "pop_records")
     fate = keep(message_fate(popped_copies(state, msgs), msgs, pairs), "pop_fate")
     ends = window_end(series)
     return {"pairs": pairs, "duplicated": late_ack_ranges(fate),
