@@ -497,7 +497,7 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
                     offset_state.latest_files(frames["consumer_offsets"], as_of=as_of_ts)
                 popped = pop_rows(frames, h["series"], as_of=as_of_ts, dlq_warn_retries=dlq_warn_retries,
                                   blocking_min_age_s=blocking_min_age_s,
-                                  keep=_spark.materializer(spark, storage.join(tmp, "pop")))
+                                  keep=_spark.materializer(spark, storage.join(tmp, "pop")), say=say)
                 r = _load(spark, lake, as_of_ts, rid, covered(frames, h["pdfs"], h["series_tail"], h["modes"]["traced"],
                                                               as_of=as_of_ts, popped=popped), h["agreement"],
                           {n: h[n] for n in [*DASHBOARD_TABLES, *CARRIED_TABLES]}, offset_files, say)
@@ -576,7 +576,7 @@ def _reconcile(spark: Any, lake: str, frames: dict[str, Any], as_of_ts: dt.datet
             if name in out}
     modes = mode_state(out["_evidence"], out["_orderly"], out["_traced"])
     popped = pop_rows(frames, out["_series"], as_of=as_of_ts, dlq_warn_retries=dlq_warn_retries,
-                      blocking_min_age_s=blocking_min_age_s, keep=keep)
+                      blocking_min_age_s=blocking_min_age_s, keep=keep, say=say)
     pdfs = covered(frames, pdfs, out["series_tail"], modes["traced"], as_of=as_of_ts, popped=popped)
     r = _load(spark, lake, as_of_ts, rid, pdfs, out["_agreement"].toPandas(),
               {name: out[name] for name in [*DASHBOARD_TABLES, *CARRIED_TABLES]}, files, say)
@@ -595,8 +595,8 @@ def mode_state(evidence: Any, orderly: Any, traced: Any) -> dict[str, list[list[
 
 
 def pop_rows(frames: dict[str, Any], series: Any, *, as_of: dt.datetime, dlq_warn_retries: int,
-             blocking_min_age_s: int, keep: Callable[[Any, str], Any] = lambda df, _name: df
-             ) -> dict[str, pd.DataFrame] | None:
+             blocking_min_age_s: int, keep: Callable[[Any, str], Any] = lambda df, _name: df,
+             say: Callable[[str], None] = lambda _line: None) -> dict[str, pd.DataFrame] | None:
     """The POP rows of the run (jobs.rules.pop.reports), collected (report-sized); None when the lake holds no POP
     checkpoint (one small read). From the whole pop tables and every stored record, after a full and a scheduled
     run alike."""
@@ -604,11 +604,15 @@ def pop_rows(frames: dict[str, Any], series: Any, *, as_of: dt.datetime, dlq_war
 
     if not frames["pop_checkpoints"].limit(1).count():
         return None
+    t0 = time.time()
     msgs = snapshots.messages_as_of(frames.get("stored_messages", frames["messages"]), as_of=as_of)
     rows = pop.reports({k: frames[k] for k in ("pop_checkpoints", "pop_acks")}, msgs, series,
                        dlq.retry_max_times(frames["subscription_groups"], as_of=as_of), as_of=as_of,
                        dlq_warn_retries=dlq_warn_retries, blocking_min_age_s=blocking_min_age_s, keep=keep)
-    return {k: v.toPandas() for k, v in rows.items()}
+    out = {k: v.toPandas() for k, v in rows.items()}
+    say(f"reconcile:   POP rows: {len(out['pairs'])} POP pairs, {len(out['duplicated'])} POP_LATE_ACK, "
+        f"{len(out['lost'])} POP_LOST, {len(out['retrying'])} RETRYING ({time.time() - t0:.1f} s)")
+    return out
 
 
 def covered(frames: dict[str, Any], pdfs: dict[str, pd.DataFrame], unknown_newest: Any, traced: list[list[str]], *,
