@@ -50,3 +50,22 @@ def airflow_db() -> pathlib.Path:
     airflow = pathlib.Path(sys.executable).with_name("airflow")
     subprocess.run([str(airflow), "db", "migrate"], check=True, capture_output=True, env=dict(os.environ))
     return AIRFLOW_HOME
+
+
+@pytest.fixture(scope="session")
+def mixed_world(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """``mixed`` seed 1 at scale 1 simulated and ingested once a session, on the embedded engine with Delta:
+    ``landing/`` and ``lake/`` under the returned folder. Six modules judge this world, and a simulation and ingest
+    of it costs ~50 s each time. Never written to: a module whose runs write into the lake (a reconcile's gold
+    tables, a dashboard) works on its own copy (``shutil.copytree(mixed_world / "lake", ...)``)."""
+    from jobs import simulate
+    from jobs.ingest import ingest
+
+    root = tmp_path_factory.mktemp("mixed-seed1")
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("RMQ_RECON_ENGINE", "RMQ_RECON_FORMAT", "SPARK_REMOTE"):
+            mp.delenv(name, raising=False)
+        simulate.run("mixed", str(root / "landing"), seed=1)
+        ingest.run(str(root / "landing"), str(root / "lake"))
+    return root
+

@@ -76,7 +76,8 @@ def test_a_groups_run_names_the_groups_the_lake_does_not_know(lake: pathlib.Path
 
 
 @pytest.mark.integration
-def test_an_as_of_run_sees_the_deliveries_of_a_lake_ingested_up_to_then(tmp_path: pathlib.Path) -> None:
+def test_an_as_of_run_sees_the_deliveries_of_a_lake_ingested_up_to_then(tmp_path: pathlib.Path,
+                                                                        mixed_world: pathlib.Path) -> None:
     """`mixed` (seed 1): eight deliveries of GID_010_out_of_order start 01:57:46-01:58:28 and end ten minutes later;
     their SubBefore records are first held by the 02:00 snapshot, their SubAfter records by 02:30. As of 02:00 they
     are in flight, exactly as in a lake that only ingested the snapshots up to 02:00 (rule 0). (Four deliveries of
@@ -85,26 +86,24 @@ def test_an_as_of_run_sees_the_deliveries_of_a_lake_ingested_up_to_then(tmp_path
 
     import pandas as pd
 
-    from jobs import simulate
     from jobs.ingest import ingest
     from jobs.lake import _delta, _spark
     from jobs.rules import snapshots
     from schemas import deliveries as D
 
-    landing, part = tmp_path / "landing", tmp_path / "landing_0200"
-    simulate.run("mixed", str(landing), seed=1)
+    # the whole world's lake (read only) and a lake of the snapshots up to 02:00
+    landing, whole, part = mixed_world / "landing", mixed_world / "lake", tmp_path / "landing_0200"
     for p in landing.rglob("*"):
         stamp = [x.split("=", 1)[1] for x in p.parts if x.startswith("snapshot_ts=")]
         if p.is_file() and "_truth" not in p.parts and not (stamp and stamp[0] > "20260105T020000Z"):
             (part / p.relative_to(landing)).parent.mkdir(parents=True, exist_ok=True)
             os.link(p, part / p.relative_to(landing))
-    ingest.run(str(landing), str(tmp_path / "lake"))
     ingest.run(str(part), str(tmp_path / "lake_0200"))
     with _spark.session() as spark:
-        seen = snapshots.deliveries_as_of(_delta.read(spark, str(tmp_path / "lake"), D.TABLE),
+        seen = snapshots.deliveries_as_of(_delta.read(spark, str(whole), D.TABLE),
                                           as_of=pd.Timestamp("2026-01-05T02:00:00Z").to_pydatetime()).toPandas()
     partial = _delta.read_pandas(str(tmp_path / "lake_0200"), D.TABLE)
-    full = _delta.read_pandas(str(tmp_path / "lake"), D.TABLE)
+    full = _delta.read_pandas(str(whole), D.TABLE)
     started = full[pd.to_datetime(full["start_ts"], utc=True) <= pd.Timestamp("2026-01-05T02:00:00Z")]
     assert (len(started), int(started["end_ts"].notna().sum())) == (19915, 19911)  # what the start time alone gives
     assert (len(partial), int(partial["end_ts"].notna().sum())) == (19915, 19903)

@@ -149,8 +149,10 @@ def _rows(pdf: Any, schema: Any) -> list[tuple[Any, ...]]:
     return [tuple(_python_value(v, f.dataType) for v, f in zip(values, schema.fields)) for values in zip(*cols)]
 
 
-def _silver(tmp_path: pathlib.Path, scenario: str, seed: int) -> tuple[dict[str, tuple[list, Any]], dt.datetime]:
-    """simulate -> ingest (Sail, Delta) -> the rows of the silver tables ``reconcile.extract`` reads."""
+def _silver(tmp_path: pathlib.Path, scenario: str, seed: int,
+            world: pathlib.Path | None = None) -> tuple[dict[str, tuple[list, Any]], dt.datetime]:
+    """simulate -> ingest (Sail, Delta) -> the rows of the silver tables ``reconcile.extract`` reads (``world``: a
+    folder whose ``lake/`` already holds the scenario's ingest, conftest's ``mixed_world``)."""
     from jobs import simulate
     from jobs.ingest import ingest
     from jobs.lake import _delta
@@ -159,8 +161,11 @@ def _silver(tmp_path: pathlib.Path, scenario: str, seed: int) -> tuple[dict[str,
                          subscription_groups)
 
     landing, lake = tmp_path / "landing", tmp_path / "lake"
-    simulate.run(scenario, str(landing), seed=seed, scale=1)
-    ingest.run(str(landing), str(lake))
+    if world is not None:
+        lake = world / "lake"  # read only
+    else:
+        simulate.run(scenario, str(landing), seed=seed, scale=1)
+        ingest.run(str(landing), str(lake))
     tables = {"consumer_offsets": consumer_offsets, "queue_bounds": queue_bounds, "messages": messages,
               "deliveries": deliveries, "subscription_groups": subscription_groups,
               "pop_checkpoints": pop_checkpoints, "pop_acks": pop_acks}
@@ -266,12 +271,14 @@ def _diff(name: str, classic_rows: list[tuple], sail_rows: list[tuple], limit: i
 _CACHE: dict[tuple[str, int], tuple[dict, dt.datetime]] = {}
 
 
-def _scenario(tmp_path_factory: pytest.TempPathFactory, scenario: str, seed: int) -> tuple[dict, dt.datetime]:
-    """The scenario's silver rows and as-of, built once per module run."""
+def _scenario(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, scenario: str,
+              seed: int) -> tuple[dict, dt.datetime]:
+    """The scenario's silver rows and as-of, built once per module run (``mixed`` seed 1 from the session's world)."""
     key = (scenario, seed)
     if key not in _CACHE:
+        world = request.getfixturevalue("mixed_world") if key == ("mixed", 1) else None
         with _mode(connect=True):
-            _CACHE[key] = _silver(tmp_path_factory.mktemp(f"parity-{scenario}-{seed}"), scenario, seed)
+            _CACHE[key] = _silver(tmp_path_factory.mktemp(f"parity-{scenario}-{seed}"), scenario, seed, world)
     return _CACHE[key]
 
 
@@ -283,9 +290,10 @@ def _embedded_engine_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("scenario,seed", SCENARIOS, ids=[f"{s}-seed{n}" for s, n in SCENARIOS])
-def test_transforms_same_rows_on_classic_spark_and_sail(tmp_path_factory: pytest.TempPathFactory, spark: Any,
+def test_transforms_same_rows_on_classic_spark_and_sail(request: pytest.FixtureRequest,
+                                                         tmp_path_factory: pytest.TempPathFactory, spark: Any,
                                                          classic: Any, scenario: str, seed: int) -> None:
-    silver, as_of = _scenario(tmp_path_factory, scenario, seed)
+    silver, as_of = _scenario(request, tmp_path_factory, scenario, seed)
     times: dict[str, float] = {}
     t0 = time.monotonic()
     with _mode(connect=True):

@@ -8,8 +8,9 @@ checkpoint), so its consumption is read from the checkpoints and acks, which the
   ``start_offset + deltas[i]``, or ``start_offset .. start_offset + num - 1`` without deltas (old CKs); its revive
   time is pop_time + invisible_time;
 * an **ack** names its checkpoint by the same identity and the offsets it acks (``ao``; ``aol`` for a bAck); its first
-  stored copy says when it was acked. The checkpoint's stored ``bm`` is always 0 (every writer sets it so; the bitmap
-  exists only in the reviving broker's memory), so the acks are the only evidence;
+  stored copy says when it was acked. Spec §4.1 also counts bit i of a stored checkpoint's ``bm`` as an ack of its
+  i-th offset, stored with that copy; RocketMQ's writers store 0 there (even the ack-merging buffer keeps its bits
+  apart and stores acks as messages: jobs/formats/pop.py), so on real stores the acks are the evidence;
 * an offset acked before its checkpoint's revive time was consumed in time; acked at or after it, *late* (the broker
   had revived it: a retry copy follows).
 What an as-of run sees follows rule 0: the copies first held by a snapshot at or before its time.
@@ -19,7 +20,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Callable
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from jobs.rules.ranges import interval_union
@@ -47,22 +48,36 @@ def checkpoints(pop_checkpoints: DataFrame, *, as_of: dt.datetime) -> DataFrame:
                     F.col("store_ts").alias("first_store_ts"), F.col("broker_name").alias("broker")))
 
 
-def popped(cks: DataFrame) -> DataFrame:
-    """One row per (checkpoint, offset it covers): IDENTITY, broker, queue_offset, revive_time (ms)."""
-    offsets = F.when(F.col("deltas").isNotNull(),
-                     F.transform("deltas", lambda d: F.col("start_offset") + d.cast("long"))).otherwise(
+def _covered() -> Column:
+    """The offsets a checkpoint covers, in bit order: start_offset + deltas[i], or start_offset .. + num - 1."""
+    return F.when(F.col("deltas").isNotNull(),
+                  F.transform("deltas", lambda d: F.col("start_offset") + d.cast("long"))).otherwise(
         F.transform(F.sequence(F.lit(0), F.greatest(F.col("num") - 1, F.lit(0))),
                     lambda i: F.col("start_offset") + i.cast("long")))
-    rows = cks.where(F.col("deltas").isNotNull() | (F.col("num") > 0))
-    return rows.select(*IDENTITY, "broker", "revive_time", F.explode(offsets).alias("queue_offset"))
 
 
-def acked(pop_acks: DataFrame, *, as_of: dt.datetime) -> DataFrame:
+def _covering(cks: DataFrame) -> DataFrame:
+    return cks.where(F.col("deltas").isNotNull() | (F.col("num") > 0))
+
+
+def popped(cks: DataFrame) -> DataFrame:
+    """One row per (checkpoint, offset it covers): IDENTITY, broker, queue_offset, revive_time (ms)."""
+    return _covering(cks).select(*IDENTITY, "broker", "revive_time", F.explode(_covered()).alias("queue_offset"))
+
+
+def acked(pop_acks: DataFrame, *, as_of: dt.datetime, pop_checkpoints: DataFrame | None = None) -> DataFrame:
     """One row per (checkpoint identity, acked offset): the first stored copy's time (``acked_ms``, epoch ms) among
-    the ack and bAck copies seen by ``as_of``."""
+    the ack and bAck copies seen by ``as_of`` and, with ``pop_checkpoints``, the checkpoint copies whose ``bm`` has
+    the offset's bit set (spec §4.1: bit i of the checkpoint's bm is an ack of its i-th offset)."""
     acks = _seen(pop_acks, as_of).withColumn("broker_name", F.coalesce("broker_name", "broker"))
     rows = acks.select(*IDENTITY, F.explode("ack_offsets").alias("queue_offset"),
                        F.unix_millis("store_ts").alias("_ms"))
+    if pop_checkpoints is not None:
+        ck = (_covering(_seen(pop_checkpoints, as_of)).where(F.col("bitmap").isNotNull() & (F.col("bitmap") != 0))
+              .withColumn("broker_name", F.coalesce("broker_name", "broker")))
+        bits = (ck.select(*IDENTITY, "bitmap", "store_ts", F.posexplode(_covered()).alias("_i", "queue_offset"))
+                .where(F.expr("(shiftright(bitmap, _i) & 1) = 1")))
+        rows = rows.unionByName(bits.select(*IDENTITY, "queue_offset", F.unix_millis("store_ts").alias("_ms")))
     return rows.groupBy(*IDENTITY, "queue_offset").agg(F.min("_ms").alias("acked_ms"))
 
 
@@ -298,7 +313,8 @@ def reports(frames: dict[str, DataFrame], msgs: DataFrame, series: DataFrame, re
     from jobs.rules.snapshots import window_end
 
     cks = keep(checkpoints(frames["pop_checkpoints"], as_of=as_of), "pop_checkpoints")
-    state = keep(popped_state(cks, acked(frames["pop_acks"], as_of=as_of)), "pop_state")
+    state = keep(popped_state(cks, acked(frames["pop_acks"], as_of=as_of, pop_checkpoints=frames["pop_checkpoints"])),
+                 "pop_state")
     pairs = keep(pop_pairs(cks), "pop_pairs")
     msgs = keep(pop_records(msgs, pairs), "pop_records")
     fate = keep(message_fate(popped_copies(state, msgs), msgs, pairs), "pop_fate")

@@ -23,8 +23,8 @@ def _ends(spark, t: dt.datetime):  # noqa: ANN001, ANN202
 
 def ck(phys: int, store_s: float, *, so: int = 10, n: int = 3, deltas: list[int] | None = None, pt: int = PT,
        it: int = 60000, topic: str = "T", seen_s: float = 0, stored: str = "rmq_sys_wheel_timer",
-       rp: str | None = None) -> tuple:
-    return ("c", "b", phys, stored, ts(store_s), topic, 0, so, "G", pt, "b", it, 0, n, 0, deltas, rp, pt + it,
+       rp: str | None = None, bm: int = 0) -> tuple:
+    return ("c", "b", phys, stored, ts(store_s), topic, 0, so, "G", pt, "b", it, bm, n, 0, deltas, rp, pt + it,
             ts(seen_s))
 
 
@@ -93,6 +93,21 @@ def test_a_re_put_checkpoint_is_a_pop_of_its_own_offset_that_revives_later(spark
             pop.lost_ranges(fate, _ends(spark, ts(969)), blocking_min_age_s=900).collect()] == []
     assert [(r.start_offset, r.end_offset) for r in
             pop.lost_ranges(fate, _ends(spark, ts(970)), blocking_min_age_s=900).collect()] == [(12, 12)]
+
+
+def test_a_set_bit_of_a_stored_checkpoints_bitmap_is_an_ack_stored_with_that_copy(spark) -> None:  # noqa: ANN001
+    """Spec §4.1: bit i of bm acks the checkpoint's i-th offset (d order). CK covers 10, 12, 15 (d [0, 2, 5]); its
+    timer copy (0 s) has bm 0b001, its revive copy (60 s, after the revive time) 0b011 and bit 31 (no 32nd offset):
+    10 acked at 0 s with the first copy, 12 late at 60 s; 15 only by the ack message at 30 s; a copy not seen by the
+    as-of time does not count."""
+    cks = spark.createDataFrame([ck(1, 0, deltas=[0, 2, 5], bm=0b001),
+                                 ck(2, 60, deltas=[0, 2, 5], bm=0b011 | -(1 << 31), stored="rmq_sys_REVIVE_LOG_c"),
+                                 ck(3, 70, deltas=[0, 2, 5], bm=0b100, seen_s=7200)], PC.SCHEMA)
+    acks = spark.createDataFrame([ack(4, 30, [15])], PA.SCHEMA)
+    got = pop.acked(acks, as_of=ts(3600), pop_checkpoints=cks)
+    assert sorted((r.queue_offset, r.acked_ms - PT) for r in got.collect()) == [(10, 0), (12, 60000), (15, 30000)]
+    state = pop.popped_state(pop.checkpoints(cks, as_of=ts(3600)), got)
+    assert sorted((r.queue_offset, r.late) for r in state.collect()) == [(10, False), (12, True), (15, False)]
 
 
 def test_copies_not_seen_by_the_as_of_time_do_not_count(spark) -> None:  # noqa: ANN001
