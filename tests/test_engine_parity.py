@@ -224,23 +224,29 @@ def _frames(spark: Any, silver: dict[str, tuple[list, Any]]) -> dict[str, Any]:
     return frames
 
 
-def _outputs(spark: Any, silver: dict[str, tuple[list, Any]], as_of: dt.datetime) -> dict[str, Any]:
+def _outputs(spark: Any, silver: dict[str, tuple[list, Any]], as_of: dt.datetime,
+             work: pathlib.Path) -> dict[str, Any]:
     """Build in-memory frames on ``spark``, run the transforms and collect every output (sorted rows).
 
-    ``reconcile.transform`` runs unchanged.
+    ``reconcile.transform`` and the POP rules run unchanged, with the reconcile's own ``keep`` (the frames several
+    reports read computed once, into Parquet under ``work``): without it each of the 22 outputs computed the
+    series, deliveries and POP fates again (296 s of `make test`).
     """
+    from jobs.lake import _spark
     from jobs.reconcile import reconcile
     from jobs.rules import snapshots
 
     from jobs.rules import dlq, pop
 
     frames = _frames(spark, silver)
-    out = dict(reconcile.transform(frames, as_of=as_of, **PARAMS))
+    keep = _spark.materializer(spark, str(work))
+    out = dict(reconcile.transform(frames, as_of=as_of, keep=keep, **PARAMS))
     out["offset_series"] = out.pop("_series")  # the series every report read
     assert set(out) == {"offset_series", *TRANSFORM_OUTPUTS}, f"transform outputs changed: {sorted(out)}"
     found = pop.reports(frames, snapshots.messages_as_of(frames["messages"], as_of=as_of), out["offset_series"],
                         dlq.retry_max_times(frames["subscription_groups"], as_of=as_of), as_of=as_of,
-                        dlq_warn_retries=PARAMS["dlq_warn_retries"], blocking_min_age_s=PARAMS["blocking_min_age_s"])
+                        dlq_warn_retries=PARAMS["dlq_warn_retries"], blocking_min_age_s=PARAMS["blocking_min_age_s"],
+                        keep=keep)
     out.update({f"pop_{k}": v for k, v in found.items()})
     # a scheduled run's series (jobs.reconcile.offset_state): an hour before as-of, a tail of 3 snapshots a key
     since = as_of - dt.timedelta(hours=1)
@@ -297,11 +303,11 @@ def test_transforms_same_rows_on_classic_spark_and_sail(request: pytest.FixtureR
     times: dict[str, float] = {}
     t0 = time.monotonic()
     with _mode(connect=True):
-        on_sail = _outputs(spark, silver, as_of)
+        on_sail = _outputs(spark, silver, as_of, tmp_path_factory.mktemp("kept-sail"))
     times["sail"] = time.monotonic() - t0
     t0 = time.monotonic()
     with _mode(connect=False):
-        on_classic = _outputs(classic, silver, as_of)
+        on_classic = _outputs(classic, silver, as_of, tmp_path_factory.mktemp("kept-classic"))
     times["classic"] = time.monotonic() - t0
     TIMES[f"{scenario}-seed{seed}"] = times
 
