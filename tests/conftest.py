@@ -69,3 +69,14 @@ def mixed_world(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
         ingest.run(str(root / "landing"), str(root / "lake"))
     return root
 
+
+@pytest.fixture(scope="session")
+def mixed_bulk_landing(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, dict]:
+    """``mixed`` seed 4 with 40,000 bulk messages, simulated once a session: (landing zone, simulate.run's summary).
+    Read only (the split-decode tests and the bulk end-to-end test ingest it into lakes of their own)."""
+    from jobs import simulate
+
+    landing = tmp_path_factory.mktemp("mixed-bulk") / "landing"
+    summary = simulate.run("mixed", str(landing), seed=4, scale=1, bulk_messages=40_000)
+    return landing, summary
+

@@ -63,7 +63,7 @@ def test_the_last_scheduled_run_equals_one_full_run_and_the_truth(runs: dict) ->
     # the dashboard's tables too, and what the next run carries (jobs.reconcile.offset_state)
     for name in ("status_samples", "audit_hours", "series_tail", "offset_decreases", "subscription_latest"):
         assert _gold(lake, "sched-06", name) == _gold(lake, "full-06", name), name
-    assert compare(sched, root / "landing" / "_truth") == []
+    assert compare(sched, root / "landing" / "_truth", strict_cause=True) == []  # causes included
     assert [r[:6] for r in _gold(lake, "sched-06", "duplicated_ranges")] != []  # the comparison saw rows
 
 

@@ -61,13 +61,11 @@ def _extra_pieces(landing: pathlib.Path, glob: str, split_bytes: int) -> int:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    from jobs import simulate
+def world(tmp_path_factory: pytest.TempPathFactory, mixed_bulk_landing: tuple[pathlib.Path, dict]) -> dict:
+    from jobs.ingest import ingest
 
     root = tmp_path_factory.mktemp("split")
-    landing = root / "landing"
-    simulate.run("mixed", str(landing), seed=4, scale=1, bulk_messages=40_000)
-    from jobs.ingest import ingest
+    landing = mixed_bulk_landing[0]  # read only
 
     mp = pytest.MonkeyPatch()
     mp.setenv("RMQ_RECON_DECODE_SPLIT_MB", "0")
