@@ -103,12 +103,12 @@ def test_a_horizon_run_reads_less_than_a_full_run(runs: dict) -> None:
     read = {k: v["horizon"]["read"] for k, v in runs["summaries"].items()}
     # (issue 36 item 1: mixed's POP groups on broker-c add 10,979 records, 89148 -> 100127, and their offsets: the
     # 06:00 run's series 1680 -> 1772, messages_recent 28592 -> 32297, messages_old_for_order 15601 -> 17405,
-    # messages_old_looked_up 72 -> 74; POP groups have no deliveries)
-    assert (read["full"]["messages"], read["full"]["deliveries"]) == (100127, 62320)
+    # messages_old_looked_up 72 -> 74; POP groups have no deliveries; issue 36's re-put checkpoints, 6 more: 100133, 2 of them recent: 32299)
+    assert (read["full"]["messages"], read["full"]["deliveries"]) == (100133, 62320)
     carried = "after 2026-01-05T05:00:00.000Z and the previous run's tail"
     assert read["06"] == {"consumer_offsets": carried, "queue_bounds": carried, "series_rows": 1772,
                           "subscription_groups": "after 2026-01-05T05:00:00.000Z and the previous run's latest",
-                          "messages_recent": 32297, "messages_old_for_order": 17405, "messages_old_looked_up": 74,
+                          "messages_recent": 32299, "messages_old_for_order": 17405, "messages_old_looked_up": 74,
                           "deliveries_recent_and_open": 15646, "deliveries_of_full_groups": 10637,
                           "messages_of_full_groups": "all (relevant_messages)", "retry_chains": 2}
     # the offset series: sched-05's tail (each key's last 48 known snapshots and its newest) plus the snapshots after
@@ -142,14 +142,15 @@ def test_a_horizon_run_reads_less_than_a_full_run(runs: dict) -> None:
     at = lambda h: pd.Timestamp(f"2026-01-05T{h}:00:00Z")  # noqa: E731
     assert [read[k]["messages_old_for_order"] for k in ("04", "05", "06")] == [
         int((held <= at("02")).sum()), int(((held > at("02")) & (held <= at("03"))).sum()),
-        int(((held > at("03")) & (held <= at("04"))).sum())] == [34296, 16069, 17405]  # with broker-c's POP topics
+        int(((held > at("03")) & (held <= at("04"))).sum())] == [34300, 16069, 17405]  # with broker-c's POP topics (4 re-put CK records before 02:00)
     # the audit: whole once after a full run (which keeps no audit state), then P's hour stats plus the records P did
     # not see (gold/audit_hours equal the full run's: test above)
     audit = {k: v["horizon"].get("audit") for k, v in runs["summaries"].items()}
     assert audit == {
         "03": None, "full": None,
-        # (60556 -> 67830, 3600 -> 3960, 2400 -> 2760: the POP topics' messages, issue 36 item 1)
-        "04": {"whole": "the previous run kept no audit state", "messages_read": 67830,
+        # (60556 -> 67830, 3600 -> 3960, 2400 -> 2760: the POP topics' messages, issue 36 item 1; 67834 with the 4
+        # re-put CK records before 02:00)
+        "04": {"whole": "the previous run kept no audit state", "messages_read": 67834,
                "newest_hour": "2026-01-05T03:00:00Z"},
         "05": {"carried": "sched-04", "messages_read": 3960, "queues_whole": 0, "newest_hour": "2026-01-05T04:00:00Z"},
         "06": {"carried": "sched-05", "messages_read": 2760, "queues_whole": 0, "newest_hour": "2026-01-05T05:00:00Z"},

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from jobs.simulate import operators
 from jobs.simulate.broker import BrokerConfig, Stored
-from jobs.simulate.clock import HOUR, MINUTE, SECOND, T0_MS
+from jobs.simulate.clock import HOUR, MINUTE, SECOND, T0_MS, iso_ms
 from jobs.simulate.consumer import PushConsumer
 from jobs.simulate.engine import World
 from jobs.simulate.stores import StoreKind
@@ -113,16 +113,18 @@ def _pop_part(w: World, seed: int, scale: int, end: int) -> None:
     17); one key sent 4-8 min before the end fails every time (RETRYING at the end); whatever is popped in the last
     30 s takes 25 s (in flight at the last snapshot). The first group's other client pops queue 0 once at 00:00:10.5
     (offset 0, invisible 4 h 15 min - 4 h 45 min) and dies: its revive finds the original gone (retention, hour 04)
-    and writes nothing (POP_LOST)."""
+    and writes nothing (POP_LOST). The revive copies' puts fail for 15 s from 30 s after the first group's first
+    fail-once key and in the last 40 s (rePutCK: those checkpoints are written again with later revive times)."""
     import random
 
-    from jobs.simulate.pop import pop_consumer
+    from jobs.simulate.pop import pop_consumer, pop_service
 
     rng = random.Random(seed * 1_000_003 + 61)
     w.brokers = list(w.brokers)  # the clients made so far keep the old list: the POP broker is not theirs
     b = w.add_broker(f"broker-{chr(ord('a') + len(w.brokers))}")
     prod = w.producer(rng=rng)
     start = T0_MS + 10 * SECOND
+    windows: list[tuple[int, int]] = []
     for p in range(pop_groups(scale)):
         topic, group = f"TopicPop{p:02d}", f"GID_pop_{p:02d}"
         queues = rng.choice([2, 4])
@@ -161,6 +163,15 @@ def _pop_part(w: World, seed: int, scale: int, end: int) -> None:
             pop_consumer(w, group, topic, start_at=T0_MS + 10_500, behaviour=lambda c, m: (0, "hang"), queue_id=0,
                          batch=1, invisible_ms=invisible, receives=1, rng=rng, brokers=[b])
             w.inject("pop_dies_holding", group=group, topic=topic, queue_id=0, queue_offset=0, invisible_ms=invisible)
+            # rePutCK: the revive copies' puts fail for 15 s from 30 s after its first fail-once key was sent (that
+            # key's first revive, due 30-35 s after, is re-put; so is any other revive in that while)
+            first_fail = start + min(fail_once) * every + 30 * SECOND
+            windows.append((first_fail, first_fail + 15 * SECOND))
+    # and in the last 40 s before the end (the RETRYING keys' revives, still re-put at the last snapshot)
+    windows.append((end - 40 * SECOND, end))
+    for a, z in windows:
+        pop_service(w, b).refuse_revive_puts(a, z)
+        w.inject("pop_revive_puts_fail", broker=b.name, start=iso_ms(a), end=iso_ms(z))
 
 
 def store_kinds(seed: int, n_brokers: int, topics: list[str]) -> list[StoreKind]:

@@ -31,7 +31,13 @@ behind the proxy (``proxy/.../grpc/v2/consumer/PopMessageResultFilterImpl``, ``p
   get biz msg ... then continue", the message is lost); else ``reviveRetry`` writes the copy to ``%RETRY%G_T`` queue
   0 (``addRetryTopicIfNotExist``: 1 queue, perm 6, and ``initPopRetryOffset`` commits 0 for the group) with
   reconsumeTimes + 1 and the properties of ``jobs.formats.pop.revive_copy_properties``; then the scan's progress,
-  the revive queue offset of the last CK it processed, is committed for ``CID_RMQ_SYS_REVIVE_GROUP``.
+  the revive queue offset of the last CK it processed, is committed for ``CID_RMQ_SYS_REVIVE_GROUP``. A revive
+  copy whose put fails (``revive_put_fails``; ``reviveRetry`` false: e.g. a slave acting as master whose
+  ``EscapeBridge.putMessageToSpecificQueue`` to another broker fails, UNKNOWN_ERROR with no append result) is
+  ``rePutCK``: a new CK per such offset (n 1, d [0], so = the offset, the old pt, ``rp`` = the old one + 1 and,
+  the revive time having passed, ``it`` + ``ckRewriteIntervalsInSeconds[rp]``) stored through ``buildCkMsg`` in
+  the same revive queue, revived like any CK when it comes due (``skipWhenCKRePutReachMaxTimes`` false: never
+  dropped).
 
 :class:`PopConsumer` is one client process (a gRPC SimpleConsumer through the proxy; 5.x gRPC clients write no
 message trace): a receive every ``poll_ms`` (a POP request on every broker of the topic), each message handed to a
@@ -46,8 +52,9 @@ and acks it.
 Every record is written with :func:`put_exact`: ``Broker.put``'s commitlog and consume queue path, but with the
 properties in the order given (a timer-fired copy lists them in a ``HashMap(128)``'s order, which ``Broker.put``'s
 16-bucket reordering would change). Not modelled: ``changeInvisibleTime`` (nack / renew), orderly POP, the POP
-buffer merge, the KV store (RIP-73), ``rePutCK`` (a revive's put never fails here), timer roll-over (invisible
-times up to 2 days), ``timerlog``/``timercheck`` files.
+buffer merge, the KV store (RIP-73), ``rePutCK`` of a revive read that must be retried (a remote broker's
+message: one broker serves its own queues here), timer roll-over (invisible times up to 2 days),
+``timerlog``/``timercheck`` files.
 """
 from __future__ import annotations
 
@@ -111,7 +118,8 @@ class Checkpoint:
     revive_qid: int
     offsets: list[int]
     client: str
-    copies: list[Stored] = field(default_factory=list)  # timer copy, re-put copy
+    reput_times: Optional[int] = None  # rp: set on the CKs rePutCK writes
+    copies: list[Stored] = field(default_factory=list)  # timer copy, the copy the timer fires
     revived_at: Optional[int] = None
     revived: dict[int, Optional[Stored]] = field(default_factory=dict)  # offset -> retry copy (None: lost)
 
@@ -128,7 +136,8 @@ class Checkpoint:
             "topic": self.topic, "queue_id": self.queue_id, "start_offset": self.start_offset,
             "consumer_group": self.group, "pop_time": self.pop_time, "invisible_time": self.invisible_time,
             "num": len(self.offsets), "deltas": [o - self.start_offset for o in self.offsets],
-            "broker_name": self.broker_name})
+            "broker_name": self.broker_name,
+            "reput_times": None if self.reput_times is None else str(self.reput_times)})
 
 
 @dataclass
@@ -172,6 +181,8 @@ class PopService:
         self._revive_cks: dict[int, list[tuple[Stored, Checkpoint]]] = {q: [] for q in range(fmt.REVIVE_QUEUE_NUM)}
         self._revive_pos: dict[int, int] = {q: 0 for q in range(fmt.REVIVE_QUEUE_NUM)}
         self._acked: dict[tuple[str, int, int, str, int, str], set[int]] = {}  # acks that reached the revive topic
+        # (checkpoint, offset) -> whether the store refuses the revive copy's put now (None: it never does)
+        self.revive_put_fails: Optional[Callable[[Checkpoint, int], bool]] = None
         self.loop.every(self.loop.now + REVIVE_INTERVAL_MS, REVIVE_INTERVAL_MS, self._revive_tick)
 
     # ------------------------------------------------------------------ timer messages
@@ -275,16 +286,28 @@ class PopService:
             return
         ck = Checkpoint(topic, qid, offset, group, pop_time, invisible_ms, b.name, revive_qid,
                         [m.queue_offset for m in msgs], client)
-        body = ck.body()
-        copies = fmt.ck_message_properties(
-            {"topic": topic, "queue_id": qid, "start_offset": offset, "consumer_group": group, "pop_time": pop_time,
-             "invisible_time": invisible_ms, "broker_name": b.name},
-            revive_topic=self.revive_topic, revive_queue_id=revive_qid, put_ms=self.loop.now,
-            **self._timer_args(pop_time + invisible_ms - fmt.ACK_TIME_INTERVAL_MS))
-        ck.copies = self._put_timer(copies, body, lambda m, ck=ck: self._revive_cks[ck.revive_qid].append((m, ck)))
-        self.checkpoints.append(ck)
+        self._store_ck(ck)
         b.offsets.commit(self.loop.now, topic, group, qid, nxt)  # PopBufferMergeService.commitOffset
         got.extend(Handle(ck, m.queue_offset, m) for m in msgs)
+
+    def _store_ck(self, ck: Checkpoint) -> None:
+        """``buildCkMsg`` + ``putMessage``: the timer copy now, the revive topic's copy when the timer fires."""
+        copies = fmt.ck_message_properties(
+            {"topic": ck.topic, "queue_id": ck.queue_id, "start_offset": ck.start_offset,
+             "consumer_group": ck.group, "pop_time": ck.pop_time, "invisible_time": ck.invisible_time,
+             "broker_name": ck.broker_name},
+            revive_topic=self.revive_topic, revive_queue_id=ck.revive_qid, put_ms=self.loop.now,
+            **self._timer_args(ck.revive_time - fmt.ACK_TIME_INTERVAL_MS))
+        ck.copies = self._put_timer(copies, ck.body(),
+                                    lambda m, ck=ck: self._revive_cks[ck.revive_qid].append((m, ck)))
+        self.checkpoints.append(ck)
+
+    def refuse_revive_puts(self, start_ms: int, end_ms: int) -> None:
+        """From ``start_ms`` to ``end_ms`` every revive copy's put fails (the CK puts do not): each offset is
+        re-put as a CK."""
+        before = self.revive_put_fails
+        self.revive_put_fails = lambda ck, o: (start_ms <= self.loop.now < end_ms
+                                               or (before is not None and before(ck, o)))
 
     # ------------------------------------------------------------------ ack
 
@@ -351,6 +374,7 @@ class PopService:
         if ck.topic not in b.topics or ck.group not in b.groups:
             return
         acked = self._acked.get(ck.identity, set())
+        refused: list[int] = []
         for o in ck.offsets:
             if o in acked:
                 continue
@@ -362,12 +386,27 @@ class PopService:
             assert msg is not None
             copy, times = fmt.revive_copy_properties(msg.props, msg.reconsume, ck_topic=ck.topic,
                                                      consumer_group=ck.group, pop_time=ck.pop_time)
+            if self.revive_put_fails is not None and self.revive_put_fails(ck, o):
+                refused.append(o)  # reviveRetry false (the retry topic is created first, as addRetryTopicIfNotExist)
             if copy.topic not in b.topics:  # addRetryTopicIfNotExist + initPopRetryOffset
                 b.create_topic(copy.topic, 1, 6)
                 if b.offsets.read(copy.topic, ck.group, 0) < 0:
                     b.offsets.commit(self.loop.now, copy.topic, ck.group, 0, 0)
+            if refused and refused[-1] == o:
+                continue
             ck.revived[o] = put_exact(b, topic=copy.topic, queue_id=copy.queue_id, props=copy.properties,
                                       body=msg.body, born_ts=msg.born_ts, born_host=b.addr, reconsume=times)
+        for o in refused:  # the futures' whenComplete: rePutCK per offset not revived
+            self._re_put(ck, o)
+
+    def _re_put(self, old: Checkpoint, offset: int) -> None:
+        """``PopReviveService.rePutCK`` (``skipWhenCKRePutReachMaxTimes`` false: never dropped)."""
+        times = old.reput_times or 0  # parseRePutTimes: 0 when rp is absent
+        it = old.invisible_time
+        if old.revive_time <= self.loop.now:  # "never expect an ACK matched in the future"
+            it += fmt.CK_REWRITE_INTERVALS_S[min(times, len(fmt.CK_REWRITE_INTERVALS_S) - 1)] * SECOND
+        self._store_ck(Checkpoint(old.topic, old.queue_id, offset, old.group, old.pop_time, it, old.broker_name,
+                                  old.revive_qid, [offset], old.client, reput_times=times + 1))
 
 
 def pop_service(world: "World", broker: "Broker", rng: Optional["random.Random"] = None) -> PopService:

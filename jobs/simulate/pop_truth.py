@@ -11,10 +11,11 @@ Readings (where §4.1 leaves room, RocketMQ decides):
    timer copy in ``rmq_sys_wheel_timer``, the re-put copy in ``rmq_sys_REVIVE_LOG_<cluster>``). Its revive time is
    pt + it. Records in either topic are read (the timer copy is the first one stored; a CK still in the timer at S
    is a pop in flight).
-2. A CK whose ``rp`` is set is ``PopReviveService.rePutCK``'s rewrite of an offset the revive could not write yet
-   (n = 1, d = [0], so = that offset, the old pt): not a new pop. It extends the revive time of the pop it rewrites
-   (same t, q, c, pt, bn, covering that offset) to its own pt + it; a re-put CK whose pop is not in the lake counts
-   as that pop.
+2. A CK whose ``rp`` is set (``PopReviveService.rePutCK``: an offset the revive could not write yet, n = 1,
+   d = [0], so = that offset, the old pt, ``it`` grown by the rewrite interval) is a checkpoint like any other: the
+   same identity as the pop it rewrites when so is that pop's start offset (counted once: the first stored copy),
+   else a pop of its own offset with its own revive time, which no client ack names (clients ack the handle they
+   hold, the old identity; RocketMQ "never expect[s] an ACK matched in the future").
 3. Acks: ``ack`` (``ao``) and ``bAck`` (``aol``) bodies with the checkpoint's identity (an ack without ``bn`` takes
    the broker whose commitlog holds it, as the revive scan does). The stored ``bm`` is always 0 (every writer calls
    ``setBitMap(0)``), but a set bit counts as an ack stored with that CK copy. An offset's ack time is the store time
@@ -31,7 +32,7 @@ Readings (where §4.1 leaves room, RocketMQ decides):
    the lake; cause INVISIBLE_TIME_EXCEEDED; one row per maximal run of offsets.
 7. POP_LOST: the original was popped, no copy was ever acked, the key is not in ``%DLQ%G``, and the newest copy
    (highest reconsumeTimes, then the newest stored) was popped, the last time (highest pt) by a checkpoint whose
-   (effective, reading 2) revive time is at least ``blocking_min_age`` before t_S. A newest copy not popped yet is
+   revive time (the latest of that pop time's, reading 2) is at least ``blocking_min_age`` before t_S. A newest copy not popped yet is
    BACKLOG of the retry topic, as §4 computes.
 8. RETRYING: the newest copy has reconsumeTimes >= ``dlq_warn_retries``, none of its pops acked, the key not in
    ``%DLQ%G``; reconsume_times = that reconsumeTimes, max = the group's ``retryMaxTimes`` (the broker of the original;
@@ -66,7 +67,6 @@ class Pop:
     identity: Identity
     offset: int
     revive_time: int  # the checkpoint's pt + it
-    effective_revive_time: int  # extended by re-put CKs (reading 2)
     ack_ts: Optional[int]  # first stored copy of the first ack of this offset; None: never acked
     record: Optional["Stored"]  # the popped record, when the lake holds it
     broker: str  # the popped queue's broker: bn, or the broker storing the CK when it has none (an old CK)
@@ -124,7 +124,6 @@ class PopTruth:
             if (m.topic == fmt.TIMER_TOPIC or fmt.is_revive_topic(m.topic)) and m.tags in fmt.TAGS:
                 by_broker[m.broker].append(m)
         ck_copies: dict[Identity, list[tuple[dict[str, Any], "Stored"]]] = defaultdict(list)
-        reputs: list[tuple[dict[str, Any], "Stored"]] = []
         acks: dict[tuple[Identity, int], int] = {}
         self.problems: list[Any] = []
         for broker, recs in sorted(by_broker.items()):
@@ -136,7 +135,7 @@ class PopTruth:
                 m = recs[row["record"]]
                 ident = fmt.ck_identity(row["topic"], row["queue_id"], row["start_offset"], row["consumer_group"],
                                         row["pop_time"], row["broker_name"])
-                (reputs if row["reput_times"] is not None else ck_copies[ident]).append((row, m))
+                ck_copies[ident].append((row, m))
             for row in ack_rows.to_pylist():
                 m = recs[row["record"]]
                 ident = fmt.ck_identity(row["topic"], row["queue_id"], row["start_offset"], row["consumer_group"],
@@ -146,7 +145,6 @@ class PopTruth:
                     if key not in acks or m.store_ts < acks[key]:
                         acks[key] = m.store_ts
         self.ck_copies = ck_copies
-        self.reputs = reputs
         self.acks = acks
 
     def _pops(self) -> None:
@@ -162,22 +160,7 @@ class PopTruth:
                 for r, m in copies:  # a set bit of bm: acked with that stored copy (reading 3)
                     if r["bitmap"] & (1 << i) and (ack is None or m.store_ts < ack):
                         ack = m.store_ts
-                rt = row["revive_time"]
-                pops[(ident, o)] = Pop(ident, o, rt, rt, ack, at.get((bn, ident[0], ident[1], o)), bn)
-        for row, m in sorted(self.reputs, key=lambda rm: (rm[1].store_ts, rm[1].phys)):
-            for o in fmt.covered_offsets(row["start_offset"], row["num"], row["deltas"]):
-                origin = [p for (ident, off), p in pops.items() if off == o and
-                          (ident[0], ident[1], ident[3], ident[4], ident[5]) ==
-                          (row["topic"], row["queue_id"], row["consumer_group"], row["pop_time"], row["broker_name"])]
-                if origin:
-                    for p in origin:
-                        p.effective_revive_time = max(p.effective_revive_time, row["revive_time"])
-                    continue
-                ident = fmt.ck_identity(row["topic"], row["queue_id"], row["start_offset"], row["consumer_group"],
-                                        row["pop_time"], row["broker_name"])
-                bn = ident[5] or m.broker
-                pops[(ident, o)] = Pop(ident, o, row["revive_time"], row["revive_time"], self.acks.get((ident, o)),
-                                       at.get((bn, ident[0], ident[1], o)), bn)
+                pops[(ident, o)] = Pop(ident, o, row["revive_time"], ack, at.get((bn, ident[0], ident[1], o)), bn)
         self.pops = [pops[k] for k in sorted(pops, key=lambda k: (tuple(str(x) for x in k[0]), k[1]))]
 
     # ---------------------------------------------------------------- modes
@@ -272,8 +255,8 @@ class PopTruth:
                 newest_pops = [p for p in msg.pops if newest is None or p.record is newest]
             if not newest_pops:
                 continue  # the newest copy is not popped yet: BACKLOG of the retry topic
-            last = max(newest_pops, key=lambda p: (p.pop_time, p.effective_revive_time))
-            if last.effective_revive_time > self.t_s - self.blocking_min_age_ms:
+            last = max(newest_pops, key=lambda p: (p.pop_time, p.revive_time))
+            if last.revive_time > self.t_s - self.blocking_min_age_ms:
                 continue
             places = self._places(msg, newest)
             if not places:

@@ -10,7 +10,7 @@ from typing import Callable
 
 from jobs.simulate import operators
 from jobs.simulate.broker import BrokerConfig, Stored
-from jobs.simulate.clock import DAY, HOUR, MINUTE, SECOND, T0_MS
+from jobs.simulate.clock import DAY, HOUR, MINUTE, SECOND, T0_MS, iso_ms
 from jobs.simulate.consumer import PushConsumer
 from jobs.simulate.engine import World
 
@@ -252,6 +252,10 @@ POP_SLOW = (10, 4)  # i % 10 == 4: 20 s to process, acked in time
 POP_DLQ_I = 20  # fails every time: 17 pops (retryMaxTimes 16 + 1), then the proxy forwards it to %DLQ%GID_pop
 POP_RETRYING_I = 864  # fails every time from 00:36:10: still retrying at the last snapshot
 POP_TAIL_MS = 30 * SECOND  # popped in the last 30 s before the last snapshot: 25 s to process (in flight at S)
+# the revive copies' puts fail in these windows before the last snapshot (rePutCK): i = 907's late first copy (popped
+# at about 00:37:51, revived from about 00:38:23) is re-put twice; whatever is revived in the last 40 s is re-put
+# and, its rewrite interval growing, still in flight at S
+POP_REPUT_WINDOWS_MS = ((110 * SECOND, 80 * SECOND), (40 * SECOND, 0))
 
 
 def pop_consumption(out: str, seed: int, scale: int = 1) -> World:
@@ -267,8 +271,10 @@ def pop_consumption(out: str, seed: int, scale: int = 1) -> World:
     i % 50 == 7 in 45 s (late: revived anyway, the retry copy is processed again and acked: POP_LATE_ACK);
     i % 50 == 33 fails once (revived, retried, acked); i = 20 fails every time (IN_DLQ with reconsume_times 17);
     i = 864 fails every time from 00:36:10 (RETRYING at 00:40); whatever is popped from 00:39:30 takes 25 s (in
-    flight at the last snapshot). Snapshots every 5 min to 00:40."""
-    from jobs.simulate.pop import pop_consumer
+    flight at the last snapshot). The revive copies' puts fail from 00:38:10 to 00:38:40 and from 00:39:20 on
+    (``POP_REPUT_WINDOWS_MS``): the broker re-puts those checkpoints (rePutCK), later revive times, the late ack
+    naming the old pop. Snapshots every 5 min to 00:40."""
+    from jobs.simulate.pop import pop_consumer, pop_service
 
     w = World(out, seed, broker_cfg=BrokerConfig(segment_size=64 * 1024, file_reserved_ms=10 * MINUTE,
                                                  delete_when_hour=0))
@@ -310,6 +316,9 @@ def pop_consumption(out: str, seed: int, scale: int = 1) -> World:
                  batch=1, invisible_ms=20 * MINUTE, receives=1)
     w.inject("pop_dies_holding", group=POP_GROUP, topic=POP_TOPIC, queue_id=0, queue_offset=0,
              invisible_ms=20 * MINUTE)
+    for before, until in POP_REPUT_WINDOWS_MS:
+        pop_service(w, b).refuse_revive_puts(end - before, end - until)
+        w.inject("pop_revive_puts_fail", broker=b.name, start=iso_ms(end - before), end=iso_ms(end - until))
     w.inject("pop_always_fails", group=POP_GROUP, keys=[f"pop-{POP_DLQ_I}", f"pop-{POP_RETRYING_I}"])
     w.inject("pop_late_acks", group=POP_GROUP, every=POP_LATE[0], remainder=POP_LATE[1], ack_after_ms=45 * SECOND)
     w.snapshots([T0_MS + m * 5 * MINUTE for m in range(1, 9)])

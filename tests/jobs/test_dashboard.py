@@ -496,7 +496,9 @@ def test_a_pop_groups_page_shows_its_in_flight_messages_and_its_retry_topic_besi
     head = re.findall(r"<th>([^<]*)</th>", table)
     rows = [re.findall(r"<td[^>]*>(?:<a[^>]*>)?([^<]*)", r) for r in table.split("<tr")[2:]]
     got = sorted((r[head.index("topic")], r[head.index("queue_id")], r[head.index("inflight")]) for r in rows)
-    assert got == [("%RETRY%GID_pop_TopicPop", "0", "2"), ("TopicPop", "0", "4"), ("TopicPop", "1", "4")]
+    # the retry topic's last pops were re-put by the broker with their own start offsets: none in flight at S
+    # (tests/simulate/test_pop_scenario.py)
+    assert got == [("%RETRY%GID_pop_TopicPop", "0", "0"), ("TopicPop", "0", "4"), ("TopicPop", "1", "4")]
     overview = (tmp_path / "reports" / "dashboard" / "index.html").read_text()
     assert "GID_pop</a></td><td data-col='severity' class='CRITICAL'>CRITICAL</td><td data-col='why'>1 POP_LOST; " \
         "1 IN_DLQ; 19 duplicated; 1 RETRYING" in overview
