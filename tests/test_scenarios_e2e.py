@@ -34,11 +34,13 @@ def test_scenario_reports_equal_truth(tmp_path: pathlib.Path, scenario: str) -> 
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("seed", [2, 7])
+@pytest.mark.parametrize("seed", [7])
 def test_mixed_reports_equal_truth(tmp_path: pathlib.Path, seed: int) -> None:
     """Causes included: seed 7 (the demo's) has a message hung for 15 min that cleanExpireMsg sent back, whose
     offset then no longer pins the commit (rule 12a; before, a later duplicate was HEAD_BLOCKED, not UNPERSISTED).
-    Seed 1's full run is compared with its truth, causes included, in test_horizon (the session's mixed_world)."""
+    Seed 1's full run is compared with its truth, causes included, in test_horizon (the session's mixed_world), seed
+    4's in tests/infra/test_s3_pipeline.py and, with bulk traffic, below; more seeds at benchmark size in
+    tests/benchmarks/bench_exactness.py (seed 2 ran here too until make test passed 30 minutes)."""
     report_dir, truth, _ = _pipeline(tmp_path, "mixed", seed=seed)
     assert compare(report_dir, truth, strict_cause=True) == []
 
