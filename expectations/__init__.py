@@ -15,6 +15,7 @@ SUITES: dict[str, Callable[[], Any]] = {
     "silver/messages": messages.suite,
     "silver/pop_checkpoints": pop.checkpoints_suite,
     "silver/pop_acks": pop.acks_suite,
+    "silver/order_info": pop.order_info_suite,
     "silver/deliveries": deliveries.suite,
     "gold/duplicated_ranges": gold.duplicated_ranges_suite,
     "gold/unconsumed_ranges": gold.unconsumed_ranges_suite,

@@ -16,7 +16,7 @@ from jobs.formats import fastjson, names
 from jobs.problems import ConfigParseError, Problem
 
 Rows = list[dict[str, Any]]
-KINDS = ("consumer_offsets", "subscription_groups", "topics", "delay_offsets", "client_offsets")
+KINDS = ("consumer_offsets", "subscription_groups", "topics", "delay_offsets", "client_offsets", "order_info")
 
 _KNOWN_TOP = {
     "consumer_offsets": {"offsetTable", "dataVersion", "groupTopicMap", "lmqOffsetTable"},
@@ -24,6 +24,7 @@ _KNOWN_TOP = {
     "topics": {"topicConfigTable", "dataVersion", "topicQueueMappingInfoMap", "topicQueueMappingDetailMap"},
     "delay_offsets": {"offsetTable", "dataVersion"},
     "client_offsets": {"offsetTable"},
+    "order_info": {"table", "dataVersion"},
 }
 _REQUIRED_TOP = {
     "consumer_offsets": "offsetTable",
@@ -31,6 +32,7 @@ _REQUIRED_TOP = {
     "topics": "topicConfigTable",
     "delay_offsets": "offsetTable",
     "client_offsets": "offsetTable",
+    "order_info": "table",
 }
 
 
@@ -353,6 +355,74 @@ def parse_delay_offsets(text: str, source_path: str) -> tuple[Rows, list[Problem
     return rows, problems
 
 
+def _long(v: Any) -> int | None:
+    """A Java long field as fastjson writes it (a number), else None."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and -(1 << 63) <= v < (1 << 63) else None
+
+
+def _long_map(v: Any, bits: int) -> dict[int, int] | None:
+    """A ``Map<Long, Long|Integer>`` (bare number keys); None when it is not one."""
+    if not isinstance(v, dict):
+        return None
+    out = {}
+    for k, x in v.items():
+        key, val = _long(k), _long(x)
+        if key is None or val is None or not -(1 << (bits - 1)) <= val < (1 << (bits - 1)):
+            return None
+        out[key] = val
+    return out
+
+
+def parse_order_info(text: str, source_path: str) -> tuple[Rows, list[Problem]]:
+    """consumerOrderInfo.json (5.x ``ConsumerOrderInfoManager``, rocketmq5.md §2.1): ``{"table": {"topic@group":
+    {queueId: OrderInfo}}}``, OrderInfo = ``popTime``, ``i`` invisibleTime, ``o`` offsets, ``ot`` {offset: next
+    visible time}, ``oc`` {offset: consumed count}, ``l`` last consume time, ``cm`` commit bits, ``a`` attempt id.
+    ``popTime`` and ``o`` are required; a field of the wrong type skips its queue's entry."""
+    keys = _Keys(text)
+    doc, problems = _top(fastjson.loads(text, source_path=source_path), "order_info", source_path, keys)
+    rows: Rows = []
+    entries = _Cursor(keys)
+    for key, queues in _table(doc, "table", source_path, text, problems).items():
+        topic, group, why = _topic_group(key)
+        if why:
+            problems.append(Problem(source_path, entries.at(key), why))
+            continue
+        if not isinstance(queues, dict):
+            problems.append(Problem(source_path, entries.at(key),
+                                    f"'{names.shown(key)}': expected a map of queueId to OrderInfo"))
+            continue
+        in_entry: _Cursor | None = None
+        for qid, info in queues.items():
+            good_qid = not isinstance(qid, bool) and isinstance(qid, int) and 0 <= qid < (1 << 31)
+            info = info if isinstance(info, dict) else {}
+            offsets = info.get("o")
+            row = {"consumer_group": group, "topic": topic, "queue_id": qid, "pop_time": _long(info.get("popTime")),
+                   "invisible_time": _long(info.get("i")),
+                   "offsets": [_long(o) for o in offsets] if isinstance(offsets, list) else None,
+                   "next_visible_ms": _long_map(info.get("ot"), 64) if info.get("ot") is not None else None,
+                   "consumed_counts": _long_map(info.get("oc"), 32) if info.get("oc") is not None else None,
+                   "last_consume_ts": _long(info.get("l", 0)), "commit_offset_bit": _long(info.get("cm", 0)),
+                   "attempt_id": info.get("a") if isinstance(info.get("a"), str) else None}
+            bad = [name for name, col, present in (
+                ("popTime", "pop_time", True), ("o", "offsets", True), ("i", "invisible_time", "i" in info),
+                ("ot", "next_visible_ms", info.get("ot") is not None), ("oc", "consumed_counts", info.get("oc") is not None),
+                ("l", "last_consume_ts", True), ("cm", "commit_offset_bit", True),
+                ("a", "attempt_id", info.get("a") is not None)) if present and row[col] is None]
+            if row["offsets"] is not None and None in row["offsets"]:
+                bad.append("o")
+            if good_qid and not bad:
+                rows.append(row)
+                continue
+            if in_entry is None:
+                in_entry = _Cursor(keys, entries.at(key))
+            what = (f"queue id {_value(qid)} is not a non-negative integer" if not good_qid else
+                    "not an OrderInfo object" if not info else
+                    "field " + ", ".join(f"'{b}'" for b in sorted(set(bad))) + " missing or not of its Java type")
+            problems.append(Problem(source_path, in_entry.at(qid), f"'{names.shown(key)}' queue {_value(qid)}: {what}: "
+                                    "entry skipped"))
+    return rows, problems
+
+
 def _message_queue_problem(broker: str, topic: str, qid: int) -> str | None:
     """Why a client's MessageQueue key names no queue RocketMQ can have, or None."""
     why = names.label_problem(broker)
@@ -399,6 +469,7 @@ PARSERS: dict[str, Callable[[str, str], tuple[Rows, list[Problem]]]] = {
     "topics": parse_topics,
     "delay_offsets": parse_delay_offsets,
     "client_offsets": parse_client_offsets,
+    "order_info": parse_order_info,
 }
 
 

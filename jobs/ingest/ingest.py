@@ -56,6 +56,7 @@ from schemas import (
     deliveries,
     files,
     messages,
+    order_info,
     quarantine,
     pop_acks,
     pop_checkpoints,
@@ -78,8 +79,8 @@ UTC = dt.timezone.utc
 # Every table ingest writes: the versions the ingest ledger records and a reconcile reads at.
 LEDGER_TABLES = [files.TABLE, quarantine.TABLE, segments.TABLE, snapshots_table.TABLE, trace_records.TABLE,
                  cq_files.TABLE, consumer_offsets.TABLE,
-                 subscription_groups.TABLE, topic_configs.TABLE, delay_offsets.TABLE, queue_bounds.TABLE,
-                 store_features.TABLE, messages.TABLE, pop_checkpoints.TABLE, pop_acks.TABLE, deliveries.TABLE]
+                 subscription_groups.TABLE, topic_configs.TABLE, delay_offsets.TABLE, order_info.TABLE,
+                 queue_bounds.TABLE, store_features.TABLE, messages.TABLE, pop_checkpoints.TABLE, pop_acks.TABLE, deliveries.TABLE]
 
 
 class _Background:

@@ -41,9 +41,10 @@ CONFIG_FILES = {
     "subscriptionGroup.json": "subscription_groups",
     "topics.json": "topics",
     "delayOffset.json": "delay_offsets",
+    "consumerOrderInfo.json": "order_info",
 }
 FileKind = Literal[
-    "consumer_offsets", "subscription_groups", "topics", "delay_offsets", "client_offsets",
+    "consumer_offsets", "subscription_groups", "topics", "delay_offsets", "client_offsets", "order_info",
     "commitlog", "consumequeue", "batch_consumequeue", "rocksdb_cq", "export", "backup", "rocksdb", "tiered", "marker", "other",
 ]
 
@@ -233,7 +234,8 @@ def classify(rel: str, *, clients: bool) -> dict[str, object]:
     return {"kind": "other"}
 
 
-_FILE_KINDS = {"consumer_offsets", "subscription_groups", "topics", "delay_offsets", "client_offsets", "commitlog", "tiered",
+_FILE_KINDS = {"consumer_offsets", "subscription_groups", "topics", "delay_offsets", "client_offsets", "order_info",
+               "commitlog", "tiered",
                "consumequeue", "batch_consumequeue", "backup", "marker"}
 
 

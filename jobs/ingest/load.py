@@ -13,6 +13,7 @@ from schemas import (
     delay_offsets,
     files,
     messages,
+    order_info,
     pop_acks,
     pop_checkpoints,
     quarantine,
@@ -83,7 +84,7 @@ def load_small(spark: Any, lake: str, ex: Extracted, now: dt.datetime) -> dict[s
     """MERGE the config-derived rows and quarantine rows; returns rows new or changed per table."""
     counts: dict[str, int] = {}
     order = [files.TABLE, consumer_offsets.TABLE, subscription_groups.TABLE, topic_configs.TABLE,
-             delay_offsets.TABLE, queue_bounds.TABLE, store_features.TABLE]
+             delay_offsets.TABLE, order_info.TABLE, queue_bounds.TABLE, store_features.TABLE]
     for table in order:
         rows = ex.rows.get(table.name, [])
         if not rows:

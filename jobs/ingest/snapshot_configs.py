@@ -12,7 +12,8 @@ from jobs.ingest.extracted import Extracted
 from jobs.ingest.landing import LandingFile, Snapshot
 from jobs.lake import storage
 from jobs.problems import Problem
-from schemas import consumer_offsets, delay_offsets, files, store_features, subscription_groups, topic_configs
+from schemas import (consumer_offsets, delay_offsets, files, order_info, store_features, subscription_groups,
+                     topic_configs)
 
 
 _CONFIG_TABLES = {
@@ -21,6 +22,7 @@ _CONFIG_TABLES = {
     "topics": topic_configs.TABLE,
     "delay_offsets": delay_offsets.TABLE,
     "client_offsets": consumer_offsets.TABLE,
+    "order_info": order_info.TABLE,
 }
 
 

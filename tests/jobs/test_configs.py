@@ -59,6 +59,30 @@ def test_humphery755_delay_offsets_exact() -> None:
         11: 37, 4: 46}
 
 
+def test_consumer_order_info_exact() -> None:
+    """consumerOrderInfo.json: the real 5.x broker's (no orderly POP yet: an empty table, and its .bak), then one
+    written as ConsumerOrderInfoManager.encode(true) writes it (fastjson: fields sorted, Integer/Long map keys bare)
+    with a FIFO group's queue 0 (offsets 10-12 popped, 10 consumed twice) and three bad entries, each skipped."""
+    for name in ("consumerOrderInfo.json", "consumerOrderInfo.json.bak"):
+        parsed = configs.load(_read_real, f"guoming-5x-store/data/broker/store/config/{name}", "order_info")
+        assert (parsed.rows, parsed.problems, parsed.used_backup) == ([], [], False)
+    text = ('{\n\t"table":{\n\t\t"TopicFifo@GID_fifo":{0:{\n\t\t\t\t"a":"0A0B",\n\t\t\t\t"cm":1,\n'
+            '\t\t\t\t"i":30000,\n\t\t\t\t"l":1767571200500,\n\t\t\t\t"o":[10,11,12],\n'
+            '\t\t\t\t"oc":{10:2,11:1},\n\t\t\t\t"ot":{10:1767571231000},\n\t\t\t\t"popTime":1767571201000\n'
+            '\t\t\t},1:{"o":["x"],"popTime":5},2:{"o":[],"oc":{1:4294967296},"popTime":5}\n\t\t},\n'
+            '\t\t"no-at":{}\n\t}\n}')
+    rows, problems = configs.parse_order_info(text, "c.json")
+    assert rows == [{"consumer_group": "GID_fifo", "topic": "TopicFifo", "queue_id": 0, "pop_time": 1767571201000,
+                     "invisible_time": 30000, "offsets": [10, 11, 12], "next_visible_ms": {10: 1767571231000},
+                     "consumed_counts": {10: 2, 11: 1}, "last_consume_ts": 1767571200500, "commit_offset_bit": 1,
+                     "attempt_id": "0A0B"}]
+    assert [(p.position, p.reason) for p in problems] == [
+        (text.index("1:{"), "'TopicFifo@GID_fifo' queue 1: field 'o' missing or not of its Java type: entry skipped"),
+        (text.index("2:{"), "'TopicFifo@GID_fifo' queue 2: field 'oc' missing or not of its Java type: entry skipped"),
+        (text.index('"no-at"'), "key 'no-at' is not 'topic@group' with exactly one '@': entry skipped (as the "
+                                "broker's whichTopicByConsumer does)")]
+
+
 def test_detectivehlh_topics_exact() -> None:
     parsed = configs.load(_read_real, "detectivehlh-topics/topics.json", "topics")
     assert sorted(r["topic"] for r in parsed.rows) == [
@@ -213,10 +237,11 @@ def test_no_damage_to_a_real_config_file_makes_loading_raise(seed: int) -> None:
     import random
 
     kinds = {"consumerOffset.json": "consumer_offsets", "subscriptionGroup.json": "subscription_groups",
-             "topics.json": "topics", "delayOffset.json": "delay_offsets", "offsets.json": "client_offsets"}
+             "topics.json": "topics", "delayOffset.json": "delay_offsets", "offsets.json": "client_offsets",
+             "consumerOrderInfo.json": "order_info"}
     sources = sorted((p.read_bytes(), kinds[p.name.removesuffix(".bak")]) for p in REAL.rglob("*")
                      if p.is_file() and p.name.removesuffix(".bak") in kinds)
-    assert len(sources) == 14
+    assert len(sources) == 16
     tokens = [b"{", b"}", b"[", b"]", b":", b",", b'"', b"\\", b"\\u", b"\\u00zz", b"-1", b"99999999999999999999",
               b"1.5", b"true", b"null", b"NaN", b"@", b"\x00", b"\xff", b"{0:1}", b'{"a":1}', b"[]", b'"x"']
     rng = random.Random(seed)

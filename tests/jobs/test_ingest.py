@@ -143,6 +143,40 @@ def test_bad_input_is_quarantined_and_the_rest_lands(tmp_path: pathlib.Path, fil
     assert _delta.read_pandas(lake, topic_configs.TABLE)[["topic", "read_queue_nums"]].values.tolist() == [["T", 2]]
 
 
+def test_consumer_order_info_lands_per_queue_and_a_bad_entry_is_quarantined(tmp_path: pathlib.Path) -> None:
+    """consumerOrderInfo.json (issue 35): silver/order_info holds each orderly POP queue's OrderInfo as the broker
+    wrote it; an entry of the wrong type is quarantined by position and the rest of the snapshot lands; a second
+    run changes nothing."""
+    from schemas import order_info
+
+    text = (b'{\n\t"table":{\n\t\t"T@GF":{0:{\n\t\t\t\t"a":"0A0B",\n\t\t\t\t"cm":1,\n\t\t\t\t"i":30000,\n'
+            b'\t\t\t\t"l":1767571200500,\n\t\t\t\t"o":[10,11,12],\n\t\t\t\t"oc":{10:2,11:1},\n'
+            b'\t\t\t\t"ot":{10:1767571231000},\n\t\t\t\t"popTime":1767571201000\n\t\t\t},1:{"o":7,"popTime":5}'
+            b'\n\t\t}\n\t}\n}')
+    landing = _one_broker_landing(tmp_path, {"consumerOrderInfo.json": text, "consumerOffset.json": GOOD,
+                                             "topics.json": TOPICS})
+    lake = str(tmp_path / "lake")
+    first = ingest.run(landing, lake, now=NOW)
+    got = _delta.read_pandas(lake, order_info.TABLE)
+    assert [(r.cluster, r.broker, r.consumer_group, r.topic, r.queue_id, r.pop_time, r.invisible_time,
+             list(r.offsets), dict(r.next_visible_ms), dict(r.consumed_counts), r.last_consume_ts,
+             r.commit_offset_bit, r.attempt_id, r.source_file.rsplit("/", 1)[-1], r.used_backup)
+            for r in got.itertuples()] == [
+        ("c", "b", "GF", "T", 0, 1767571201000, 30000, [10, 11, 12], {10: 1767571231000}, {10: 2, 11: 1},
+         1767571200500, 1, "0A0B", "consumerOrderInfo.json", False)]
+    q = _delta.read_pandas(lake, quarantine.TABLE)
+    assert [(r.source_path.rsplit("/", 1)[-1], r.position, r.reason) for r in q.itertuples()] == [
+        ("consumerOrderInfo.json", text.index(b"1:{"),
+         "'T@GF' queue 1: field 'o' missing or not of its Java type: entry skipped")]
+    assert first["changed_rows"]["silver/order_info"] == 1 and len(_delta.read_pandas(lake, consumer_offsets.TABLE)) == 2
+    again = ingest.run(landing, lake, now=NOW)
+    assert again["changed_rows"] == {}
+    from jobs.ops import quality
+
+    checked = quality.validate_layer(lake, "silver", now=NOW, docs_dir=None)["tables"]["silver/order_info"]
+    assert (checked["success"], checked["rows"], checked["failed"], checked["evaluated"]) == (True, 1, [], 12)
+
+
 def test_malformed_snapshot_folder_is_quarantined_and_other_snapshots_land(tmp_path: pathlib.Path) -> None:
     landing = _one_broker_landing(tmp_path, {"consumerOffset.json": GOOD})
     bad = pathlib.Path(landing) / "cluster=c" / "broker=b" / "snapshot_ts=2026-01-05T00:00" / "store" / "config"

@@ -103,10 +103,10 @@ def test_compaction_leaves_one_file_per_table_and_keeps_every_row(flow: dict[str
     # one: the broker's subscriptionGroup.json has the groups; gold/held_queues one: the queues that held messages;
     # silver/store_features and gold/coverage none: a 4.x store, every group traced)
     assert (sum(before.values()), sum(after.values())) == (42, 19)
-    # (silver/pop_checkpoints and silver/pop_acks none either: blocked-head has no POP group)
+    # (silver/pop_checkpoints, silver/pop_acks and silver/order_info none either: blocked-head has no POP group)
     assert {n for n, k in before.items() if k > 1} == {t.qualified for t in ingest.LEDGER_TABLES + [
         ingest_runs.TABLE] if t.name not in ("quarantine", "delay_offsets", "cq_files", "store_features",
-                                             "pop_checkpoints", "pop_acks")}
+                                             "pop_checkpoints", "pop_acks", "order_info")}
     # every table is one file (or none when it has no rows); the ingest ledger is compacted after the maintenance
     # row is appended to it
     assert after == {n: min(k, 1) for n, k in before.items()}

@@ -96,10 +96,10 @@ def test_the_first_ingest_is_validated_whole_and_its_results_kept(lake: str) -> 
     out = quality.validate_layer(lake, "silver", now=NOW, docs_dir=None)
     assert out == {"validation_id": run_id, "layer": "silver", "success": True, "failures": [], "tables": {
         **{t: {"success": True, "rows": n, "failed": [], "evaluated": EVALUATED[t]} for t, n in ROWS.items()},
-        # a 4.x store without POP consumers: the ingest has written no store feature, checkpoint or ack, so those
-        # tables do not exist yet
+        # a 4.x store without POP consumers: the ingest has written no store feature, checkpoint, ack or order info,
+        # so those tables do not exist yet
         **{t: {"success": True, "rows": 0, "failed": [], "evaluated": 0, "skipped": "table not created yet"}
-           for t in ("silver/store_features", "silver/pop_checkpoints", "silver/pop_acks")}}}
+           for t in ("silver/store_features", "silver/pop_checkpoints", "silver/pop_acks", "silver/order_info")}}}
     kept = results(lake, run_id)
     assert len(kept) == sum(EVALUATED.values()) == 58
     assert [r for r in kept if r[0] == "silver/messages"] == [
