@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
 from jobs.formats import configs, names
@@ -26,14 +27,32 @@ _CONFIG_TABLES = {
 }
 
 
-def _reader(landing_root: str, listed: set[str]) -> Callable[[str], bytes | None]:
+def _reader(landing_root: str, listed: set[str],
+            fetched: dict[str, Future[bytes | None]] | None = None) -> Callable[[str], bytes | None]:
     """``read(path)`` for configs.load: a landing-relative path -> bytes, or None when missing. Only the files the
-    snapshot listed are read (regular files: a link found in the listing is quarantined by name, never followed)."""
+    snapshot listed are read (regular files: a link found in the listing is quarantined by name, never followed).
+    ``fetched``: reads already started (:func:`_fetch`); a failed one raises its error here, as a direct read would."""
 
     def read(path: str) -> bytes | None:
-        return storage.read_bytes(storage.join(landing_root, path)) if path in listed else None
+        if path not in listed:
+            return None
+        if fetched is not None and path in fetched:
+            return fetched[path].result()
+        return storage.read_bytes(storage.join(landing_root, path))
 
     return read
+
+
+# On S3 every small file of a snapshot is one GET that mostly waits for the network (43 ms each on the loopback
+# RGW: 952 config files took 41 s of a 97 s ingest one after the other), so a snapshot's are fetched together.
+FETCH_MAX_BYTES = 8 << 20  # larger files are read when needed, not held
+_READ_KINDS = frozenset(_CONFIG_TABLES) | {"backup", "other", "rocksdb", "tiered"}
+
+
+def _fetch(pool: ThreadPoolExecutor, snap: Snapshot, landing_root: str) -> dict[str, Future[bytes | None]]:
+    """Start reading the snapshot's files the configs step reads (at most FETCH_MAX_BYTES each)."""
+    return {f.path: pool.submit(storage.read_bytes, storage.join(landing_root, f.path)) for f in snap.files
+            if f.kind in _READ_KINDS and f.size <= FETCH_MAX_BYTES}
 
 
 UNREADABLE_HINT = "not read; fix it, then run ingest --retake"
@@ -43,9 +62,10 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def extract_configs(snap: Snapshot, landing_root: str, out: Extracted, now: dt.datetime) -> None:
+def extract_configs(snap: Snapshot, landing_root: str, out: Extracted, now: dt.datetime,
+                    fetched: dict[str, Future[bytes | None]] | None = None) -> None:
     """Parse the snapshot's fastjson files (with the broker's .bak fallback) into silver rows."""
-    read = _reader(landing_root, {f.path for f in snap.files})
+    read = _reader(landing_root, {f.path for f in snap.files}, fetched)
     base = {"cluster": snap.cluster, "broker": snap.broker, "snapshot_ts": snap.ts}
     seen_backup_only: set[str] = set()
     targets = [f for f in snap.files if f.kind in _CONFIG_TABLES]
@@ -195,7 +215,19 @@ def _rocksdb_configs(snap: Snapshot, read: Callable[[str], bytes | None], out: E
 
 def extract_all_configs(snaps: list[Snapshot], landing_root: str, out: Extracted, now: dt.datetime,
                         say: Callable[[str], None]) -> None:
-    """:func:`extract_configs` of each snapshot in turn, with a progress line for each."""
-    for i, snap in enumerate(snaps, 1):
-        say(f"ingest: [{i}/{len(snaps)}] {snap.folder} ({len(snap.files)} files)")
-        extract_configs(snap, landing_root, out, now)
+    """:func:`extract_configs` of each snapshot in turn, with a progress line for each. On S3 a snapshot's files are
+    fetched concurrently, the next snapshot's while this one is parsed."""
+    if not storage.is_s3(landing_root) or not snaps:
+        for i, snap in enumerate(snaps, 1):
+            say(f"ingest: [{i}/{len(snaps)}] {snap.folder} ({len(snap.files)} files)")
+            extract_configs(snap, landing_root, out, now)
+        return
+    pool = ThreadPoolExecutor(storage.S3_READ_THREADS, thread_name_prefix="configs-fetch")
+    try:
+        ahead = _fetch(pool, snaps[0], landing_root)
+        for i, snap in enumerate(snaps, 1):
+            say(f"ingest: [{i}/{len(snaps)}] {snap.folder} ({len(snap.files)} files)")
+            fetched, ahead = ahead, (_fetch(pool, snaps[i], landing_root) if i < len(snaps) else {})
+            extract_configs(snap, landing_root, out, now, fetched)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)  # a stopped run does not wait for reads it will not use

@@ -149,6 +149,11 @@ def relative(uri: str, root_uri: str) -> str:
 # ---------------------------------------------------------------------------------------------------- client
 
 
+# Concurrent GETs for a step that reads many small objects (config and consume queue files): each mostly waits on
+# the network (43 ms on the loopback RGW), so the count is set by latency, not by cores.
+S3_READ_THREADS = 16
+
+
 def _endpoint() -> str | None:
     return os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT") or None
 
@@ -161,6 +166,7 @@ def _client(endpoint: str | None, region: str, key_id: str | None, secret: str |
     cfg = Config(
         s3={"addressing_style": "path"} if endpoint else {},
         retries={"max_attempts": 3, "mode": "standard"},
+        max_pool_connections=2 * S3_READ_THREADS,  # the ingest's concurrent small reads
         connect_timeout=5,
         read_timeout=120,
     )

@@ -1,7 +1,7 @@
 """The reconciliation on a real Apache Spark standalone cluster through Spark Connect (``infra/spark-cluster.sh``).
 
 The ``spark_cluster`` fixture starts a master, a worker and a Spark Connect server on 127.0.0.1 (free ports, logs
-in ``var/pytest-spark-cluster/log``, process groups stopped at the end of the run). For three §7 scenarios (six with
+in ``var/pytest-spark-cluster/log``, process groups stopped at the end of the run). For two §7 scenarios (six with
 ``RMQ_RECON_CLUSTER_SCENARIOS=all``):
 
 1. simulate the landing zone and ingest it on embedded Sail into a Parquet lake (``RMQ_RECON_FORMAT=parquet``:
@@ -29,15 +29,15 @@ from exactness import compare, read_csv
 
 pytestmark = pytest.mark.integration
 
-# One §7 scenario per kind of report row: blocked-head (duplicates, its cause strict), retry-to-dlq (DLQ),
-# expired-offset (EXPIRED, corrections). The others run the same job steps on other rows (40-90 s each on the
-# cluster, dropped to keep `make test` under 30 minutes; RMQ_RECON_CLUSTER_SCENARIOS=all runs rewind, broadcast and
-# rebalance too): every scenario runs on Sail in tests/test_scenarios_e2e.py, and every output is compared row for
+# Two §7 scenarios: blocked-head (duplicates, its cause strict) and retry-to-dlq (DLQ). The others run the same job
+# steps on other rows (30-90 s each on the cluster, dropped to keep `make test` under 30 minutes;
+# RMQ_RECON_CLUSTER_SCENARIOS=all runs expired-offset, rewind, broadcast and rebalance too): every scenario runs on
+# Sail in tests/test_scenarios_e2e.py, and every output (EXPIRED ranges and corrections included) is compared row for
 # row between classic Spark and Sail on `mixed` (all §7 scenarios drawn at random on several brokers, broadcast
 # clients and rebalances included) in tests/test_engine_parity.py.
-SCENARIOS = ["blocked-head", "retry-to-dlq", "expired-offset"]
+SCENARIOS = ["blocked-head", "retry-to-dlq"]
 if os.environ.get("RMQ_RECON_CLUSTER_SCENARIOS") == "all":
-    SCENARIOS += ["rewind", "broadcast", "rebalance"]
+    SCENARIOS += ["expired-offset", "rewind", "broadcast", "rebalance"]
 STRICT_CAUSE = {"blocked-head"}  # as tests/test_scenarios_e2e.py: the spec states this cause outright
 SEED = 7
 FORMAT = "parquet"  # the cluster has no Delta jars (infra/spark-cluster.sh)

@@ -443,3 +443,22 @@ def test_topic_attributes_are_read_with_the_brokers_defaults() -> None:
     assert {r["topic"]: (r["queue_type"], r["cleanup_policy"]) for r in rows} == {
         "plain": ("SimpleCQ", "DELETE"), "batch": ("BatchCQ", "DELETE"), "compact": ("SimpleCQ", "COMPACTION"),
         "odd": ("SimpleCQ", "DELETE"), "listed": ("SimpleCQ", "DELETE")}
+
+
+def test_a_fetched_read_gives_its_bytes_or_raises_its_error_as_a_direct_read_would(tmp_path) -> None:  # noqa: ANN001
+    """jobs.ingest.snapshot_configs._reader with reads started beforehand (on S3 a snapshot's files are fetched 16 at
+    a time): a fetched file gives its bytes, a failed fetch raises its error at the read (the config's load then
+    quarantines it), a file not fetched is read directly, a file the snapshot did not list is never read."""
+    from concurrent.futures import Future
+
+    from jobs.ingest.snapshot_configs import _reader
+
+    (tmp_path / "direct.json").write_bytes(b"{}")
+    (tmp_path / "unlisted.json").write_bytes(b"{}")
+    done, failed = Future(), Future()
+    done.set_result(b'{"offsetTable":{}}')
+    failed.set_exception(PermissionError(13, "Permission denied"))
+    read = _reader(str(tmp_path), {"a.json", "b.json", "direct.json"}, {"a.json": done, "b.json": failed})
+    assert (read("a.json"), read("direct.json"), read("unlisted.json")) == (b'{"offsetTable":{}}', b"{}", None)
+    with pytest.raises(PermissionError):
+        read("b.json")
