@@ -405,7 +405,8 @@ def parse_order_info(text: str, source_path: str) -> tuple[Rows, list[Problem]]:
                    "attempt_id": info.get("a") if isinstance(info.get("a"), str) else None}
             bad = [name for name, col, present in (
                 ("popTime", "pop_time", True), ("o", "offsets", True), ("i", "invisible_time", "i" in info),
-                ("ot", "next_visible_ms", info.get("ot") is not None), ("oc", "consumed_counts", info.get("oc") is not None),
+                ("ot", "next_visible_ms", info.get("ot") is not None),
+                ("oc", "consumed_counts", info.get("oc") is not None),
                 ("l", "last_consume_ts", True), ("cm", "commit_offset_bit", True),
                 ("a", "attempt_id", info.get("a") is not None)) if present and row[col] is None]
             if row["offsets"] is not None and None in row["offsets"]:

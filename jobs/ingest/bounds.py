@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
-import os
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable

@@ -80,7 +80,8 @@ UTC = dt.timezone.utc
 LEDGER_TABLES = [files.TABLE, quarantine.TABLE, segments.TABLE, snapshots_table.TABLE, trace_records.TABLE,
                  cq_files.TABLE, consumer_offsets.TABLE,
                  subscription_groups.TABLE, topic_configs.TABLE, delay_offsets.TABLE, order_info.TABLE,
-                 queue_bounds.TABLE, store_features.TABLE, messages.TABLE, pop_checkpoints.TABLE, pop_acks.TABLE, deliveries.TABLE]
+                 queue_bounds.TABLE, store_features.TABLE, messages.TABLE, pop_checkpoints.TABLE, pop_acks.TABLE,
+                 deliveries.TABLE]
 
 
 class _Background:

@@ -32,7 +32,7 @@ behind the proxy (``proxy/.../grpc/v2/consumer/PopMessageResultFilterImpl``, ``p
   0 (``addRetryTopicIfNotExist``: 1 queue, perm 6, and ``initPopRetryOffset`` commits 0 for the group) with
   reconsumeTimes + 1 and the properties of ``jobs.formats.pop.revive_copy_properties``; then the scan's progress,
   the revive queue offset of the last CK it processed, is committed for ``CID_RMQ_SYS_REVIVE_GROUP``. A revive
-  copy whose put fails (``revive_put_fails``; ``reviveRetry`` false: e.g. a slave acting as master whose
+  copy whose put fails (``refuse_revive_puts``; ``reviveRetry`` false: e.g. a slave acting as master whose
   ``EscapeBridge.putMessageToSpecificQueue`` to another broker fails, UNKNOWN_ERROR with no append result) is
   ``rePutCK``: a new CK per such offset (n 1, d [0], so = the offset, the old pt, ``rp`` = the old one + 1 and,
   the revive time having passed, ``it`` + ``ckRewriteIntervalsInSeconds[rp]``) stored through ``buildCkMsg`` in
@@ -181,8 +181,7 @@ class PopService:
         self._revive_cks: dict[int, list[tuple[Stored, Checkpoint]]] = {q: [] for q in range(fmt.REVIVE_QUEUE_NUM)}
         self._revive_pos: dict[int, int] = {q: 0 for q in range(fmt.REVIVE_QUEUE_NUM)}
         self._acked: dict[tuple[str, int, int, str, int, str], set[int]] = {}  # acks that reached the revive topic
-        # (checkpoint, offset) -> whether the store refuses the revive copy's put now (None: it never does)
-        self.revive_put_fails: Optional[Callable[[Checkpoint, int], bool]] = None
+        self.refused_puts: list[tuple[int, int]] = []  # [start, end) ms: every revive copy's put fails then
         self.loop.every(self.loop.now + REVIVE_INTERVAL_MS, REVIVE_INTERVAL_MS, self._revive_tick)
 
     # ------------------------------------------------------------------ timer messages
@@ -305,9 +304,7 @@ class PopService:
     def refuse_revive_puts(self, start_ms: int, end_ms: int) -> None:
         """From ``start_ms`` to ``end_ms`` every revive copy's put fails (the CK puts do not): each offset is
         re-put as a CK."""
-        before = self.revive_put_fails
-        self.revive_put_fails = lambda ck, o: (start_ms <= self.loop.now < end_ms
-                                               or (before is not None and before(ck, o)))
+        self.refused_puts.append((start_ms, end_ms))
 
     # ------------------------------------------------------------------ ack
 
@@ -386,13 +383,13 @@ class PopService:
             assert msg is not None
             copy, times = fmt.revive_copy_properties(msg.props, msg.reconsume, ck_topic=ck.topic,
                                                      consumer_group=ck.group, pop_time=ck.pop_time)
-            if self.revive_put_fails is not None and self.revive_put_fails(ck, o):
-                refused.append(o)  # reviveRetry false (the retry topic is created first, as addRetryTopicIfNotExist)
+            fails = any(a <= self.loop.now < z for a, z in self.refused_puts)  # reviveRetry false
             if copy.topic not in b.topics:  # addRetryTopicIfNotExist + initPopRetryOffset
                 b.create_topic(copy.topic, 1, 6)
                 if b.offsets.read(copy.topic, ck.group, 0) < 0:
                     b.offsets.commit(self.loop.now, copy.topic, ck.group, 0, 0)
-            if refused and refused[-1] == o:
+            if fails:  # after addRetryTopicIfNotExist, as reviveRetry does
+                refused.append(o)
                 continue
             ck.revived[o] = put_exact(b, topic=copy.topic, queue_id=copy.queue_id, props=copy.properties,
                                       body=msg.body, born_ts=msg.born_ts, born_host=b.addr, reconsume=times)

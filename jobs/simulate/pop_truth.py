@@ -32,7 +32,8 @@ Readings (where §4.1 leaves room, RocketMQ decides):
    the lake; cause INVISIBLE_TIME_EXCEEDED; one row per maximal run of offsets.
 7. POP_LOST: the original was popped, no copy was ever acked, the key is not in ``%DLQ%G``, and the newest copy
    (highest reconsumeTimes, then the newest stored) was popped, the last time (highest pt) by a checkpoint whose
-   revive time (the latest of that pop time's, reading 2) is at least ``blocking_min_age`` before t_S. A newest copy not popped yet is
+   revive time (the latest of that pop time's, reading 2) is at least ``blocking_min_age`` before t_S. A newest
+   copy not popped yet is
    BACKLOG of the retry topic, as §4 computes.
 8. RETRYING: the newest copy has reconsumeTimes >= ``dlq_warn_retries``, none of its pops acked, the key not in
    ``%DLQ%G``; reconsume_times = that reconsumeTimes, max = the group's ``retryMaxTimes`` (the broker of the original;

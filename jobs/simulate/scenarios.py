@@ -253,8 +253,9 @@ POP_DLQ_I = 20  # fails every time: 17 pops (retryMaxTimes 16 + 1), then the pro
 POP_RETRYING_I = 864  # fails every time from 00:36:10: still retrying at the last snapshot
 POP_TAIL_MS = 30 * SECOND  # popped in the last 30 s before the last snapshot: 25 s to process (in flight at S)
 # the revive copies' puts fail in these windows before the last snapshot (rePutCK): i = 907's late first copy (popped
-# at about 00:37:51, revived from about 00:38:23) is re-put twice; whatever is revived in the last 40 s is re-put
-# and, its rewrite interval growing, still in flight at S
+# at about 00:37:51, revived from about 00:38:23) is re-put twice with its own start offset (a checkpoint of its
+# own); what is revived in the last 40 s is re-put with its checkpoint's start offset (the same checkpoint: not in
+# flight again)
 POP_REPUT_WINDOWS_MS = ((110 * SECOND, 80 * SECOND), (40 * SECOND, 0))
 
 
