@@ -1,4 +1,6 @@
-"""silver/messages: Commitlog message metadata (no bodies): one row per stored record."""
+"""silver/messages: Commitlog message metadata (no bodies): one row per stored message. A record is one message,
+except an ``INNER_BATCH`` record (a batch sent to a BatchCQ topic): one row per inner message, each at its own queue
+offset with the record's physical offset (jobs.ingest.decode_tasks._unwrapped)."""
 from __future__ import annotations
 
 from pyspark.sql.types import *  # noqa: F403
@@ -31,7 +33,7 @@ SCHEMA = StructType(
         StructField("first_snapshot_ts", TimestampType(), True),
     ]
 )
-KEY: tuple[str, ...] = ('cluster', 'broker', 'physical_offset')
+KEY: tuple[str, ...] = ('cluster', 'broker', 'physical_offset', 'queue_offset')
 PARTITION_BY: tuple[str, ...] = ()
 
 # The ingest's anti-join and a reconcile's reads go by cluster, broker and commitlog position (issue 13.3).

@@ -41,6 +41,7 @@ BLANK_MAGIC = -875286124  # 0xCBD43194
 END_FILE_MIN_BLANK_LENGTH = 8
 
 COMPRESSED = 0x1
+INNER_BATCH = 0x80  # MessageSysFlag.INNER_BATCH_FLAG: the body is a batch of inner messages
 MULTI_TAGS = 0x2
 BORNHOST_V6 = 0x10
 STOREHOST_V6 = 0x20
@@ -836,18 +837,21 @@ def _with_ipv6(buf: np.ndarray, hosts: pa.Array, starts: np.ndarray, v6: np.ndar
 def _bodies(buf: np.ndarray, topic: tuple[np.ndarray, np.ndarray], body_topics: frozenset[str], body_pos: np.ndarray,
             body_len: np.ndarray, sys_flag: np.ndarray, pos: np.ndarray, segment: str, problems: list[Problem],
             crc_bad: np.ndarray) -> pa.Array:
-    """The bodies of the records whose topic (bytes, offsets) is one of ``body_topics``, decompressed; else null.
+    """The bodies of the records whose topic (bytes, offsets) is one of ``body_topics``, and of every ``INNER_BATCH``
+    record (its inner messages are the messages a consumer sees: jobs.formats.inner_batch), decompressed; else null.
 
     A body whose CRC32 does not match the record's BODYCRC (``crc_bad``) is dropped.
     """
     n = len(body_pos)
-    if not body_topics:
+    inner = (sys_flag.astype(np.int64) & INNER_BATCH) != 0
+    if not body_topics and not inner.any():
         return pa.nulls(n, pa.binary())
     # a name ending in "*" is a prefix (rmq_sys_REVIVE_LOG_*: the revive topic is named by the broker's cluster)
     names = [t.rstrip("*").encode("utf-8") for t in sorted(body_topics)]
-    wanted = _topics_in(*topic, np.frombuffer(b"".join(names), np.uint8),
-                        np.cumsum([0] + [len(t) for t in names]).astype(np.int64),
-                        np.array([t.endswith("*") for t in sorted(body_topics)], np.bool_))
+    wanted = (_topics_in(*topic, np.frombuffer(b"".join(names), np.uint8),
+                         np.cumsum([0] + [len(t) for t in names]).astype(np.int64),
+                         np.array([t.endswith("*") for t in sorted(body_topics)], np.bool_))
+              if body_topics else np.zeros(n, np.bool_)) | inner
     keep = wanted & ~crc_bad  # a body whose CRC does not match is reported by the caller and not trusted
     plain = keep & ((sys_flag & COMPRESSED) == 0)
     # the plain bodies gathered in one numpy pass (one Python object per body was most of this function's time)

@@ -317,6 +317,37 @@ def _named_records(out: _Out, tbl: pa.Table, ts: str, path: str, segment_start: 
     return _without(tbl, rows)
 
 
+def _unwrapped(out: _Out, tbl: pa.Table, ts: str, path: str, segment_start: int) -> pa.Table:
+    """The records as the messages a consumer sees (without bodies): an ``INNER_BATCH`` record (a batch sent to a
+    BatchCQ topic, rocketmq5.md §5) is its inner messages, one row each at queue offset QUEUEOFFSET + i with its own
+    UNIQ_KEY, KEYS, TAGS and properties and the record's other fields (``MessageDecoder.decodeMessage``, what
+    ``PullAPIWrapper`` hands the listener). A record none of whose inner messages can be placed stays one row (its
+    problem says why: the trace rules cannot follow its messages); problems name the record's byte."""
+    from jobs.formats import inner_batch
+
+    base = tbl.drop_columns(["body"])
+    mask = inner_batch.is_inner_batch(tbl.column("sys_flag"))
+    if not mask.any():
+        return base
+    rows, problems = inner_batch.unwrap(tbl, source_path=path, segment_start=segment_start)
+    for p in problems:
+        out.problem(ts, path, p.position, p.reason)
+    if not rows.num_rows:
+        return base
+    phys = base.column("physical_offset").to_numpy()
+    outer = np.searchsorted(phys, rows.column("physical_offset").to_numpy())  # decoded in physical order
+    replaced = np.zeros(len(phys), bool)
+    replaced[outer] = True
+    inner = {name: (rows.column(name) if name in rows.column_names else base.column(name).take(pa.array(outer)))
+             for name in base.column_names}
+    inner_tbl = pa.table({name: inner[name].cast(base.schema.field(name).type) for name in base.column_names},
+                         schema=base.schema)
+    if replaced.all():
+        return inner_tbl
+    merged = pa.concat_tables([base.filter(pa.array(~replaced)), inner_tbl])
+    return merged.sort_by([("physical_offset", "ascending"), ("queue_offset", "ascending")]).combine_chunks()
+
+
 def _named_traces(out: _Out, recs: pa.Table, positions: np.ndarray, ts: str, path: str) -> pa.Table:
     """The trace records whose group and topic are names RocketMQ allows; the others quarantined (a trace body is
     a message any client can write: a hostile host's group name would reach the reports)."""
@@ -508,8 +539,9 @@ def decode_unit(unit: dict[str, Any]) -> Iterator[pa.RecordBatch]:
                 decoded.append((ts, start + lo, start + hi_abs))
                 _trace_rows(out, tbl, ts, f"{c['folder']}/store/commitlog/{unit['segment']}", start)
                 _pop_rows(out, tbl, ts, f"{c['folder']}/store/commitlog/{unit['segment']}", start)
-                pending.append(tbl.drop_columns(["body"]))
-                pending_rows += tbl.num_rows
+                msgs = _unwrapped(out, tbl, ts, path, start)
+                pending.append(msgs)
+                pending_rows += msgs.num_rows
                 if pending_rows >= batch_rows:
                     yield from _messages(pa.concat_tables(pending), out.cluster, out.broker, snap_ts, out.unit)
                     pending, pending_rows = [], 0

@@ -57,8 +57,11 @@ def lower_first_held(spark: Any, lake: str, late: list[Snapshot]) -> int:
     for table in (messages, trace_records, pop_checkpoints, pop_acks):
         if not _delta.exists(lake, table.TABLE):
             continue
+        # the messages by their key (an INNER_BATCH record's messages share its physical offset); the others by the
+        # physical offset of the record that carries them
+        on = list(messages.TABLE.key) if table is messages else ["cluster", "broker", "physical_offset"]
         rows = (_delta.read(spark, lake, table.TABLE).alias("t").where(in_spans)
-                .join(firsts, ["cluster", "broker", "physical_offset"], "inner")
+                .join(firsts if table is messages else firsts.select(*on, "_ts", "_path").distinct(), on, "inner")
                 .where(F.col("first_snapshot_ts") > F.col("_ts")).withColumn("first_snapshot_ts", F.col("_ts")))
         if "segment" in table.TABLE.columns:  # the copy that first held the message
             rows = rows.withColumn("segment", F.col("_path"))

@@ -214,13 +214,14 @@ def committed_positions(series: Any, lo: Any) -> Any:
             .select(*QUEUE, F.col("committed_offset").alias("queue_offset")).distinct())
 
 
-RECORD_KEY = ["cluster", "broker", "physical_offset"]  # silver/messages' key, and the columns it is clustered by
+# silver/messages' key (an INNER_BATCH record's messages share its physical offset); it is clustered by the first three
+RECORD_KEY = ["cluster", "broker", "physical_offset", "queue_offset"]
 SPAN_GAP = 8 << 20  # bytes of commitlog between two hits read as one span (records_at)
 MAX_SPANS = 512
 
 
 def records_at(messages: Any, hits: Any, small: Any, name: str) -> Any:
-    """The records of ``messages`` with the keys (cluster, broker, physical_offset) of ``hits``, every column.
+    """The records of ``messages`` with the keys (:data:`RECORD_KEY`) of ``hits``, every column.
 
     The hits are found by a join on narrow columns; the records are then read only from each broker's span of
     physical offsets: files and row groups outside every span are skipped by their statistics (silver/messages is
@@ -270,12 +271,12 @@ def lookups(parts: dict[str, Any], series: Any, small: Any = lambda df, _name: d
     from jobs.rules.snapshots import newest
 
     old_m = parts["old_m"]
-    narrow = old_m.select(*RECORD_KEY, "topic", "queue_id", F.col("queue_offset").cast("long"), "uniq_key")
+    narrow = old_m.select(*RECORD_KEY, "topic", "queue_id", "uniq_key")  # queue_offset: a long
     positions = small(committed_positions(series, parts["lo"]), "positions")
     # read where a committed offset points: by message_at (the status' time lag, BLOCKING_COMMIT) alone, so only the
     # columns it reads (committed offsets lie all over the history: a read of every column was 10 s at 46 M records)
     types = {f.name: f.dataType for f in old_m.schema.fields}
-    at = positions.join(old_m.select(*RECORD_KEY, "topic", "queue_id", F.col("queue_offset").cast("long"), "uniq_key",
+    at = positions.join(old_m.select(*RECORD_KEY, "topic", "queue_id", "uniq_key",
                                      "keys", "store_ts"), on=[*QUEUE, "queue_offset"], how="inner")
     at_positions = small(at.select(*[F.col(c) if c in at.columns else F.lit(None).cast(types[c]).alias(c)
                                      for c in old_m.columns]), "at_positions")

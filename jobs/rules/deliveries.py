@@ -19,8 +19,9 @@ MESSAGE_COLUMNS = ("cluster", "uniq_key", "topic", "broker", "physical_offset", 
 
 
 def original_copies(messages: DataFrame) -> DataFrame:
-    """One original stored copy per (cluster, UNIQ_KEY): the lowest (broker, physical_offset) one (rule 7)."""
-    w = Window.partitionBy("cluster", "uniq_key").orderBy("broker", "physical_offset")
+    """One original stored copy per (cluster, UNIQ_KEY): the lowest (broker, physical_offset) one (rule 7; in one
+    INNER_BATCH record, the lower queue offset)."""
+    w = Window.partitionBy("cluster", "uniq_key").orderBy("broker", "physical_offset", "queue_offset")
     return (
         messages.where(F.col("uniq_key").isNotNull() & ~is_system_topic_col(F.col("topic")))
         .withColumn("_rn", F.row_number().over(w))

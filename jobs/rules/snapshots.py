@@ -381,7 +381,8 @@ def original_copies(messages: DataFrame) -> DataFrame:
 
     Columns: cluster, uniq_key, topic, broker, queue_id, queue_offset, keys, store_ts, copy_rank.
     """
-    w = Window.partitionBy("cluster", "uniq_key").orderBy("broker", "physical_offset")
+    # (messages of one INNER_BATCH record share its physical offset: then the lower queue offset)
+    w = Window.partitionBy("cluster", "uniq_key").orderBy("broker", "physical_offset", "queue_offset")
     return (
         messages.where(F.col("uniq_key").isNotNull() & ~is_system_topic_col(F.col("topic")))
         .withColumn("copy_rank", F.row_number().over(w))

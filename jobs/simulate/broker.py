@@ -67,6 +67,7 @@ class Stored:
     body: bytes
     born_host: tuple[str, int]
     store_host: tuple[str, int]
+    inner: bool = False  # an inner message of an INNER_BATCH record (Broker.put_batch)
 
     @property
     def uniq(self) -> str:
@@ -421,6 +422,41 @@ class Broker:
             fn()
         return msg
 
+    def put_batch(self, *, topic: str, queue_id: int, messages: list[dict[str, Any]], batch_uniq_key: str,
+                  born_ts: int, born_host: tuple[str, int]) -> list[Stored]:
+        """``SendMessageProcessor.sendBatchMessage`` on a ``queue.type=BatchCQ`` topic, for a batch with its own
+        UNIQ_KEY: ONE record (sysFlag INNER_BATCH | NEED_UNWRAP, INNER_NUM, INNER_BASE = its queue offset) whose
+        body holds the ``messages`` (``{"body", "uniq_key", "keys", "tags"}``); the queue advances by their number
+        and one batch consume queue unit indexes them (rocketmq5.md §5). Returns the inner messages as a consumer
+        receives them (``MessageDecoder.decodeMessage``: queue offset base + i, their own properties, the record's
+        physical offset, times and hosts), which are what the record log keeps."""
+        from jobs.formats import inner_batch
+
+        if topic not in self.store.batch_topics:
+            raise ValueError(f"{topic} is not a BatchCQ topic on {self.name}: a batch would be split into records")
+        now = self.loop.now
+        cq = self.cq(topic, queue_id)
+        qoff = cq.max_offset
+        fields = inner_batch.inner_batch_fields(
+            messages, topic=topic, queue_id=queue_id, queue_base=qoff, batch_uniq_key=batch_uniq_key,
+            born_ts_ms=born_ts, store_ts_ms=now, born_host=born_host, store_host=self.addr, cluster=self.cluster)
+        probe = encode_message(physical_offset=0, **fields)
+        phys = self.commitlog.reserve(len(probe), now)
+        record = probe[:28] + phys.to_bytes(8, "big") + probe[36:]
+        self.commitlog.write(phys, record, now)
+        out = []
+        for i, m in enumerate(messages):
+            props = {name: str(m[k]) for name, k in (("TAGS", "tags"), ("KEYS", "keys")) if m.get(k) is not None}
+            props.update(WAIT="true", UNIQ_KEY=str(m["uniq_key"]))
+            msg = Stored(self.name, topic, queue_id, qoff + i, phys, len(record), now, born_ts, props, 0, m["body"],
+                         born_host, self.addr, inner=True)
+            cq.append(phys, len(record), 0, msg)  # the record has no TAGS: its unit's tagsCode is 0
+            self.on_store(msg)
+            out.append(msg)
+        for fn in self.arrival_listeners.pop((topic, queue_id), []):
+            fn()
+        return out
+
     def when_arrives(self, topic: str, qid: int, fn: Callable[[], None]) -> None:
         """Long polling: ``PullRequestHoldService`` wakes held pulls on ``notifyMessageArriving``."""
         self.arrival_listeners.setdefault((topic, qid), []).append(fn)
@@ -442,6 +478,13 @@ class Broker:
         if offset > hi:
             return "OFFSET_MOVED", hi, []
         end = min(hi, offset + max_n)
+        # a batch record's messages share its physical offset: the store answers whole records, from the one
+        # holding ``offset`` (BatchConsumeQueue.iterateFrom) and the client unwraps every message of each, so a pull
+        # from inside a batch gets its earlier messages again (PullAPIWrapper.processPullResult)
+        while offset > lo and cq.phys[offset - 1] == cq.phys[offset]:
+            offset -= 1
+        while end < hi and cq.phys[end] == cq.phys[end - 1]:
+            end += 1
         return "FOUND", end, [m for m in cq.msgs[offset:end]]  # type: ignore[misc]
 
     def search_offset(self, topic: str, qid: int, ts: int) -> int:
@@ -457,6 +500,11 @@ class Broker:
 
     def send_back(self, msg: Stored, group: str, max_reconsume: int = 16, delay_level: int = 0) -> Stored:
         """``consumerSendMsgBack`` (RPC path): DLQ when reconsumeTimes >= max, else schedule at 3 + times."""
+        if msg.inner:
+            # the broker looks the message up by its commitlog offset: the whole batch, stored again under the
+            # batch's id with INNER_BATCH kept (AbstractSendMessageProcessor.consumerSendMsgBack); not simulated
+            raise NotImplementedError("a failed inner message of a batch is sent back as the whole batch: the "
+                                      "simulator's BatchCQ consumers do not fail")
         props = dict(msg.props)
         props.setdefault("RETRY_TOPIC", msg.topic)
         props["WAIT"] = "false"

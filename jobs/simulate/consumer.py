@@ -37,7 +37,7 @@ Behaviour = Callable[["PushConsumer", Stored], tuple[int, str]]
 
 
 def default_behaviour(c: "PushConsumer", msg: Stored) -> tuple[int, str]:
-    return 5 + c.loop.rng.randrange(40), "ok"
+    return 5 + c.rng.randrange(40), "ok"
 
 
 class Client:
@@ -54,7 +54,8 @@ class Client:
         self.port = 40000 + self.rng.randrange(20000)
         self.brokers = brokers
         self.alive = True
-        self.tracer = TraceDispatcher(loop, ip, self.port, self.uniq, brokers, trace_log) if trace else None
+        self.tracer = TraceDispatcher(loop, ip, self.port, self.uniq, brokers, trace_log, rng=self.rng) if trace \
+            else None
 
 
 class Producer(Client):
@@ -85,6 +86,16 @@ class Producer(Client):
                              "cost_time_ms": self.loop.now - born, "msg_type": 0,
                              "offset_msg_id": msg.offset_msg_id(), "success": True})
         return msg
+
+
+    def send_batch(self, broker: "Broker", topic: str, qid: int, messages: list[dict[str, Any]]) -> list[Stored]:
+        """``DefaultMQProducer.send(Collection)`` to a BatchCQ topic: every message gets its UNIQ_KEY
+        (``{"keys", "tags", "body"}`` each), then the batch its own; stored as one ``INNER_BATCH`` record
+        (Broker.put_batch). Not traced (a traced producer would record one Pub per message)."""
+        born = self.loop.now - 1 - self.rng.randrange(3)
+        inner = [dict(m, uniq_key=self.uniq.next(born)) for m in messages]
+        return broker.put_batch(topic=topic, queue_id=qid, messages=inner, batch_uniq_key=self.uniq.next(born),
+                                born_ts=born, born_host=(self.ip, self.port))
 
 
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
@@ -209,7 +220,7 @@ class GroupRegistry:
         """``notifyConsumerIdsChanged``: every member rebalances shortly after."""
         for m in list(self.members):
             if m is not exclude:
-                self.loop.after(200 + self.loop.rng.randrange(1500), m.rebalance)
+                self.loop.after(200 + m.rng.randrange(1500), m.rebalance)
 
     def client_ids(self) -> list[str]:
         return sorted(m.client_id for m in self.members if m.alive)
@@ -238,8 +249,9 @@ class PushConsumer(Client):
     def __init__(self, loop: EventLoop, ip: str, brokers: list["Broker"], registry: GroupRegistry, topic: str, *,
                  broadcast: bool = False, trace: bool = True, behaviour: Behaviour = default_behaviour,
                  trace_log: list[dict[str, Any]], deliveries: list[Delivery], from_first: bool = False,
-                 instance: Optional[str] = None, fifo_flag: bool = False) -> None:
-        super().__init__(loop, ip, brokers, trace=trace, trace_log=trace_log)
+                 instance: Optional[str] = None, fifo_flag: bool = False, rng: Optional[random.Random] = None
+                 ) -> None:
+        super().__init__(loop, ip, brokers, trace=trace, trace_log=trace_log, rng=rng)
         self.group = registry.group
         self.registry = registry
         self.topic = topic
@@ -248,7 +260,7 @@ class PushConsumer(Client):
         self.from_first = from_first
         self.fifo_flag = fifo_flag
         # clientId = IP@instanceName; clustering rewrites DEFAULT to pid#nanoTime (DefaultMQPushConsumerImpl.start)
-        name = instance or ("DEFAULT" if broadcast else f"{self.pid}#{loop.rng.randrange(10**12, 10**13)}")
+        name = instance or ("DEFAULT" if broadcast else f"{self.pid}#{self.rng.randrange(10**12, 10**13)}")
         self.client_id = f"{ip}@{name}"
         self.broker_by_name = {b.name: b for b in brokers}
         self.pqs: dict[MQ, ProcessQueue] = {}

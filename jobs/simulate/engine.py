@@ -103,16 +103,18 @@ class World:
 
     def consumer(self, group: str, topic: str, *, broadcast: bool = False, trace: bool = True,
                  behaviour: Behaviour = default_behaviour, from_first: bool = False,
-                 start_at: Optional[int] = None, orderly: bool = False, fifo_flag: bool = False) -> PushConsumer:
+                 start_at: Optional[int] = None, orderly: bool = False, fifo_flag: bool = False,
+                 brokers: Optional[list[Broker]] = None, rng: Optional["random.Random"] = None) -> PushConsumer:
         """A push consumer process; ``orderly``: a ``MessageListenerOrderly`` (:class:`OrderlyPushConsumer`),
-        ``fifo_flag``: the group's subscription config says ``consumeMessageOrderly`` (5.x FIFO)."""
+        ``fifo_flag``: the group's subscription config says ``consumeMessageOrderly`` (5.x FIFO); ``brokers``: the
+        brokers it knows (default every broker so far); ``rng``: a generator of its own (default the world's)."""
         reg = self.registries.setdefault(group, GroupRegistry(self.loop, group))
         self.group_info.setdefault(group, {"group": group, "topic": topic, "broadcast": broadcast, "trace": trace,
                                            "orderly": orderly, "fifo_flag": fifo_flag})
         kind = OrderlyPushConsumer if orderly else PushConsumer
-        c = kind(self.loop, self.next_ip(), self.brokers, reg, topic, broadcast=broadcast, trace=trace,
+        c = kind(self.loop, self.next_ip(), brokers or self.brokers, reg, topic, broadcast=broadcast, trace=trace,
                  behaviour=behaviour, trace_log=self.trace_log, deliveries=self.deliveries,
-                 from_first=from_first, fifo_flag=fifo_flag)
+                 from_first=from_first, fifo_flag=fifo_flag, rng=rng)
         self.consumers.append(c)
         self.loop.at(self.loop.now if start_at is None else start_at, c.start)
         return c
@@ -133,6 +135,24 @@ class World:
             state["i"] += 1
             producer.send(b, topic, q, keys=f"{key_prefix}-{i}", tags="TagA", body=b"payload-%08d" % i)
             return None
+
+        self.loop.every(start, every_ms, send, until_ms=end)
+
+    def batch_traffic(self, producer: Producer, topic: str, *, every_ms: int, start: int, end: int,
+                      brokers: list[Broker], sizes: tuple[int, int], rng: "random.Random",
+                      key_prefix: str = "batch") -> None:
+        """Round-robin batches (``Producer.send_batch``) over a BatchCQ topic's queues every ``every_ms``, each of
+        ``rng.randint(*sizes)`` messages (keys ``<key_prefix>-<i>``, numbered over every batch)."""
+        targets = [(b, q) for b in brokers for q in range(b.topics[topic]["writeQueueNums"])]
+        state = {"batch": 0, "i": 0}
+
+        def send() -> None:
+            b, q = targets[state["batch"] % len(targets)]
+            state["batch"] += 1
+            n, i = rng.randint(*sizes), state["i"]
+            state["i"] += n
+            producer.send_batch(b, topic, q, [{"keys": f"{key_prefix}-{j}", "tags": "TagA",
+                                               "body": b"payload-%08d" % j} for j in range(i, i + n)])
 
         self.loop.every(start, every_ms, send, until_ms=end)
 

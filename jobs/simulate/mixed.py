@@ -80,6 +80,7 @@ def mixed(out: str, seed: int, scale: int = 1, bulk_messages: int | None = None,
             _group(w, f"GID_{gi:03d}_{kind.replace('-', '_')}", topic, kind)
             gi += 1
     _pop_part(w, seed, scale, end)
+    _inner_batch_part(w, seed, end)
     if bulk:
         w.add_bulk(-(-shape // BULK_MESSAGES_PER_BROKER), max(1, round(5 * shape / BULK_UNIT_MESSAGES)), bulk,
                    cfg=BrokerConfig(segment_size=4 * 1024 * 1024, cq_entries_per_file=6000,
@@ -172,6 +173,42 @@ def _pop_part(w: World, seed: int, scale: int, end: int) -> None:
     for a, z in windows:
         pop_service(w, b).refuse_revive_puts(a, z)
         w.inject("pop_revive_puts_fail", broker=b.name, start=iso_ms(a), end=iso_ms(z))
+
+
+INNER_TOPIC = "TopicInner"
+INNER_GROUPS = ("GID_inner_healthy", "GID_inner_killed")
+
+
+def _inner_batch_part(w: World, seed: int, end: int) -> None:
+    """Batches on a BatchCQ topic (rocketmq5.md §5): ``TopicInner`` (2 queues) on a broker of its own, added after
+    every other broker, client and draw, with a generator of its own (as the POP part), so nothing else changes.
+    Every 10 s a producer sends a batch of 1-8 messages (``i<j>``), stored as one ``INNER_BATCH`` record (a batch of
+    one too: it has the batch's UNIQ_KEY). Two traced groups consume it: ``GID_inner_healthy``, and
+    ``GID_inner_killed``, whose messages take 2-17 s and whose client is killed at a random time in hours 1-5 and
+    replaced 10-120 s later: its committed offset can stop inside a batch, and the new client's pull gets the whole
+    record again, so the batch's earlier messages are consumed twice (PullAPIWrapper unwraps whole records)."""
+    import random
+
+    rng = random.Random(seed * 1_000_003 + 83)
+    w.brokers = list(w.brokers)  # the clients made so far keep the old list
+    b = w.add_broker(f"broker-{chr(ord('a') + len(w.brokers))}", StoreKind(batch_topics={INNER_TOPIC}))
+    w.topic(INNER_TOPIC, 2, brokers=[b])
+    w.batch_traffic(w.producer(rng=rng), INNER_TOPIC, every_ms=10 * SECOND, start=T0_MS + 10 * SECOND, end=end - 1,
+                    brokers=[b], sizes=(1, 8), rng=rng, key_prefix="i")
+    healthy, killed = INNER_GROUPS
+    w.inject("healthy", group=healthy, topic=INNER_TOPIC)
+    w.consumer(healthy, INNER_TOPIC, start_at=T0_MS + 5 * SECOND, from_first=True, brokers=[b], rng=rng)
+
+    def slow(c: PushConsumer, m: Stored) -> tuple[int, str]:
+        return 2000 + c.rng.randrange(15000), "ok"
+
+    a = w.consumer(killed, INNER_TOPIC, behaviour=slow, start_at=T0_MS + 5 * SECOND, from_first=True, brokers=[b],
+                   rng=rng)
+    kill_at = T0_MS + rng.randrange(60 * MINUTE, 300 * MINUTE)
+    w.at(kill_at, a.kill)
+    w.consumer(killed, INNER_TOPIC, behaviour=slow, start_at=kill_at + rng.randrange(10, 120) * SECOND, brokers=[b],
+               rng=rng)
+    w.inject("killed_inside_batches", group=killed, topic=INNER_TOPIC, kill_at=iso_ms(kill_at))
 
 
 def store_kinds(seed: int, n_brokers: int, topics: list[str]) -> list[StoreKind]:

@@ -110,17 +110,16 @@ class SnapshotWriter:
         in_rocksdb = []
         for (topic, qid), cq in sorted(b.cqs.items()):
             files = cq.file_numbers()
-            per_file = cq.file_bytes // 20
             bounds[(topic, qid)] = (cq.min_offset, cq.max_offset)
             if store.rocksdb_cq and topic not in store.batch_topics:
                 in_rocksdb.append(cq)
                 continue
+            if topic in store.batch_topics:  # queue.type=BatchCQ: the batch consume queue instead
+                for start, data in stores.batch_queue_files(cq, cl.min_offset):
+                    self._put(os.path.join(root, "batchconsumequeue", topic, str(qid), f"{start:020d}"), data)
+                continue
             for f in files:
                 key = ("cq", b.cluster, b.name, topic, qid, f) if f < files[-1] else None
-                if topic in store.batch_topics:  # queue.type=BatchCQ: the batch consume queue instead
-                    start, data = stores.batch_files(cq.file(f), f * per_file, per_file)
-                    self._put(os.path.join(root, "batchconsumequeue", topic, str(qid), f"{start:020d}"), data)
-                    continue
                 self._put(os.path.join(root, "consumequeue", topic, str(qid), f"{f * cq.file_bytes:020d}"),
                           lambda cq=cq, f=f: cq.file(f), key, size=cq.file_bytes)
         if in_rocksdb:  # storeType=defaultRocksDB: the consume queue is a RocksDB database

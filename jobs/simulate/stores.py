@@ -7,7 +7,7 @@ snapshot's files show, written with the broker's own layouts.
 * ``tiered``: ``config/tieredStoreMetadata.json`` with each queue's tier ``minOffset`` (the tier keeps every message
   from ``tier_min``): Min = min(local Min, tier);
 * ``batch_topics``: ``queue.type=BatchCQ``: ``store/batchconsumequeue/<topic>/<qid>/`` instead of ``consumequeue``
-  (one unit per message, as ``DispatchRequest`` defaults it: msgBaseOffset = its offset, batchSize 1);
+  (one unit per record: a message sent alone, or an ``INNER_BATCH`` record's messages: :func:`batch_queue_files`);
 * ``compaction_topics``: ``cleanup.policy=COMPACTION`` in the topic's attributes;
 * ``rocksdb_cq``: ``storeType=defaultRocksDB``: ``store/consumequeue/`` is a RocksDB database (jobs.formats.rocksdb_cq)
   holding the retained units and each queue's ``max`` record; the ``min`` record the broker writes only when asked,
@@ -22,9 +22,10 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from jobs.formats import batch_consumequeue as bcq
 from jobs.formats import fastjson
-from jobs.formats.consumequeue import decode_cq
 
 # the coverage rows' details (jobs.rules.coverage words them the same way: the truth compares reasons, not words)
 FEATURE_DETAIL = {"COMPACTION_TOPIC": "cleanup.policy=COMPACTION", "BATCH_CQ": "queue.type=BatchCQ",
@@ -63,12 +64,31 @@ class StoreKind:
         return out
 
 
-def batch_files(cq_file: bytes, first_index: int, entries_per_file: int) -> tuple[int, bytes]:
-    """A consume queue file's entries as a batch consume queue file of as many units: (its start byte, bytes)."""
-    d = decode_cq(cq_file, file_start_byte=first_index * 20)
-    units = b"".join(bcq.encode_unit(int(o), int(s), int(t), 0, d.first_index + i, 1)
-                     for i, (o, s, t) in enumerate(zip(d.commit_offset, d.size, d.tags_code)))
-    return first_index * bcq.BCQ_UNIT_SIZE, units.ljust(entries_per_file * bcq.BCQ_UNIT_SIZE, b"\0")
+def batch_queue_files(cq: Any, min_phys: int) -> list[tuple[int, bytes]]:
+    """A queue's batch consume queue files: (start byte, bytes) of each retained file of ``cq.per_file`` units.
+
+    One unit per record: a record sent alone is one message (msgBaseOffset = its offset, batchSize 1, as
+    ``DispatchRequest`` defaults it), an ``INNER_BATCH`` record (Broker.put_batch: its messages share its physical
+    offset) all of them (msgBaseOffset = INNER_BASE, batchSize = INNER_NUM). A file whose last unit is below the
+    oldest segment's start ``min_phys`` is deleted, the newest never (``BatchConsumeQueue.deleteExpiredFile``)."""
+    n = len(cq.phys)
+    if not n:
+        return []
+    phys = np.asarray(cq.phys, np.int64)
+    starts = np.flatnonzero(np.concatenate(([True], phys[1:] != phys[:-1])))
+    counts = np.diff(np.append(starts, n))
+    per_file = cq.per_file
+    files = []
+    last = (len(starts) - 1) // per_file
+    for f in range(last + 1):
+        units = starts[f * per_file:(f + 1) * per_file]
+        if f < last and phys[units[-1]] < min_phys:
+            continue
+        data = b"".join(bcq.encode_unit(int(phys[i]), int(cq.size[i]), int(cq.tags[i]),
+                                        cq.msgs[i].store_ts if cq.msgs[i] is not None else 0, int(i), int(c))
+                        for i, c in zip(units, counts[f * per_file:(f + 1) * per_file]))
+        files.append((f * per_file * bcq.BCQ_UNIT_SIZE, data.ljust(per_file * bcq.BCQ_UNIT_SIZE, b"\0")))
+    return files
 
 
 def tier_metadata(broker: str, bounds: dict[tuple[str, int], tuple[int, int]], tier_min: int, now: int) -> bytes:

@@ -49,8 +49,9 @@ class TraceDispatcher:
     """``AsyncTraceDispatcher`` of one client: buffers trace records and sends them as trace messages."""
 
     def __init__(self, loop: EventLoop, ip: str, port: int, uniq: UniqIdGenerator, brokers: list["Broker"],
-                 log: list[dict[str, Any]]) -> None:
+                 log: list[dict[str, Any]], rng: Any = None) -> None:
         self.loop = loop
+        self.rng = rng if rng is not None else loop.rng  # the client's generator picks the broker
         self.ip = ip
         self.port = port
         self.uniq = uniq
@@ -93,7 +94,7 @@ class TraceDispatcher:
             keys = java.iteration_order(keys)  # a HashSet joined with " " (Message.setKeys(Collection))
             now = self.loop.now
             props = {"KEYS": " ".join(keys), "WAIT": "true", "UNIQ_KEY": self.uniq.next(now)}
-            broker = self.brokers[self.loop.rng.randrange(len(self.brokers))]
+            broker = self.brokers[self.rng.randrange(len(self.brokers))]
             stored = broker.put(topic="RMQ_SYS_TRACE_TOPIC", queue_id=0, props=props, body=body, born_ts=now,
                                 born_host=(self.ip, self.port))
             for r in batch:

@@ -275,3 +275,40 @@ def test_a_segment_damaged_the_same_in_two_copies_is_settled_at_the_damage(tmp_p
         ("snapshot_ts=20260105T000000Z", 10 * size), ("snapshot_ts=20260105T003000Z", 10 * size)]
     state = json.loads(out["progress"]["info"][0].as_py())["state"]
     assert (state["decoded_to"], state["complete"]) == (10 * size, True)
+
+
+def test_an_inner_batch_record_is_its_messages_and_one_that_cannot_be_placed_stays_a_record(
+        tmp_path: pathlib.Path) -> None:
+    """Issue 35 (rocketmq5.md §5): the messages of a record are what a consumer receives, an INNER_BATCH record's
+    inner messages at queue offsets QUEUEOFFSET + i with their own keys; a record whose INNER_BASE is not its queue
+    offset (the queue's span of it unknown) stays one row, and the quarantine says why."""
+    from jobs.formats import inner_batch
+
+    seg = tmp_path / "cluster=c" / "broker=b" / "snapshot_ts=20260105T000000Z" / "store" / "commitlog"
+    w = CommitLogWriter(str(seg), segment_size=SEG)
+    hosts = dict(born_ts_ms=1, store_ts_ms=2, born_host=("10.0.0.1", 1), store_host=("10.0.0.2", 10911))
+    at_0, size_0 = w.append(topic="T", queue_id=0, queue_offset=0, body=b"x", properties={"UNIQ_KEY": "K0"}, **hosts)
+    msgs = [{"body": b"m%d" % i, "uniq_key": f"I{i}", "keys": f"k{i}"} for i in range(3)]
+    good = inner_batch.inner_batch_fields(msgs, topic="T", queue_id=0, queue_base=1, batch_uniq_key="B1", **hosts)
+    at_good, size_good = w.append(**good)
+    bad = inner_batch.inner_batch_fields(msgs[:2], topic="T", queue_id=0, queue_base=4, batch_uniq_key="B2", **hosts)
+    bad["queue_offset"] = 9  # INNER_BASE 4
+    at_bad, size_bad = w.append(**bad)
+    at_10, size_10 = w.append(topic="T", queue_id=0, queue_offset=10, body=b"y", properties={"UNIQ_KEY": "K10"},
+                              **hosts)
+    w.close()
+    snaps, _, _ = landing.discover(str(tmp_path))
+    units = decode_tasks.plan_units(snaps, {}, frozenset(), lambda s, p: None, chunk_bytes=1 << 20, batch_rows=100,
+                                    trace_batch_rows=10)
+    out = _run(units[0])
+    rows = list(zip(*(out["message"][c].to_pylist() for c in ("physical_offset", "queue_offset", "uniq_key", "keys",
+                                                              "size", "sys_flag"))))
+    assert rows == [(at_0, 0, "K0", None, size_0, 0),
+                    (at_good, 1, "I0", "k0", size_good, 0xC0), (at_good, 2, "I1", "k1", size_good, 0xC0),
+                    (at_good, 3, "I2", "k2", size_good, 0xC0),
+                    (at_bad, 9, "B2", None, size_bad, 0xC0),
+                    (at_10, 10, "K10", None, size_10, 0)]
+    assert out["problem"]["reason"].to_pylist() == [
+        f"INNER_BATCH record at byte {at_bad}: INNER_BASE 4 but queue offset 9: the queue offsets of its inner "
+        "messages are unknown; none unwrapped"]
+    assert out["problem"]["position"].to_pylist() == [at_bad]

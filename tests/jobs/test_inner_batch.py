@@ -265,8 +265,17 @@ def test_unknown_queue_span_unwraps_nothing_of_that_record() -> None:
     assert problems[0].reason.startswith("INNER_BATCH record at byte 0: ")
 
 
-def test_a_record_decoded_without_its_body_is_a_problem() -> None:
+def test_the_decoder_keeps_the_body_of_every_inner_batch_record_only() -> None:
+    """Its inner messages are the messages a consumer sees: the body is kept whatever topics were asked for."""
     records = _decode(_segment([_plain(0), _batch(_msgs(2), 0)]), bodies=False)
+    assert [b is not None for b in records.column("body").to_pylist()] == [False, True]
+    assert _rows(ib.unwrap(records)[0], "queue_offset", "keys") == [(0, "o0"), (1, "o1")]
+
+
+def test_a_record_decoded_without_its_body_is_a_problem() -> None:
+    records = _decode(_segment([_plain(0), _batch(_msgs(2), 0)]))
+    at = records.schema.get_field_index("body")  # as when its body CRC did not match
+    records = records.set_column(at, "body", pa.nulls(records.num_rows, records.schema.field("body").type))
     inner, problems = ib.unwrap(records)
     assert inner.num_rows == 0
     assert len(problems) == 1 and "no body" in problems[0].reason

@@ -29,7 +29,7 @@ PLANTED = "ingest-20260106T120000Z-planted0"
 KEY = "cluster,broker,snapshot_ts,consumer_group,topic,queue_id,client_id"
 ROWS = {"silver/consumer_offsets": 8, "silver/deliveries": 2301, "silver/messages": 2641, "silver/queue_bounds": 8,
         "silver/subscription_groups": 4, "silver/topic_configs": 28}
-EVALUATED = {"silver/consumer_offsets": 11, "silver/deliveries": 8, "silver/messages": 10, "silver/queue_bounds": 11,
+EVALUATED = {"silver/consumer_offsets": 11, "silver/deliveries": 8, "silver/messages": 11, "silver/queue_bounds": 11,
              "silver/subscription_groups": 7, "silver/topic_configs": 11}
 
 
@@ -101,14 +101,15 @@ def test_the_first_ingest_is_validated_whole_and_its_results_kept(lake: str) -> 
         **{t: {"success": True, "rows": 0, "failed": [], "evaluated": 0, "skipped": "table not created yet"}
            for t in ("silver/store_features", "silver/pop_checkpoints", "silver/pop_acks", "silver/order_info")}}}
     kept = results(lake, run_id)
-    assert len(kept) == sum(EVALUATED.values()) == 58
+    assert len(kept) == sum(EVALUATED.values()) == 59
     assert [r for r in kept if r[0] == "silver/messages"] == [
         ("silver/messages", "expect_column_values_to_be_between", c, True, "[]", 2641, 0)
         for c in ("physical_offset", "queue_offset", "reconsume_times", "size")] + [
         ("silver/messages", "expect_column_values_to_not_be_null", c, True, "[]", 2641, 0)
-        for c in ("broker", "cluster", "physical_offset", "topic")] + [
-        ("silver/messages", "expect_compound_columns_to_be_unique", "cluster,broker,physical_offset", True, "[]", 2641,
-         0),
+        for c in ("broker", "cluster", "physical_offset", "queue_offset", "topic")] + [
+        # the key: an INNER_BATCH record's messages share its physical offset (issue 35)
+        ("silver/messages", "expect_compound_columns_to_be_unique", "cluster,broker,physical_offset,queue_offset",
+         True, "[]", 2641, 0),
         ("silver/messages", "expect_table_columns_to_match_set", "", True,
          '["born_host", "born_ts", "broker", "cluster", "first_snapshot_ts", "keys", "offset_msg_id", '
          '"physical_offset", "properties", "queue_id", "queue_offset", "reconsume_times", "segment", "size", '
@@ -155,7 +156,7 @@ def test_the_command_line_passes_a_clean_run_and_keeps_the_same_rows_when_run_ag
     assert (code, stderr.strip().splitlines()[-1]) == (
         0, f"validate: silver/deliveries: 2301 row(s) of {run_id}, 8 expectation(s), passed")
     first, commits = results(lake, run_id), len(_delta.history(lake, validation_results.TABLE))
-    assert (len(first), commits) == (58, 1)
+    assert (len(first), commits) == (59, 1)
     assert cli("validate", "--lake", lake, "--layer", "silver")[0] == 0
     assert (results(lake, run_id), len(_delta.history(lake, validation_results.TABLE))) == (first, 1)
 

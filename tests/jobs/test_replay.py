@@ -175,7 +175,8 @@ def _oracle(tl: pd.DataFrame, series: pd.DataFrame) -> set[tuple]:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("scenario,seed,snapshots", [("mixed", 1, 1248), ("rebalance", 7, 16)])
+# mixed: 1248 -> 1296 with the inner batches' two groups (issue 35)
+@pytest.mark.parametrize("scenario,seed,snapshots", [("mixed", 1, 1296), ("rebalance", 7, 16)])
 def test_replayed_commits_equal_the_definition_on_simulated_fleets(tmp_path: pathlib.Path, spark: Any,
                                                                    scenario: str, seed: int, snapshots: int) -> None:
     """Every (G, client, q, snapshot) the replay covers, on the 6-hour mixed fleet and on a rebalance."""

@@ -29,13 +29,15 @@ def test_mixed_draws_every_kind_on_several_brokers(mixed) -> None:
     from jobs.simulate.mixed import KINDS
 
     assert set(KINDS) <= kinds
-    # broker-c: the POP groups' broker, added after every other draw (jobs.simulate.mixed._pop_part)
-    assert meta["brokers"] == ["broker-a", "broker-b", "broker-c"]
+    # broker-c: the POP groups' broker, added after every other draw (jobs.simulate.mixed._pop_part); broker-d the
+    # inner batches' (_inner_batch_part), after that
+    assert meta["brokers"] == ["broker-a", "broker-b", "broker-c", "broker-d"]
     assert {g["trace"] for g in meta["groups"]} == {True, False}
     # issue 36 item 1, the POP groups' rows added: duplicated 12 -> 17 (5 POP_LATE_ACK), unconsumed 42 -> 43
-    # (POP_LOST), dlq 29 -> 33 (2 IN_DLQ, 2 RETRYING), status 180 -> 188 (8 POP queues); nothing else changed
-    assert summary["truth_rows"] == {"duplicated_ranges": 17, "unconsumed_ranges": 43, "offset_corrections": 2,
-                                     "dlq_candidates": 33, "consumer_status": 188, "coverage": 9}
+    # (POP_LOST), dlq 29 -> 33 (2 IN_DLQ, 2 RETRYING), status 180 -> 188 (8 POP queues); issue 35's inner batches
+    # (two groups, two queues and their retry queues) +1 duplicated, +1 BACKLOG, +6 status, +1 BATCH_CQ row
+    assert summary["truth_rows"] == {"duplicated_ranges": 18, "unconsumed_ranges": 44, "offset_corrections": 2,
+                                     "dlq_candidates": 33, "consumer_status": 194, "coverage": 10}
 
 
 def test_mixed_truth_rows_per_group_and_kind(mixed) -> None:
@@ -43,13 +45,14 @@ def test_mixed_truth_rows_per_group_and_kind(mixed) -> None:
     assert _count(out, "duplicated_ranges", "evidence") == Counter({
         ("GID_005_out_of_order", "TRACE"): 1, ("GID_006_rebalance", "TRACE"): 1, ("GID_011_rewind", "REWIND"): 4,
         ("GID_011_rewind", "TRACE"): 4, ("GID_013_blocked_head", "TRACE"): 2,
-        ("GID_pop_00", "POP_LATE_ACK"): 2, ("GID_pop_01", "POP_LATE_ACK"): 3})
+        ("GID_pop_00", "POP_LATE_ACK"): 2, ("GID_pop_01", "POP_LATE_ACK"): 3, ("GID_inner_killed", "TRACE"): 1})
     assert _count(out, "unconsumed_ranges", "kind") == Counter({
         ("GID_001_broadcast", "BROADCAST_DROPPED"): 26, ("GID_003_expired", "BACKLOG"): 4,
         ("GID_003_expired", "EXPIRED"): 2, ("GID_008_expired_return", "EXPIRED"): 4,
         # broker-b is tiered (its tier serves every offset): what was EXPIRED there is not, and the offsets an
         # operator moved past there are SKIPPED, not lost to retention
-        ("GID_004_reset_later", "SKIPPED"): 2, ("GID_007_skip", "SKIPPED"): 4, ("GID_pop_00", "POP_LOST"): 1})
+        ("GID_004_reset_later", "SKIPPED"): 2, ("GID_007_skip", "SKIPPED"): 4, ("GID_pop_00", "POP_LOST"): 1,
+        ("GID_inner_killed", "BACKLOG"): 1})
     assert _count(out, "dlq_candidates", "reason") == Counter({
         ("GID_001_broadcast", "BROADCAST_DROPPED"): 26, ("GID_012_retrying", "RETRYING"): 1,
         ("GID_014_retry_to_dlq", "IN_DLQ"): 2, ("GID_pop_00", "IN_DLQ"): 1, ("GID_pop_00", "RETRYING"): 1,
@@ -66,9 +69,9 @@ def test_mixed_truth_rows_per_group_and_kind(mixed) -> None:
     assert modes[("GID_002_orderly_blocked", "CONCURRENT")] == 2
 
     # every store type (spec §7 mixed): RocksDB v1 and v2 beside stale JSON, tiered broker-b, a BatchCQ and a
-    # compaction topic on both brokers; two groups without traces
+    # compaction topic on both brokers (and broker-d's TopicInner); two groups without traces
     assert _count(out, "coverage", "reason") == Counter({
-        ("", "BATCH_CQ"): 2, ("", "COMPACTION_TOPIC"): 2, ("", "STALE_JSON_IGNORED"): 2, ("", "TIERED"): 1,
+        ("", "BATCH_CQ"): 3, ("", "COMPACTION_TOPIC"): 2, ("", "STALE_JSON_IGNORED"): 2, ("", "TIERED"): 1,
         ("GID_008_expired_return", "NO_TRACE"): 1, ("GID_009_healthy_offsets_only", "NO_TRACE"): 1})
 
 
@@ -122,3 +125,17 @@ def test_mixed_draws_pop_groups_with_their_findings(mixed) -> None:
                                             "kind"]) == [("GID_pop_00", "TopicPop00", "0", "0", "0", "POP_LOST")]
     # no NO_TRACE row for them (spec §4.1: a POP group needs no traces)
     assert not [k for k in _count(out, "coverage", "reason") if k[0].startswith("GID_pop")]
+
+
+def test_mixed_sends_batches_to_a_batch_cq_topic(mixed) -> None:
+    """Issue 35 (rocketmq5.md §5): broker-d's TopicInner gets a batch of 1-8 messages every 10 s, each ONE
+    INNER_BATCH record; GID_inner_killed's client is killed when its committed offset of queue 0 (3093) is inside
+    the batch 3092-3093, so the new client's pull gets the whole record and consumes 3092 and 3093 again."""
+    out, _ = mixed
+    meta = json.loads((out / "_truth" / "scenario.json").read_text())
+    assert [(i["group"], i["kill_at"]) for i in meta["injected"] if i["kind"] == "killed_inside_batches"] == [
+        ("GID_inner_killed", "2026-01-05T03:48:55.180Z")]
+    with open(out / "_truth" / "duplicated_ranges.csv", newline="", encoding="utf-8") as f:
+        dup = [(r["topic"], r["broker"], r["queue_id"], r["start_offset"], r["end_offset"], r["messages"],
+                r["evidence"], r["cause"]) for r in csv.DictReader(f) if r["consumer_group"] == "GID_inner_killed"]
+    assert dup == [("TopicInner", "broker-d", "0", "3092", "3093", "2", "TRACE", "HEAD_BLOCKED")]
