@@ -105,8 +105,9 @@ def test_an_as_of_run_sees_the_deliveries_of_a_lake_ingested_up_to_then(tmp_path
     partial = _delta.read_pandas(str(tmp_path / "lake_0200"), D.TABLE)
     full = _delta.read_pandas(str(whole), D.TABLE)
     started = full[pd.to_datetime(full["start_ts"], utc=True) <= pd.Timestamp("2026-01-05T02:00:00Z")]
-    assert (len(started), int(started["end_ts"].notna().sum())) == (19915, 19911)  # what the start time alone gives
-    assert (len(partial), int(partial["end_ts"].notna().sum())) == (19915, 19903)
+    # (22063, 22059 with the inner batches' groups on broker-d, issue 35)
+    assert (len(started), int(started["end_ts"].notna().sum())) == (22063, 22059)  # what the start time alone gives
+    assert (len(partial), int(partial["end_ts"].notna().sum())) == (22063, 22051)
 
     def rows(df: pd.DataFrame) -> list[tuple]:
         out = df[list(D.TABLE.columns)].copy()

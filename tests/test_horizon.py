@@ -104,12 +104,14 @@ def test_a_horizon_run_reads_less_than_a_full_run(runs: dict) -> None:
     # (issue 36 item 1: mixed's POP groups on broker-c add 10,979 records, 89148 -> 100127, and their offsets: the
     # 06:00 run's series 1680 -> 1772, messages_recent 28592 -> 32297, messages_old_for_order 15601 -> 17405,
     # messages_old_looked_up 72 -> 74; POP groups have no deliveries; issue 36's re-put checkpoints, 6 more: 100133, 2 of them recent: 32299)
-    assert (read["full"]["messages"], read["full"]["deliveries"]) == (100133, 62320)
+    # (issue 35: broker-d's inner batches, 3,245 messages and 4,126 trace messages: 107504, and 6,492 deliveries of
+    # GID_inner_*: 68812; the 06:00 run's 6 more keys x 12 snapshots: series 1844; recent 34781, old 18654)
+    assert (read["full"]["messages"], read["full"]["deliveries"]) == (107504, 68812)
     carried = "after 2026-01-05T05:00:00.000Z and the previous run's tail"
-    assert read["06"] == {"consumer_offsets": carried, "queue_bounds": carried, "series_rows": 1772,
+    assert read["06"] == {"consumer_offsets": carried, "queue_bounds": carried, "series_rows": 1844,
                           "subscription_groups": "after 2026-01-05T05:00:00.000Z and the previous run's latest",
-                          "messages_recent": 32299, "messages_old_for_order": 17405, "messages_old_looked_up": 74,
-                          "deliveries_recent_and_open": 15646, "deliveries_of_full_groups": 10637,
+                          "messages_recent": 34781, "messages_old_for_order": 18654, "messages_old_looked_up": 74,
+                          "deliveries_recent_and_open": 17850, "deliveries_of_full_groups": 10637,
                           "messages_of_full_groups": "all (relevant_messages)", "retry_chains": 2}
     # the offset series: sched-05's tail (each key's last 48 known snapshots and its newest) plus the snapshots after
     # 05:00, not every snapshot since 00:30
@@ -129,8 +131,9 @@ def test_a_horizon_run_reads_less_than_a_full_run(runs: dict) -> None:
     ts = pd.to_datetime(co["snapshot_ts"], utc=True)
     after = int(((ts > pd.Timestamp("2026-01-05T05:00:00Z")) & (ts <= pd.Timestamp("2026-01-05T06:00:00Z"))).sum())
     # (here each key has 12 snapshots at most: the tail holds all of its 10; test_a_short_tail_... cuts it)
-    # (1400 -> 1476 and 280 -> 296 with the POP groups' offsets, issue 36 item 1)
-    assert (len(tail), after, len(tail) + after) == (1476, 296, read["06"]["series_rows"])
+    # (1400 -> 1476 and 280 -> 296 with the POP groups' offsets, issue 36 item 1; 1536 and 308 with the inner
+    # batches' 6 keys, issue 35)
+    assert (len(tail), after, len(tail) + after) == (1536, 308, read["06"]["series_rows"])
     # the check that old records lie below each queue's lowest recent offset: every old record after a full run
     # (which keeps no maxima), then the previous run's maxima plus the records first held since its cut
     from jobs.lake import _delta
@@ -142,18 +145,18 @@ def test_a_horizon_run_reads_less_than_a_full_run(runs: dict) -> None:
     at = lambda h: pd.Timestamp(f"2026-01-05T{h}:00:00Z")  # noqa: E731
     assert [read[k]["messages_old_for_order"] for k in ("04", "05", "06")] == [
         int((held <= at("02")).sum()), int(((held > at("02")) & (held <= at("03"))).sum()),
-        int(((held > at("03")) & (held <= at("04"))).sum())] == [34300, 16069, 17405]  # with broker-c's POP topics (4 re-put CK records before 02:00)
+        int(((held > at("03")) & (held <= at("04"))).sum())] == [36739, 17270, 18654]  # with broker-c's POP topics (4 re-put CK records before 02:00) and broker-d's TopicInner
     # the audit: whole once after a full run (which keeps no audit state), then P's hour stats plus the records P did
     # not see (gold/audit_hours equal the full run's: test above)
     audit = {k: v["horizon"].get("audit") for k, v in runs["summaries"].items()}
     assert audit == {
         "03": None, "full": None,
         # (60556 -> 67830, 3600 -> 3960, 2400 -> 2760: the POP topics' messages, issue 36 item 1; 67834 with the 4
-        # re-put CK records before 02:00)
-        "04": {"whole": "the previous run kept no audit state", "messages_read": 67834,
+        # re-put CK records before 02:00; 72723, 4497, 3324 with broker-d's inner batches and their traces, issue 35)
+        "04": {"whole": "the previous run kept no audit state", "messages_read": 72723,
                "newest_hour": "2026-01-05T03:00:00Z"},
-        "05": {"carried": "sched-04", "messages_read": 3960, "queues_whole": 0, "newest_hour": "2026-01-05T04:00:00Z"},
-        "06": {"carried": "sched-05", "messages_read": 2760, "queues_whole": 0, "newest_hour": "2026-01-05T05:00:00Z"},
+        "05": {"carried": "sched-04", "messages_read": 4497, "queues_whole": 0, "newest_hour": "2026-01-05T04:00:00Z"},
+        "06": {"carried": "sched-05", "messages_read": 3324, "queues_whole": 0, "newest_hour": "2026-01-05T05:00:00Z"},
     }
     assert read["06"]["messages_recent"] + read["06"]["messages_old_looked_up"] < read["full"]["messages"] / 3
     assert read["06"]["deliveries_recent_and_open"] < read["full"]["deliveries"] / 2
@@ -265,13 +268,14 @@ def test_a_short_tail_carries_the_offsets_as_a_full_run_reads_them(runs: dict, m
     reconcile.run(lake, reports, as_of="2026-01-05T06:00:00Z", run_id="w3-full", full=True, window=3)
     read = {h: (out[h]["horizon"]["mode"], out[h]["horizon"].get("previous_run"),
                 out[h]["horizon"]["read"].get("series_rows")) for h in out}
-    # each run: the previous run's tail (148 keys x their last 3 snapshots, all with bounds) and the 2 x 148 rows of
-    # the two snapshots after its time; the same 740 rows at 05:00 (10 snapshots a key) as at 06:00 (12)
-    # (140 -> 148 keys, 420 -> 444 and 700 -> 740 rows: the 8 queues of mixed's POP groups, issue 36 item 1)
+    # each run: the previous run's tail (154 keys x their last 3 snapshots, all with bounds) and the 2 x 154 rows of
+    # the two snapshots after its time; the same 770 rows at 05:00 (10 snapshots a key) as at 06:00 (12)
+    # (140 -> 148 keys, 420 -> 444 and 700 -> 740 rows: the 8 queues of mixed's POP groups, issue 36 item 1;
+    # 154 keys, 462 and 770 rows with the inner batches' two groups on 2 queues and a retry queue each, issue 35)
     # (the known snapshots are the status samples; series_tail holds a newest snapshot with unknown bounds: none here)
     tail = _gold(lake, "w3-05", "status_samples") + _gold(lake, "w3-05", "series_tail")
-    assert (len(tail), len({r[:6] for r in tail}), len({r[6] for r in tail})) == (444, 148, 3)
-    assert read == {"04": ("full", None, None), "05": ("horizon", "w3-04", 740), "06": ("horizon", "w3-05", 740)}
+    assert (len(tail), len({r[:6] for r in tail}), len({r[6] for r in tail})) == (462, 154, 3)
+    assert read == {"04": ("full", None, None), "05": ("horizon", "w3-04", 770), "06": ("horizon", "w3-05", 770)}
     for name in [*REPORTS, "status_samples", "series_tail", "offset_decreases", "subscription_latest"]:
         assert _gold(lake, "w3-06", name) == _gold(lake, "w3-full", name), name
     # carried, not recomputed: GID_001_rewind's 4 decreases at 02:30 lie before the tail the 06:00 run read (EXPIRED
@@ -285,10 +289,11 @@ def test_a_short_tail_carries_the_offsets_as_a_full_run_reads_them(runs: dict, m
 @pytest.mark.parametrize("max_spans", [512, 1], ids=["spans", "a span per broker"])
 def test_records_at_reads_the_hits_whole_and_nothing_else(spark: Any, monkeypatch: pytest.MonkeyPatch,
                                                           max_spans: int) -> None:
-    """horizon.records_at: the records at the hits' (cluster, broker, physical_offset), every column as stored (the
-    map and timestamps too), read through span filters on the commitlog offsets (the embedded engine decodes the
-    other columns only for the rows inside a span); a hit with no record reads nothing; with more spans than
-    MAX_SPANS, one span per broker gives the same rows."""
+    """horizon.records_at: the records at the hits' (cluster, broker, physical_offset, queue_offset), every column as
+    stored (the map and timestamps too), read through span filters on the commitlog offsets (the embedded engine
+    decodes the other columns only for the rows inside a span); a hit with no record reads nothing; of an
+    INNER_BATCH record's messages (one physical offset) only the one hit; with more spans than MAX_SPANS, one span
+    per broker gives the same rows."""
     import datetime as dt
 
     from jobs.reconcile import horizon
@@ -298,20 +303,21 @@ def test_records_at_reads_the_hits_whole_and_nothing_else(spark: Any, monkeypatc
     t = dt.datetime(2026, 1, 5, 1, 0)
     far = horizon.SPAN_GAP * 3
 
-    def record(broker: str, phys: int, key: str, props: dict | None = None) -> tuple:
-        return ("C", broker, phys, "T", 0, phys // 10, t, t, key, f"k-{key}", None, 0, props or {}, 10, 0,
-                "10.0.0.1:1", "10.0.0.2:10911", None, "00000000000000000000", t)
+    def record(broker: str, phys: int, key: str, props: dict | None = None, inner: int = 0) -> tuple:
+        return ("C", broker, phys, "T", 0, phys // 10 + inner, t, t, key, f"k-{key}", None, 0, props or {}, 10,
+                0xC0 if inner else 0, "10.0.0.1:1", "10.0.0.2:10911", None, "00000000000000000000", t)
 
     stored = [record("a", 0, "A0"), record("a", 100, "A1", {"REAL_TOPIC": "%RETRY%G"}), record("a", 200, "A2"),
               record("a", far, "A3"), record("b", 0, "B0"), record("b", 50, "B1", {"TAGS": "x"}),
-              record("c", 10, "C0")]
+              record("b", 60, "B2", inner=1), record("b", 60, "B3", inner=2), record("c", 10, "C0")]
     df = spark.createDataFrame(stored, messages.TABLE.schema)
-    hits = spark.createDataFrame([("C", "a", 100), ("C", "a", far), ("C", "b", 50), ("C", "c", 999)],
-                                 "cluster string, broker string, physical_offset long")
+    hits = spark.createDataFrame([("C", "a", 100, 10), ("C", "a", far, far // 10), ("C", "b", 50, 5),
+                                  ("C", "b", 60, 8), ("C", "c", 999, 99)],
+                                 "cluster string, broker string, physical_offset long, queue_offset long")
 
     got = sorted(tuple(r) for r in horizon.records_at(df, hits, lambda d, _name: d, "t").collect())
 
-    assert got == sorted([stored[1], stored[3], stored[5]])
+    assert got == sorted([stored[1], stored[3], stored[5], stored[7]])
     assert horizon.records_at(df, hits.where("broker = 'c'"), lambda d, _name: d, "t").count() == 0
 
 
@@ -336,3 +342,4 @@ def test_scheduled_runs_over_pop_groups_equal_one_full_run_and_the_truth(tmp_pat
     assert compare(sched, tmp_path / "landing" / "_truth") == []
     kinds = {r.split(",")[-2] for r in (sched / "duplicated_ranges.csv").read_text().splitlines()[1:]}
     assert kinds == {"POP_LATE_ACK"}
+

@@ -182,29 +182,35 @@ INNER_GROUPS = ("GID_inner_healthy", "GID_inner_killed")
 def _inner_batch_part(w: World, seed: int, end: int) -> None:
     """Batches on a BatchCQ topic (rocketmq5.md §5): ``TopicInner`` (2 queues) on a broker of its own, added after
     every other broker, client and draw, with a generator of its own (as the POP part), so nothing else changes.
-    Every 10 s a producer sends a batch of 1-8 messages (``i<j>``), stored as one ``INNER_BATCH`` record (a batch of
+    Every 30 s a producer sends a batch of 1-8 messages (``i<j>``), stored as one ``INNER_BATCH`` record (a batch of
     one too: it has the batch's UNIQ_KEY). Two traced groups consume it: ``GID_inner_healthy``, and
-    ``GID_inner_killed``, whose messages take 2-17 s and whose client is killed at a random time in hours 1-5 and
-    replaced 10-120 s later: its committed offset can stop inside a batch, and the new client's pull gets the whole
-    record again, so the batch's earlier messages are consumed twice (PullAPIWrapper unwraps whole records)."""
+    ``GID_inner_killed``, whose batches' first messages take 2 s and the others 10-17 s, and whose client is killed
+    6-10 s after a batch was sent, at a random one of hours 1-5, and replaced 10-120 s later: its committed offset
+    is then inside that batch, and the new client's pull gets the whole record again, so the batch's first message
+    is consumed twice though it was below the committed offset (PullAPIWrapper unwraps whole records)."""
     import random
 
     rng = random.Random(seed * 1_000_003 + 83)
     w.brokers = list(w.brokers)  # the clients made so far keep the old list
     b = w.add_broker(f"broker-{chr(ord('a') + len(w.brokers))}", StoreKind(batch_topics={INNER_TOPIC}))
     w.topic(INNER_TOPIC, 2, brokers=[b])
-    w.batch_traffic(w.producer(rng=rng), INNER_TOPIC, every_ms=10 * SECOND, start=T0_MS + 10 * SECOND, end=end - 1,
-                    brokers=[b], sizes=(1, 8), rng=rng, key_prefix="i")
+    every, start = 30 * SECOND, T0_MS + 10 * SECOND
+    w.batch_traffic(w.producer(rng=rng), INNER_TOPIC, every_ms=every, start=start, end=end - 1, brokers=[b],
+                    sizes=(1, 8), rng=rng, key_prefix="i")
     healthy, killed = INNER_GROUPS
     w.inject("healthy", group=healthy, topic=INNER_TOPIC)
     w.consumer(healthy, INNER_TOPIC, start_at=T0_MS + 5 * SECOND, from_first=True, brokers=[b], rng=rng)
 
     def slow(c: PushConsumer, m: Stored) -> tuple[int, str]:
-        return 2000 + c.rng.randrange(15000), "ok"
+        # a batch's first message takes 2 s, the others 10-17 s: its committed offset rests inside it for a while
+        phys = b.cqs[(m.topic, m.queue_id)].phys
+        first = m.queue_offset == 0 or phys[m.queue_offset - 1] != m.phys
+        return (2000 if first else 10000 + c.rng.randrange(7000)), "ok"
 
     a = w.consumer(killed, INNER_TOPIC, behaviour=slow, start_at=T0_MS + 5 * SECOND, from_first=True, brokers=[b],
                    rng=rng)
-    kill_at = T0_MS + rng.randrange(60 * MINUTE, 300 * MINUTE)
+    # 6-10 s after a batch was sent in hours 1-5: its first message done (and committed), the others not
+    kill_at = start + rng.randrange(120, 600) * every + 6 * SECOND + rng.randrange(4 * SECOND)
     w.at(kill_at, a.kill)
     w.consumer(killed, INNER_TOPIC, behaviour=slow, start_at=kill_at + rng.randrange(10, 120) * SECOND, brokers=[b],
                rng=rng)

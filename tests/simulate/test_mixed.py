@@ -35,8 +35,8 @@ def test_mixed_draws_every_kind_on_several_brokers(mixed) -> None:
     assert {g["trace"] for g in meta["groups"]} == {True, False}
     # issue 36 item 1, the POP groups' rows added: duplicated 12 -> 17 (5 POP_LATE_ACK), unconsumed 42 -> 43
     # (POP_LOST), dlq 29 -> 33 (2 IN_DLQ, 2 RETRYING), status 180 -> 188 (8 POP queues); issue 35's inner batches
-    # (two groups, two queues and their retry queues) +1 duplicated, +1 BACKLOG, +6 status, +1 BATCH_CQ row
-    assert summary["truth_rows"] == {"duplicated_ranges": 18, "unconsumed_ranges": 44, "offset_corrections": 2,
+    # (two groups, two queues and their retry queues) +1 duplicated, +6 status, +1 BATCH_CQ row
+    assert summary["truth_rows"] == {"duplicated_ranges": 18, "unconsumed_ranges": 43, "offset_corrections": 2,
                                      "dlq_candidates": 33, "consumer_status": 194, "coverage": 10}
 
 
@@ -51,8 +51,7 @@ def test_mixed_truth_rows_per_group_and_kind(mixed) -> None:
         ("GID_003_expired", "EXPIRED"): 2, ("GID_008_expired_return", "EXPIRED"): 4,
         # broker-b is tiered (its tier serves every offset): what was EXPIRED there is not, and the offsets an
         # operator moved past there are SKIPPED, not lost to retention
-        ("GID_004_reset_later", "SKIPPED"): 2, ("GID_007_skip", "SKIPPED"): 4, ("GID_pop_00", "POP_LOST"): 1,
-        ("GID_inner_killed", "BACKLOG"): 1})
+        ("GID_004_reset_later", "SKIPPED"): 2, ("GID_007_skip", "SKIPPED"): 4, ("GID_pop_00", "POP_LOST"): 1})
     assert _count(out, "dlq_candidates", "reason") == Counter({
         ("GID_001_broadcast", "BROADCAST_DROPPED"): 26, ("GID_012_retrying", "RETRYING"): 1,
         ("GID_014_retry_to_dlq", "IN_DLQ"): 2, ("GID_pop_00", "IN_DLQ"): 1, ("GID_pop_00", "RETRYING"): 1,
@@ -128,14 +127,15 @@ def test_mixed_draws_pop_groups_with_their_findings(mixed) -> None:
 
 
 def test_mixed_sends_batches_to_a_batch_cq_topic(mixed) -> None:
-    """Issue 35 (rocketmq5.md §5): broker-d's TopicInner gets a batch of 1-8 messages every 10 s, each ONE
-    INNER_BATCH record; GID_inner_killed's client is killed when its committed offset of queue 0 (3093) is inside
-    the batch 3092-3093, so the new client's pull gets the whole record and consumes 3092 and 3093 again."""
+    """Issue 35 (rocketmq5.md §5): broker-d's TopicInner gets a batch of 1-8 messages every 30 s, each ONE
+    INNER_BATCH record; GID_inner_killed's client is killed when its committed offset of queue 1 (937) is inside
+    the batch 936-939 in flight, so the new client's pull gets the whole record and consumes 936-939 again, 936
+    though it was below the committed offset."""
     out, _ = mixed
     meta = json.loads((out / "_truth" / "scenario.json").read_text())
     assert [(i["group"], i["kill_at"]) for i in meta["injected"] if i["kind"] == "killed_inside_batches"] == [
-        ("GID_inner_killed", "2026-01-05T03:48:55.180Z")]
+        ("GID_inner_killed", "2026-01-05T03:34:49.513Z")]
     with open(out / "_truth" / "duplicated_ranges.csv", newline="", encoding="utf-8") as f:
         dup = [(r["topic"], r["broker"], r["queue_id"], r["start_offset"], r["end_offset"], r["messages"],
                 r["evidence"], r["cause"]) for r in csv.DictReader(f) if r["consumer_group"] == "GID_inner_killed"]
-    assert dup == [("TopicInner", "broker-d", "0", "3092", "3093", "2", "TRACE", "HEAD_BLOCKED")]
+    assert dup == [("TopicInner", "broker-d", "1", "936", "939", "4", "TRACE", "HEAD_BLOCKED")]
