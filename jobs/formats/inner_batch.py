@@ -35,11 +35,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numba import njit
 
+from jobs.formats.commitlog import INNER_BATCH as INNER_BATCH_FLAG  # MessageSysFlag.INNER_BATCH_FLAG = 0x1 << 7
 from jobs.formats.commitlog_encode import properties_to_string, tags_hash
 from jobs.problems import Problem, excerpt
 
 NEED_UNWRAP_FLAG = 0x40  # MessageSysFlag.NEED_UNWRAP_FLAG = 0x1 << 6
-INNER_BATCH_FLAG = 0x80  # MessageSysFlag.INNER_BATCH_FLAG = 0x1 << 7
 MULTI_TAGS_FLAG = 0x2  # MessageSysFlag.MULTI_TAGS_FLAG (a MULTI_TAG topic, SendMessageProcessor.sendBatchMessage)
 
 PROPERTY_INNER_NUM = "INNER_NUM"

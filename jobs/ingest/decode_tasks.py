@@ -326,9 +326,6 @@ def _unwrapped(out: _Out, tbl: pa.Table, ts: str, path: str, segment_start: int)
     from jobs.formats import inner_batch
 
     base = tbl.drop_columns(["body"])
-    mask = inner_batch.is_inner_batch(tbl.column("sys_flag"))
-    if not mask.any():
-        return base
     rows, problems = inner_batch.unwrap(tbl, source_path=path, segment_start=segment_start)
     for p in problems:
         out.problem(ts, path, p.position, p.reason)

@@ -53,6 +53,9 @@ def lower_first_held(spark: Any, lake: str, late: list[Snapshot]) -> int:
     spans = {(c, b): (int(lo), int(hi) + 1) for c, b, lo, hi in firsts.groupBy("cluster", "broker").agg(
         F.min("physical_offset"), F.max("physical_offset")).collect()}
     in_spans = _spans_filter(spans)
+    # the trace records, POP checkpoints and acks by the record that carries them: its first time once per record
+    by_record = _spark.materialize(spark, firsts.select("cluster", "broker", "physical_offset", "_ts", "_path")
+                                   .distinct(), f"{folder}/by-record")
     n = 0
     for table in (messages, trace_records, pop_checkpoints, pop_acks):
         if not _delta.exists(lake, table.TABLE):
@@ -61,7 +64,7 @@ def lower_first_held(spark: Any, lake: str, late: list[Snapshot]) -> int:
         # physical offset of the record that carries them
         on = list(messages.TABLE.key) if table is messages else ["cluster", "broker", "physical_offset"]
         rows = (_delta.read(spark, lake, table.TABLE).alias("t").where(in_spans)
-                .join(firsts if table is messages else firsts.select(*on, "_ts", "_path").distinct(), on, "inner")
+                .join(firsts if table is messages else by_record, on, "inner")
                 .where(F.col("first_snapshot_ts") > F.col("_ts")).withColumn("first_snapshot_ts", F.col("_ts")))
         if "segment" in table.TABLE.columns:  # the copy that first held the message
             rows = rows.withColumn("segment", F.col("_path"))

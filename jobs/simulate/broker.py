@@ -399,6 +399,14 @@ class Broker:
             self.cqs[key] = ConsumeQueue(topic, qid, self.cfg.cq_entries_per_file)
         return self.cqs[key]
 
+    def _append_record(self, fields: dict[str, Any], now: int) -> tuple[int, bytes]:
+        """Encodes a record at the commitlog's next physical offset (PHYSICALOFFSET is bytes 28-36) and writes it."""
+        probe = encode_message(physical_offset=0, **fields)
+        phys = self.commitlog.reserve(len(probe), now)
+        record = probe[:28] + phys.to_bytes(8, "big") + probe[36:]
+        self.commitlog.write(phys, record, now)
+        return phys, record
+
     def put(self, *, topic: str, queue_id: int, props: dict[str, str], body: bytes, born_ts: int,
             born_host: tuple[str, int], reconsume: int = 0, tags_code: Optional[int] = None) -> Stored:
         """``CommitLog.asyncPutMessage`` + dispatch to the consume queue; returns the record as stored."""
@@ -409,10 +417,7 @@ class Broker:
         fields = dict(topic=topic, queue_id=queue_id, queue_offset=qoff, body=body, properties=ordered_props,
                       born_ts_ms=born_ts, store_ts_ms=now, born_host=born_host, store_host=self.addr,
                       reconsume_times=reconsume)
-        probe = encode_message(physical_offset=0, **fields)
-        phys = self.commitlog.reserve(len(probe), now)
-        record = probe[:28] + phys.to_bytes(8, "big") + probe[36:]
-        self.commitlog.write(phys, record, now)
+        phys, record = self._append_record(fields, now)
         msg = Stored(self.name, topic, queue_id, qoff, phys, len(record), now, born_ts, ordered_props, reconsume,
                      body, born_host, self.addr)
         code = tags_hash(props.get("TAGS")) if tags_code is None else tags_code
@@ -440,10 +445,7 @@ class Broker:
         fields = inner_batch.inner_batch_fields(
             messages, topic=topic, queue_id=queue_id, queue_base=qoff, batch_uniq_key=batch_uniq_key,
             born_ts_ms=born_ts, store_ts_ms=now, born_host=born_host, store_host=self.addr, cluster=self.cluster)
-        probe = encode_message(physical_offset=0, **fields)
-        phys = self.commitlog.reserve(len(probe), now)
-        record = probe[:28] + phys.to_bytes(8, "big") + probe[36:]
-        self.commitlog.write(phys, record, now)
+        phys, record = self._append_record(fields, now)
         out = []
         for i, m in enumerate(messages):
             props = {name: str(m[k]) for name, k in (("TAGS", "tags"), ("KEYS", "keys")) if m.get(k) is not None}

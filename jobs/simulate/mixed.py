@@ -211,10 +211,17 @@ def _inner_batch_part(w: World, seed: int, end: int) -> None:
                    rng=rng)
     # 6-10 s after a batch was sent in hours 1-5: its first message done (and committed), the others not
     kill_at = start + rng.randrange(120, 600) * every + 6 * SECOND + rng.randrange(4 * SECOND)
-    w.at(kill_at, a.kill)
+    w.inject("killed_inside_batches", group=killed, topic=INNER_TOPIC, kill_at=iso_ms(kill_at))
+    fact = w.injected[-1]
+
+    def kill() -> None:  # the broker's offsets at the kill are where the new client starts (a fact for the tests)
+        fact["committed_at_kill"] = {str(q): o for q, o in sorted(b.offsets.state_at(kill_at).get(
+            (INNER_TOPIC, killed), {}).items())}
+        a.kill()
+
+    w.at(kill_at, kill)
     w.consumer(killed, INNER_TOPIC, behaviour=slow, start_at=kill_at + rng.randrange(10, 120) * SECOND, brokers=[b],
                rng=rng)
-    w.inject("killed_inside_batches", group=killed, topic=INNER_TOPIC, kill_at=iso_ms(kill_at))
 
 
 def store_kinds(seed: int, n_brokers: int, topics: list[str]) -> list[StoreKind]:

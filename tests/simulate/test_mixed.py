@@ -128,13 +128,14 @@ def test_mixed_draws_pop_groups_with_their_findings(mixed) -> None:
 
 def test_mixed_sends_batches_to_a_batch_cq_topic(mixed) -> None:
     """Issue 35 (rocketmq5.md §5): broker-d's TopicInner gets a batch of 1-8 messages every 30 s, each ONE
-    INNER_BATCH record; GID_inner_killed's client is killed when its committed offset of queue 1 (937) is inside
-    the batch 936-939 in flight, so the new client's pull gets the whole record and consumes 936-939 again, 936
-    though it was below the committed offset."""
+    INNER_BATCH record; GID_inner_killed's client is killed when the broker's committed offset of queue 1 (937) is
+    inside the batch 936-939 in flight, so the new client's pull gets the whole record and consumes 936-939 again,
+    936 though it was below the committed offset."""
     out, _ = mixed
     meta = json.loads((out / "_truth" / "scenario.json").read_text())
-    assert [(i["group"], i["kill_at"]) for i in meta["injected"] if i["kind"] == "killed_inside_batches"] == [
-        ("GID_inner_killed", "2026-01-05T03:34:49.513Z")]
+    killed = [i for i in meta["injected"] if i["kind"] == "killed_inside_batches"]
+    assert [(i["group"], i["kill_at"], i["committed_at_kill"]["1"]) for i in killed] == [
+        ("GID_inner_killed", "2026-01-05T03:34:49.513Z", 937)]
     with open(out / "_truth" / "duplicated_ranges.csv", newline="", encoding="utf-8") as f:
         dup = [(r["topic"], r["broker"], r["queue_id"], r["start_offset"], r["end_offset"], r["messages"],
                 r["evidence"], r["cause"]) for r in csv.DictReader(f) if r["consumer_group"] == "GID_inner_killed"]
