@@ -286,41 +286,6 @@ def test_a_short_tail_carries_the_offsets_as_a_full_run_reads_them(runs: dict, m
     assert len([r for r in _gold(lake, "w3-06", "unconsumed_ranges") if r[9] == "EXPIRED"]) == 8
 
 
-@pytest.mark.parametrize("max_spans", [512, 1], ids=["spans", "a span per broker"])
-def test_records_at_reads_the_hits_whole_and_nothing_else(spark: Any, monkeypatch: pytest.MonkeyPatch,
-                                                          max_spans: int) -> None:
-    """horizon.records_at: the records at the hits' (cluster, broker, physical_offset, queue_offset), every column as
-    stored (the map and timestamps too), read through span filters on the commitlog offsets (the embedded engine
-    decodes the other columns only for the rows inside a span); a hit with no record reads nothing; of an
-    INNER_BATCH record's messages (one physical offset) only the one hit; with more spans than MAX_SPANS, one span
-    per broker gives the same rows."""
-    import datetime as dt
-
-    from jobs.reconcile import horizon
-    from schemas import messages
-
-    monkeypatch.setattr(horizon, "MAX_SPANS", max_spans)
-    t = dt.datetime(2026, 1, 5, 1, 0)
-    far = horizon.SPAN_GAP * 3
-
-    def record(broker: str, phys: int, key: str, props: dict | None = None, inner: int = 0) -> tuple:
-        return ("C", broker, phys, "T", 0, phys // 10 + inner, t, t, key, f"k-{key}", None, 0, props or {}, 10,
-                0xC0 if inner else 0, "10.0.0.1:1", "10.0.0.2:10911", None, "00000000000000000000", t)
-
-    stored = [record("a", 0, "A0"), record("a", 100, "A1", {"REAL_TOPIC": "%RETRY%G"}), record("a", 200, "A2"),
-              record("a", far, "A3"), record("b", 0, "B0"), record("b", 50, "B1", {"TAGS": "x"}),
-              record("b", 60, "B2", inner=1), record("b", 60, "B3", inner=2), record("c", 10, "C0")]
-    df = spark.createDataFrame(stored, messages.TABLE.schema)
-    hits = spark.createDataFrame([("C", "a", 100, 10), ("C", "a", far, far // 10), ("C", "b", 50, 5),
-                                  ("C", "b", 60, 8), ("C", "c", 999, 99)],
-                                 "cluster string, broker string, physical_offset long, queue_offset long")
-
-    got = sorted(tuple(r) for r in horizon.records_at(df, hits, lambda d, _name: d, "t").collect())
-
-    assert got == sorted([stored[1], stored[3], stored[5], stored[7]])
-    assert horizon.records_at(df, hits.where("broker = 'c'"), lambda d, _name: d, "t").count() == 0
-
-
 @pytest.mark.integration
 def test_scheduled_runs_over_pop_groups_equal_one_full_run_and_the_truth(tmp_path: pathlib.Path) -> None:
     """Issue 36: the POP rows (late acks, a lost pop, POP RETRYING, in flight) of scheduled runs as of 00:20, 00:30

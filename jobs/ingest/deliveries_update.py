@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.lake import _delta, _spark, storage
-from schemas import consumer_offsets, deliveries, messages, trace_records
+from jobs.lake import _delta, _spark, lookups, storage
+from schemas import consumer_offsets, deliveries, key_index, messages, trace_records
 
 DELIVERIES_STAGING = "_staging/deliveries"  # the rows silver/deliveries gains or changes, computed once
 DELIVERIES_INPUTS_STAGING = "_staging/deliveries_inputs"  # the requests an update derives again, and their keys
@@ -78,7 +78,13 @@ def build_deliveries(spark: Any, lake: str, since: dict[str, int] | None = None)
                           .select(*trace_records.TABLE.columns), "trace")
         keys = small(trace.where(F.col("msg_id").isNotNull())
                      .select("cluster", F.col("msg_id").alias("uniq_key")).distinct(), "keys")
-        msgs = keys.join(msgs.select(*deliveries_job.MESSAGE_COLUMNS), ["cluster", "uniq_key"], "inner")
+        msgs = msgs.select(*deliveries_job.MESSAGE_COLUMNS)
+        if requests is not None and lookups.index_enabled() and _delta.exists(lake, key_index.TABLE):
+            # the copies of the touched requests' keys, found through silver/key_index (up to date: the ingest
+            # updates it first) and read by position, not by a scan of every message's key
+            msgs = lookups.copies_of(msgs, keys, _delta.read(spark, lake, key_index.TABLE), small, "copies")
+        else:  # every request: every message's copies are read anyway
+            msgs = keys.join(msgs, ["cluster", "uniq_key"], "inner")
         df = deliveries_job.deliveries(trace, msgs, client_ids)
         return _delta.merge(spark, df, lake, deliveries.TABLE, stage=f"{lake.rstrip('/')}/{DELIVERIES_STAGING}")
     finally:

@@ -23,7 +23,7 @@ by the driver, but only the files that changed since the broker's previous snaps
 
 Each step has a module of its own and :func:`run` calls them in turn: jobs.ingest.plan (the snapshot folders to
 take), snapshot_configs, decode (segment progress in segment_ledger), bounds (checked against known_records),
-load, exports, late (folders that landed after a newer one) and deliveries_update.
+load, exports, late (folders that landed after a newer one), key_index and deliveries_update.
 """
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ from typing import Any, Callable
 
 from jobs import progress as progress_lines
 from jobs.ingest import cq_ledger, landing, plan
+from jobs.ingest import key_index as key_index_update
 from jobs.ingest.bounds import extract_all_queue_bounds
 from jobs.ingest.decode import Decoded, decode_commitlogs, seen_commitlog_paths
 from jobs.ingest.deliveries_update import build_deliveries, deliveries_stale
@@ -55,6 +56,7 @@ from schemas import (
     delay_offsets,
     deliveries,
     files,
+    key_index,
     messages,
     order_info,
     quarantine,
@@ -80,8 +82,8 @@ UTC = dt.timezone.utc
 LEDGER_TABLES = [files.TABLE, quarantine.TABLE, segments.TABLE, snapshots_table.TABLE, trace_records.TABLE,
                  cq_files.TABLE, consumer_offsets.TABLE,
                  subscription_groups.TABLE, topic_configs.TABLE, delay_offsets.TABLE, order_info.TABLE,
-                 queue_bounds.TABLE, store_features.TABLE, messages.TABLE, pop_checkpoints.TABLE, pop_acks.TABLE,
-                 deliveries.TABLE]
+                 queue_bounds.TABLE, store_features.TABLE, messages.TABLE, key_index.TABLE, pop_checkpoints.TABLE,
+                 pop_acks.TABLE, deliveries.TABLE]
 
 
 class _Background:
@@ -249,6 +251,12 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
         counts[segments.TABLE.qualified] = save_segments_state(spark, lake, state, now)
         storage.delete_tree(rows_folder(lake))
         failpoints.hit("ingest.after_segments")
+        # silver/key_index before silver/deliveries, whose update looks traced keys up through it
+        if key_index_update.stale(lake, previous):
+            counts[key_index.TABLE.qualified] = key_index_update.update(
+                spark, lake, previous["table_versions"] if previous else None, say)
+            say(f"ingest: silver/key_index up to date ({_since(t_decode)} since the decode began)")
+            failpoints.hit("ingest.after_key_index")
         # Derived tables are rebuilt from what the lake holds whenever their inputs moved since the last completed
         # run, not only when this run loaded something: rows a killed run loaded are taken in here.
         if deliveries_stale(lake, previous):

@@ -117,6 +117,22 @@ def added_since(spark: "SparkSession", lake: str, table: "Table", since: int | N
                        for c in table.columns])
 
 
+def rows_added(lake: str, table: "Table", since: int | None) -> int:
+    """The rows in the data files the table gained after version ``since`` (all when None), from the files' own
+    record counts (delta-rs add actions): no data is read. Exact for appends."""
+    if not exists(lake, table):
+        return 0
+
+    def counts(version: int | None) -> dict[str, int]:
+        import pyarrow as pa
+
+        actions = pa.table(delta_table(lake, table, version=version).get_add_actions(flatten=True)).to_pydict()
+        return dict(zip(actions["path"], actions["num_records"]))
+
+    before = counts(since) if since is not None else {}
+    return int(sum(n or 0 for path, n in counts(None).items() if path not in before))
+
+
 def read(spark: "SparkSession", lake: str, table: "Table", *, at: int | None = None) -> "DataFrame":
     """The table as a DataFrame with its declared schema; an empty frame when it does not exist yet.
 

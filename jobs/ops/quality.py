@@ -136,6 +136,22 @@ def duplicate_keys(table_rows: "DataFrame | None", increment: "DataFrame", key: 
     return rows.groupBy(*key).agg(F.count(F.lit(1)).alias("rows")).where(F.col("rows") > 1)
 
 
+def in_spans(table_rows: "DataFrame | None", increment: "DataFrame", table: "Table") -> "DataFrame | None":
+    """``table_rows`` restricted to the increment's brokers and commitlog ranges, for a table keyed by commitlog
+    position (silver/messages, silver/key_index): a row sharing a key with the increment lies there, and the files of
+    older ranges are skipped by their statistics instead of read for the key rule's semi-join (issue 39)."""
+    from pyspark.sql import functions as F
+
+    from jobs.ingest.load import _spans_filter
+    from jobs.lake import lookups
+
+    if table_rows is None or not {"cluster", "broker", "physical_offset"} <= set(table.key):
+        return table_rows
+    spans = lookups.spans(increment)
+    # (a null key matches no row in the semi-join: the not-null expectations report it)
+    return table_rows.alias("t").where(_spans_filter(spans)) if spans else table_rows.where(F.lit(False))
+
+
 def key_rule(table: "Table", table_rows: "DataFrame | None", increment: "DataFrame", increment_rows: int) -> "Result":
     """The one-row-per-key rule as a result, from :func:`duplicate_keys` run bucket by bucket.
 
@@ -170,6 +186,42 @@ def key_rule(table: "Table", table_rows: "DataFrame | None", increment: "DataFra
     return Result(expectation=UNIQUE, column=",".join(key), success=not examples,
                   observed_value=json.dumps(examples, sort_keys=True, default=str),
                   element_count=increment_rows, unexpected_count=int(unexpected))
+
+
+INDEXED = "expect_stored_copies_to_be_indexed"  # across tables: silver/messages' rows in silver/key_index
+
+
+def indexed_rule(spark: "SparkSession", lake: str, inc: Increment, increment: "DataFrame") -> "Result":
+    """Every row of the run's silver/messages increment that has a UNIQ_KEY has its silver/key_index row (at the
+    version the run left), with the key's hash: a copy missing from the index is a copy a look-up by key would not
+    find. The index is read in the increment's brokers and commitlog ranges only.
+
+    unexpected_count: such rows without their index row; observed_value: the first 20 (in key order)."""
+    from pyspark.sql import functions as F
+
+    from expectations.runner import EXAMPLES, Result
+    from jobs.ingest.load import _spans_filter
+    from jobs.lake import lookups
+    from schemas import key_index
+
+    want = lookups.index_rows(increment)
+    spans = lookups.spans(want)
+    key = list(key_index.TABLE.key)
+    rows = 0
+    examples: list[dict[str, Any]] = []
+    if spans:
+        index = _delta.read(spark, lake, key_index.TABLE, at=inc.after.get(key_index.TABLE.qualified)) \
+            .alias("t").where(_spans_filter(spans))
+        missing = want.join(index, on=[*key, "key_hash"], how="left_anti")
+        rows = want.count()
+        got = missing.orderBy(*key).limit(EXAMPLES).select(*[F.col(k).cast("string").alias(k) for k in key]).collect()
+        examples = [r.asDict() for r in got]
+        unexpected = missing.count() if examples else 0
+    else:
+        unexpected = 0
+    return Result(expectation=INDEXED, column=",".join([*key, "key_hash"]), success=not examples,
+                  observed_value=json.dumps(examples, sort_keys=True), element_count=rows,
+                  unexpected_count=int(unexpected))
 
 
 def result_rows(inc: Increment, table: "Table", results: list["Result"], validated_at: dt.datetime) -> list[tuple]:
@@ -290,8 +342,8 @@ def _validate(lake: str, inc: Increment, tables: list["Table"], docs_dir: str | 
               say: Callable[[str], None]) -> list[tuple]:
     from expectations import SUITES
     from expectations.runner import ephemeral_context, row_rules, validate_table
-    from jobs.lake import _spark, lease
-    from schemas import validation_results
+    from jobs.lake import _spark, lease, lookups
+    from schemas import messages, validation_results
 
     validated_at = (now or dt.datetime.now(UTC)).astimezone(UTC).replace(microsecond=0)
     # Data Docs are a local HTML site (GE's filesystem store); for an s3:// docs_dir only validation.json goes there.
@@ -306,7 +358,10 @@ def _validate(lake: str, inc: Increment, tables: list["Table"], docs_dir: str | 
             outcome = validate_table(increment, row_rules(suite), context=context)
             results = list(outcome.results)
             if any(e.expectation_type == UNIQUE for e in suite.expectations):
-                results.append(key_rule(table, extract_table(spark, lake, table, inc), increment, outcome.rows))
+                results.append(key_rule(table, in_spans(extract_table(spark, lake, table, inc), increment, table),
+                                        increment, outcome.rows))
+            if table is messages.TABLE and lookups.index_enabled():
+                results.append(indexed_rule(spark, lake, inc, increment))
             rows += result_rows(inc, table, results, validated_at)
             bad = sorted(r.described for r in results if not r.success)
             say(f"validate: {table.qualified}: {outcome.rows} row(s) of {inc.validation_id}, {len(results)} "

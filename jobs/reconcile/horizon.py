@@ -26,6 +26,7 @@ from typing import Any
 import pandas as pd
 
 from jobs.lake import _delta
+from jobs.lake.lookups import RECORD_KEY, copies_of, records_at
 from jobs.reconcile import gold_runs, offset_state
 from jobs.problems import UsageError
 from schemas import reconcile_runs
@@ -163,7 +164,8 @@ def split_frames(frames: dict[str, Any], *, as_of: dt.datetime, cut: dt.datetime
     old_d = d.where(F.col("first_snapshot_ts") <= k)
     lo = (recent_m.where(~is_system_topic_col(F.col("topic")) & F.col("queue_offset").isNotNull())
           .groupBy(*QUEUE).agg(F.min(F.col("queue_offset").cast("long")).alias("lo")))
-    return {"recent_m": recent_m, "old_m": old_m, "recent_d": recent_d, "old_d": old_d, "lo": lo}
+    return {"recent_m": recent_m, "old_m": old_m, "recent_d": recent_d, "old_d": old_d, "lo": lo,
+            "key_index": frames.get("key_index")}
 
 
 def open_entries(old_d: Any, recent_d: Any, *, cut: dt.datetime) -> Any:
@@ -214,56 +216,15 @@ def committed_positions(series: Any, lo: Any) -> Any:
             .select(*QUEUE, F.col("committed_offset").alias("queue_offset")).distinct())
 
 
-# silver/messages' key (an INNER_BATCH record's messages share its physical offset); it is clustered by the first three
-RECORD_KEY = ["cluster", "broker", "physical_offset", "queue_offset"]
-SPAN_GAP = 8 << 20  # bytes of commitlog between two hits read as one span (records_at)
-MAX_SPANS = 512
-
-
-def records_at(messages: Any, hits: Any, small: Any, name: str) -> Any:
-    """The records of ``messages`` with the keys (:data:`RECORD_KEY`) of ``hits``, every column.
-
-    The hits are found by a join on narrow columns; the records are then read only from each broker's span of
-    physical offsets: files and row groups outside every span are skipped by their statistics (silver/messages is
-    clustered by its key where the engine writes ranges), and the rest decode the other columns only for the rows
-    inside a span (late materialization: ``jobs.lake._spark.SAIL_DEFAULTS``; Sail writes files that span every
-    broker, so this is what saves the read there: 10 M records, 4.3 -> 1.0 s for two look-ups). A join that keeps
-    every column reads every column of every record before it joins: 18.9 s at 46 M old records, for none found.
-    """
-    from functools import reduce
-
-    from pyspark.sql import functions as F
-
-    from pyspark.sql import Window
-
-    keys = small(hits.select(*RECORD_KEY).distinct(), f"{name}_keys")
-    # spans of hits no more than SPAN_GAP bytes of commitlog apart (committed offsets lie all over a broker's history)
-    w = Window.partitionBy("cluster", "broker").orderBy("physical_offset")
-    gap = F.col("physical_offset") - F.lag("physical_offset").over(w)
-    spans = (keys.withColumn("_new", F.when(gap.isNull() | (gap > SPAN_GAP), 1).otherwise(0))
-             .withColumn("_span", F.sum("_new").over(w.rowsBetween(Window.unboundedPreceding, 0)))
-             .groupBy("cluster", "broker", "_span").agg(F.min("physical_offset").alias("lo"),
-                                                        F.max("physical_offset").alias("hi"))
-             .orderBy("cluster", "broker", "lo").limit(MAX_SPANS + 1).collect())
-    if not spans:
-        return small(messages.where(F.lit(False)), name)
-    if len(spans) > MAX_SPANS:  # hits all over: one span per broker (a pass over the broker's records)
-        spans = keys.groupBy("cluster", "broker").agg(F.min("physical_offset").alias("lo"),
-                                                      F.max("physical_offset").alias("hi")).collect()
-    inside = reduce(lambda a, b: a | b, [
-        (F.col("cluster") == r["cluster"]) & (F.col("broker") == r["broker"])
-        & F.col("physical_offset").between(int(r["lo"]), int(r["hi"])) for r in spans])
-    return small(keys.join(messages.where(inside), on=RECORD_KEY, how="inner").select(*messages.columns), name)
-
-
 def lookups(parts: dict[str, Any], series: Any, small: Any = lambda df, _name: df) -> dict[str, Any]:
     """Old records a recent answer reads: at committed offsets (time lag, BLOCKING_COMMIT: the columns
     ``jobs.rules.snapshots.message_at`` reads, the others null) and the copies of keys of recent DLQ records (IN_DLQ's
     original); and the old copies of recently delivered keys (a check).
 
     Each is a join of a small frame (computed once by ``small``, so the engine knows it is small and builds its hash
-    table from it) to the narrow columns of the old records, whose hits are then read whole
-    (:func:`records_at`): never a pass over all old records that keeps what it sees.
+    table from it) to narrow columns, whose hits are then read whole (:func:`records_at`): never a pass over all old
+    records that keeps what it sees. By key, the narrow columns are silver/key_index's where the lake keeps it
+    (``jobs.lake.lookups.copies_of``: a long per record, not the key's string); by position, the old records'.
     """
     from pyspark.sql import functions as F
 
@@ -274,16 +235,20 @@ def lookups(parts: dict[str, Any], series: Any, small: Any = lambda df, _name: d
     narrow = old_m.select(*RECORD_KEY, "topic", "queue_id", "uniq_key")  # queue_offset: a long
     positions = small(committed_positions(series, parts["lo"]), "positions")
     # read where a committed offset points: by message_at (the status' time lag, BLOCKING_COMMIT) alone, so only the
-    # columns it reads (committed offsets lie all over the history: a read of every column was 10 s at 46 M records)
+    # columns it reads (committed offsets lie all over the history: a read of every column was 10 s at 46 M records);
+    # found on the queue and offset columns (no string but the topic's, dictionary-encoded), then read by position:
+    # the keys' strings of every old record are not decoded
     types = {f.name: f.dataType for f in old_m.schema.fields}
-    at = positions.join(old_m.select(*RECORD_KEY, "topic", "queue_id", "uniq_key",
-                                     "keys", "store_ts"), on=[*QUEUE, "queue_offset"], how="inner")
+    hits = positions.join(old_m.select(*QUEUE, "queue_offset", "physical_offset"), on=[*QUEUE, "queue_offset"],
+                          how="inner")
+    at = records_at(old_m.select(*RECORD_KEY, "topic", "queue_id", "uniq_key", "keys", "store_ts"), hits, small,
+                    "at_records")
     at_positions = small(at.select(*[F.col(c) if c in at.columns else F.lit(None).cast(types[c]).alias(c)
                                      for c in old_m.columns]), "at_positions")
     dlq_keys = small(parts["recent_m"].where(F.col("topic").startswith(DLQ_PREFIX) & F.col("uniq_key").isNotNull())
                      .select("cluster", "uniq_key").distinct(), "dlq_keys")
-    dlq_copies = records_at(old_m, dlq_keys.join(narrow, on=["cluster", "uniq_key"], how="inner"), small,
-                            "dlq_copies")
+    index = parts.get("key_index")  # by key: through silver/key_index where the lake keeps it
+    dlq_copies = copies_of(old_m, dlq_keys, index, small, "dlq_copies")
     # the original copies of the retry copies at committed offsets: BLOCKING_COMMIT on a %RETRY% queue is reported
     # at the original (rule 20), which can be older than the copy
     retry_at = small(newest(series).where(is_system_topic_col(F.col("topic")))
@@ -293,13 +258,11 @@ def lookups(parts: dict[str, Any], series: Any, small: Any = lambda df, _name: d
         narrow.select(*QUEUE, "queue_offset", "uniq_key"))
     retry_keys = small(retry_at.join(stored, on=[*QUEUE, "queue_offset"], how="inner")
                        .where(F.col("uniq_key").isNotNull()).select("cluster", "uniq_key").distinct(), "retry_keys")
-    retry_originals = records_at(old_m, retry_keys.join(narrow.where(~is_system_topic_col(F.col("topic"))),
-                                                        on=["cluster", "uniq_key"], how="inner"), small,
-                                 "retry_originals")
+    retry_originals = copies_of(old_m.where(~is_system_topic_col(F.col("topic"))), retry_keys, index, small,
+                                "retry_originals")
     delivered = small(parts["recent_d"].where(F.col("uniq_key").isNotNull()).select("cluster", "uniq_key").distinct(),
                       "delivered_keys")
-    old_copies = copy_owners(records_at(old_m, delivered.join(narrow, on=["cluster", "uniq_key"], how="inner"),
-                                        small, "old_copies_of_recent_keys"))
+    old_copies = copy_owners(copies_of(old_m, delivered, index, small, "old_copies_of_recent_keys"))
     return {"at_positions": at_positions, "dlq_copies": dlq_copies, "retry_originals": retry_originals,
             "old_copies_of_recent_keys": old_copies}
 

@@ -110,13 +110,13 @@ def _fresh(world: dict[str, Any], name: str, src: str = "half") -> pathlib.Path:
 
 def test_the_clean_runs_are_what_the_scenario_holds(world: dict[str, Any]) -> None:
     rows = world["full_rows"]
-    assert (len(rows["silver/messages"]), len(rows["bronze/trace_records"]), len(rows["silver/deliveries"])) == (
-        2641, 6802, 2301)
+    assert (len(rows["silver/messages"]), len(rows["bronze/trace_records"]), len(rows["silver/deliveries"]),
+            len(rows["silver/key_index"])) == (2641, 6802, 2301, 2641)
     assert world["half_report"] != world["full_report"]
 
 
 @pytest.mark.parametrize("point", ["ingest.after_snapshot@1", "ingest.after_trace", "ingest.after_configs",
-                                   "ingest.after_segments", "ingest.after_deliveries"])
+                                   "ingest.after_segments", "ingest.after_key_index", "ingest.after_deliveries"])
 def test_ingest_killed_then_rerun_leaves_what_a_clean_run_leaves(world: dict[str, Any], point: str) -> None:
     lake = _fresh(world, f"lake-{point}")
     code, _, err = ingest(world["landing"], lake, failpoint=point)

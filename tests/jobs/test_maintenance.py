@@ -101,8 +101,9 @@ def test_compaction_leaves_one_file_per_table_and_keeps_every_row(flow: dict[str
     # series its dashboard tables derive from once, into one file; gold/series_tail and gold/offset_decreases none:
     # no key's newest snapshot lacks bounds and no committed offset decreases in blocked-head; gold/subscription_latest
     # one: the broker's subscriptionGroup.json has the groups; gold/held_queues one: the queues that held messages;
-    # silver/store_features and gold/coverage none: a 4.x store, every group traced)
-    assert (sum(before.values()), sum(after.values())) == (42, 19)
+    # silver/store_features and gold/coverage none: a 4.x store, every group traced; silver/key_index three, as
+    # silver/messages)
+    assert (sum(before.values()), sum(after.values())) == (45, 20)
     # (silver/pop_checkpoints, silver/pop_acks and silver/order_info none either: blocked-head has no POP group)
     assert {n for n, k in before.items() if k > 1} == {t.qualified for t in ingest.LEDGER_TABLES + [
         ingest_runs.TABLE] if t.name not in ("quarantine", "delay_offsets", "cq_files", "store_features",
@@ -123,9 +124,9 @@ def test_vacuum_keeps_every_version_the_ledgers_name(flow: dict[str, Any]) -> No
     # replaced is kept (the last ingest and the reconcile run name the versions before it)
     assert {n: i["vacuumed"] for n, i in flow["m1"]["tables"].items() if i["vacuumed"]} == {
         "bronze/segments": 2, "bronze/cq_files": 2, "bronze/ingest_runs": 4}
-    # on disk: 46 data files (3 of bronze/cq_files), + 11 compacted (10 ingest tables, the ingest ledger;
+    # on disk: 49 data files (3 of bronze/cq_files), + 12 compacted (11 ingest tables, the ingest ledger;
     # bronze/cq_files is one file already) + 1 ledger row - 8 deleted
-    assert (sum(map(len, flow["disk"].values())), sum(map(len, flow["disk_after"].values()))) == (46, 50)
+    assert (sum(map(len, flow["disk"].values())), sum(map(len, flow["disk_after"].values()))) == (49, 54)
     # the versions the last ingest (read by reconcile) and the reconcile run (read by dashboard and alerts) recorded
     # are still readable, with the rows they had
     for name, v in {**flow["last_ingest"]["table_versions"], **flow["reconcile_row"]["table_versions"]}.items():
@@ -167,7 +168,7 @@ def test_reconcile_after_maintenance_writes_identical_reports_and_rows(flow: dic
 
 def test_a_rerun_of_maintenance_changes_nothing(flow: dict[str, Any]) -> None:
     again = flow["m2"]
-    assert (again["run_id"], again["vacuumed"], again["files_before"], again["files_after"]) == (None, 0, 19, 19)
+    assert (again["run_id"], again["vacuumed"], again["files_before"], again["files_after"]) == (None, 0, 20, 20)
     assert all(i["files_removed"] == 0 for i in again["tables"].values())
     assert (flow["versions_rerun"], flow["disk_rerun"]) == (flow["versions_after"], flow["disk_after"])
     assert flow["ledger_rows_rerun"] == flow["ledger_rows_after"] == 4
@@ -182,7 +183,7 @@ def test_after_the_next_ingest_the_replaced_files_go_and_the_lake_equals_a_clean
     disk_after = sum(len(v) for v in _on_disk(lake).values())
     # now no ledger row names a version before the first compaction: its replaced files go, and what the fourth
     # ingest and the second reconcile replaced is kept only as far as their versions need it
-    assert (disk_before, disk_after) == (67, 33)
+    assert (disk_before, disk_after) == (71, 34)  # with silver/key_index (one file of it after)
     assert _on_disk(lake) == _needed(lake, maintenance.protected_versions(lake))
     clean = str(tmp_path / "clean")
     ingest.run(str(flow["landing"]), clean, settle_s=0)

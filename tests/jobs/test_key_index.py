@@ -1,0 +1,71 @@
+"""The key index update (jobs.ingest.key_index): silver/key_index follows silver/messages from what was added since
+the last completed ingest, one row per stored copy with a UNIQ_KEY, whatever is run again."""
+from __future__ import annotations
+
+from jobs.ingest import key_index as key_index_update
+from jobs.lake import _delta, ledger
+from schemas import key_index as K
+from schemas import messages as M
+
+KEY = "7F0000011F2A18B4AAC2"
+KEY_HASH = -396143034392301366  # Spark's xxhash64 of KEY (Sail and classic Spark alike)
+
+
+def _msgs(spark, rows: list[tuple]):  # noqa: ANN001, ANN202
+    out = []
+    for broker, phys, qo, key in rows:
+        row = {c: None for c in M.TABLE.columns}
+        row.update(cluster="c", broker=broker, physical_offset=phys, topic="T", queue_id=0, queue_offset=qo,
+                   uniq_key=key)
+        out.append(tuple(row[c] for c in M.TABLE.columns))
+    return spark.createDataFrame(out, M.SCHEMA)
+
+
+def _index(lake: str) -> list[tuple]:
+    return sorted(tuple(r) for r in _delta.read_pandas(lake, K.TABLE)[K.TABLE.columns].itertuples(index=False))
+
+
+def test_the_index_follows_messages_once_per_copy(spark, lake: str) -> None:  # noqa: ANN001
+    """Run 1 indexes the two copies with a key (not the record without one). Nothing new: not stale, and an update
+    adds nothing and makes no commit. Run 2 adds two inner messages of one record and a retry copy of KEY: three rows.
+    Rows rewritten (messages MERGEd again) or an update from the start add none."""
+    assert key_index_update.stale(lake, None) is False  # no messages yet
+    _delta.merge(spark, _msgs(spark, [("b", 100, 10, KEY), ("b", 200, 11, None), ("a", 50, 3, "K2")]), lake, M.TABLE)
+    assert key_index_update.stale(lake, None) is True
+    assert key_index_update.update(spark, lake, None) == 2
+    assert _index(lake)[1] == ("c", KEY_HASH, "b", 100, 10)
+    since = ledger.versions(lake, [M.TABLE, K.TABLE])
+    previous = {"table_versions": since}
+    assert key_index_update.stale(lake, previous) is False
+    assert key_index_update.update(spark, lake, since) == 0
+    assert _delta.version(lake, K.TABLE) == since[K.TABLE.qualified]
+
+    _delta.merge(spark, _msgs(spark, [("b", 300, 12, "K3"), ("b", 300, 13, "K4"), ("a", 90, 0, KEY)]), lake, M.TABLE)
+    assert key_index_update.stale(lake, previous) is True
+    assert key_index_update.update(spark, lake, since) == 3
+    want = _index(lake)
+    assert len(want) == 5 and [r[2:] for r in want if r[1] == KEY_HASH] == [("a", 90, 0), ("b", 100, 10)]
+    assert sorted(r[2:] for r in want) == [("a", 50, 3), ("a", 90, 0), ("b", 100, 10), ("b", 300, 12),
+                                           ("b", 300, 13)]
+
+    since = ledger.versions(lake, [M.TABLE, K.TABLE])
+    _delta.merge(spark, _msgs(spark, [("b", 100, 10, KEY)]).withColumn("topic", _lit("T2")), lake, M.TABLE)
+    assert _delta.rows_added(lake, M.TABLE, since[M.TABLE.qualified]) > 0  # the rewrite adds a file again
+    assert key_index_update.update(spark, lake, since) == 0
+    assert key_index_update.update(spark, lake, None) == 0
+    assert _index(lake) == want
+
+
+def test_messages_without_a_key_leave_an_empty_index_that_is_up_to_date(spark, lake: str) -> None:  # noqa: ANN001
+    """Records without a UNIQ_KEY (a 4.x client that sets none): the index is created empty, so the next run does
+    not index the whole table again."""
+    _delta.merge(spark, _msgs(spark, [("b", 100, 10, None)]), lake, M.TABLE)
+    assert key_index_update.update(spark, lake, None) == 0
+    assert _delta.exists(lake, K.TABLE) and _index(lake) == []
+    assert key_index_update.stale(lake, {"table_versions": ledger.versions(lake, [M.TABLE, K.TABLE])}) is False
+
+
+def _lit(v):  # noqa: ANN001, ANN202
+    from pyspark.sql import functions as F
+
+    return F.lit(v)
