@@ -192,11 +192,13 @@ INDEXED = "expect_stored_copies_to_be_indexed"  # across tables: silver/messages
 
 
 def indexed_rule(spark: "SparkSession", lake: str, inc: Increment, increment: "DataFrame") -> "Result":
-    """Every row of the run's silver/messages increment that has a UNIQ_KEY has its silver/key_index row (at the
-    version the run left), with the key's hash: a copy missing from the index is a copy a look-up by key would not
-    find. The index is read in the increment's brokers and commitlog ranges only.
+    """Every row of the run's silver/messages increment that has a UNIQ_KEY has exactly one silver/key_index row (at
+    the version the run left), with the key's hash: a copy missing from the index is a copy a look-up by key would
+    not find, a second row a copy found twice. One pass: the index is read in the increment's brokers and commitlog
+    ranges only, joined on the copy's key and counted per copy (the index's own suite is this rule).
 
-    unexpected_count: such rows without their index row; observed_value: the first 20 (in key order)."""
+    element_count: the copies checked; unexpected_count: those without exactly one row of their hash; observed_value:
+    the first 20 (in key order) with the index rows of their key (``rows``) and of their hash (``same``)."""
     from pyspark.sql import functions as F
 
     from expectations.runner import EXAMPLES, Result
@@ -207,21 +209,24 @@ def indexed_rule(spark: "SparkSession", lake: str, inc: Increment, increment: "D
     want = lookups.index_rows(increment)
     spans = lookups.spans(want)
     key = list(key_index.TABLE.key)
-    rows = 0
+    checked = unexpected = 0
     examples: list[dict[str, Any]] = []
     if spans:
-        index = _delta.read(spark, lake, key_index.TABLE, at=inc.after.get(key_index.TABLE.qualified)) \
-            .alias("t").where(_spans_filter(spans))
-        missing = want.join(index, on=[*key, "key_hash"], how="left_anti")
-        rows = want.count()
-        got = missing.orderBy(*key).limit(EXAMPLES).select(*[F.col(k).cast("string").alias(k) for k in key]).collect()
-        examples = [r.asDict() for r in got]
-        unexpected = missing.count() if examples else 0
-    else:
-        unexpected = 0
-    return Result(expectation=INDEXED, column=",".join([*key, "key_hash"]), success=not examples,
-                  observed_value=json.dumps(examples, sort_keys=True), element_count=rows,
-                  unexpected_count=int(unexpected))
+        index = (_delta.read(spark, lake, key_index.TABLE, at=inc.after.get(key_index.TABLE.qualified))
+                 .alias("t").where(_spans_filter(spans)).select(*key, F.col("key_hash").alias("_h")))
+        per = want.join(index, on=key, how="left").groupBy(*key, "key_hash").agg(
+            F.count("_h").alias("rows"), F.sum((F.col("_h") == F.col("key_hash")).cast("int")).alias("same"))
+        bad = (F.col("rows") != 1) | (F.coalesce(F.col("same"), F.lit(0)) != 1)
+        totals = per.agg(F.count(F.lit(1)).alias("n"), F.sum(bad.cast("int")).alias("bad")).first()
+        checked, unexpected = int(totals["n"]), int(totals["bad"] or 0)
+        if unexpected:
+            got = (per.where(bad).orderBy(*key).limit(EXAMPLES)
+                   .select(*[F.col(k).cast("string").alias(k) for k in key], "rows",
+                           F.coalesce(F.col("same"), F.lit(0)).alias("same")).collect())
+            examples = [r.asDict() for r in got]
+    return Result(expectation=INDEXED, column=",".join([*key, "key_hash"]), success=not unexpected,
+                  observed_value=json.dumps(examples, sort_keys=True), element_count=checked,
+                  unexpected_count=unexpected)
 
 
 def result_rows(inc: Increment, table: "Table", results: list["Result"], validated_at: dt.datetime) -> list[tuple]:
