@@ -23,7 +23,7 @@ demo: install
 
 test: install
 	@bash infra/install-debian-deps.sh
-	@$(PY) -m pytest -q -p no:cacheprovider --durations=30
+	@bash infra/run-tests.sh
 
 test-fast: install
 	@$(PY) -m pytest -q -m "not integration"

@@ -16,7 +16,7 @@ REAL = FIXTURES / "real"
 os.environ.setdefault("RUST_LOG", "warn,sail_common::actor=error")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 # Airflow reads its configuration at import: an isolated home with SQLite, this project's dags, no examples.
-AIRFLOW_HOME = ROOT / "var" / "airflow-test"
+AIRFLOW_HOME = ROOT / os.environ.get("RMQ_TEST_AIRFLOW_HOME", "var/airflow-test")  # infra/run-tests.sh: one a process
 os.environ["AIRFLOW_HOME"] = str(AIRFLOW_HOME)
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "dags")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
