@@ -24,7 +24,9 @@ from typing import Any, Iterator
 
 import pytest
 
-pytestmark = pytest.mark.integration
+# `compute`: no service, classic Spark runs in this process; `make test` runs it with the tests not marked integration,
+# beside those that mostly wait on services (infra/run-tests.sh); `make test-fast` leaves it out as an integration test.
+pytestmark = [pytest.mark.integration, pytest.mark.compute]
 
 # (scenario, seed): `mixed`, which draws every §7 scenario at random on several brokers (tests/simulate/test_mixed.py)
 # and fills every output (test_parity_covered_every_output). The §7 scenarios on their own (blocked-head 46 s;

@@ -31,8 +31,6 @@ def update(spark: Any, lake: str, since: dict[str, int] | None, say: Any = lambd
     """Index the silver/messages rows added after ``since`` (the table versions of the last completed ingest; every
     row when None or when the index does not exist yet: the first run after an upgrade reads the whole table once).
     Returns the number of index rows added."""
-    from jobs.ingest.load import _spans_filter
-
     whole = since is None or messages.TABLE.qualified not in since or not _delta.exists(lake, key_index.TABLE)
     if whole:
         if since is not None:  # a lake ingested before the index: once
@@ -49,11 +47,9 @@ def update(spark: Any, lake: str, since: dict[str, int] | None, say: Any = lambd
                 _delta.insert_new(spark, rows, lake, key_index.TABLE, target_filter="false")
             return 0
         n = rows.count()
-        dnf = [[("cluster", "=", c), ("broker", "=", b), ("physical_offset", ">=", lo), ("physical_offset", "<", hi)]
-               for (c, b), (lo, hi) in sorted(spans.items())]
         before = _delta.version(lake, key_index.TABLE)
-        _delta.insert_new(spark, rows, lake, key_index.TABLE, target_filter=_spans_filter(spans), rows=n,
-                          target_dnf=dnf)
+        _delta.insert_new(spark, rows, lake, key_index.TABLE, target_filter=lookups.spans_filter(spans), rows=n,
+                          target_dnf=lookups.spans_dnf(spans))
         return _delta.rows_added(lake, key_index.TABLE, before)
     finally:
         storage.delete_tree(folder)

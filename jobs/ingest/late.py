@@ -7,8 +7,7 @@ from typing import Any
 from jobs.ingest import decode
 from jobs.ingest.extracted import rows_folder
 from jobs.ingest.landing import Snapshot
-from jobs.ingest.load import _spans_filter
-from jobs.lake import _delta, _spark
+from jobs.lake import _delta, _spark, lookups
 from schemas import messages, pop_acks, pop_checkpoints, trace_records
 
 
@@ -50,9 +49,7 @@ def lower_first_held(spark: Any, lake: str, late: list[Snapshot]) -> int:
         f"{folder}/firsts")
     # The lake's rows are read, and compared by the MERGE, in the brokers' ranges the late copies hold, not whole
     # (trace records are keyed by the physical offset of the trace message that carries them).
-    spans = {(c, b): (int(lo), int(hi) + 1) for c, b, lo, hi in firsts.groupBy("cluster", "broker").agg(
-        F.min("physical_offset"), F.max("physical_offset")).collect()}
-    in_spans = _spans_filter(spans)
+    in_spans = lookups.spans_filter(lookups.spans(firsts))
     # the trace records, POP checkpoints and acks by the record that carries them: its first time once per record
     by_record = _spark.materialize(spark, firsts.select("cluster", "broker", "physical_offset", "_ts", "_path")
                                    .distinct(), f"{folder}/by-record")

@@ -8,6 +8,7 @@ from typing import Any
 from jobs.ingest.decode import Decoded
 from jobs.ingest.extracted import Extracted, _spark_frame
 from jobs.lake import _delta
+from jobs.lake.lookups import spans_dnf, spans_filter
 from schemas import (
     consumer_offsets,
     delay_offsets,
@@ -36,19 +37,9 @@ def load_decoded(spark: Any, lake: str, staged: Decoded) -> int:
     if not staged.messages:
         return 0
     df = staged.read(spark, messages.TABLE, "message")
-    dnf = [[("cluster", "=", c), ("broker", "=", b), ("physical_offset", ">=", lo), ("physical_offset", "<", hi)]
-           for (c, b), (lo, hi) in sorted(staged.spans.items())]
-    _delta.insert_new(spark, df, lake, messages.TABLE, target_filter=_spans_filter(staged.spans),
-                      rows=staged.messages, target_dnf=dnf, target_rows=staged.lake_overlap)
+    _delta.insert_new(spark, df, lake, messages.TABLE, target_filter=spans_filter(staged.spans),
+                      rows=staged.messages, target_dnf=spans_dnf(staged.spans), target_rows=staged.lake_overlap)
     return staged.messages
-
-
-def _spans_filter(spans: dict[tuple[str, str], tuple[int, int]]) -> str:
-    """SQL on ``t``: the rows of the brokers and physical ranges decoded (records and trace records alike)."""
-    q = lambda s: s.replace("'", "''")  # noqa: E731
-    return " OR ".join(
-        f"(t.cluster = '{q(c)}' AND t.broker = '{q(b)}' AND t.physical_offset >= {lo} AND t.physical_offset < {hi})"
-        for (c, b), (lo, hi) in sorted(spans.items())) or "false"
 
 
 def load_trace(spark: Any, lake: str, staged: Decoded) -> int:
@@ -60,7 +51,7 @@ def load_trace(spark: Any, lake: str, staged: Decoded) -> int:
         _delta.insert_new(spark, df, lake, trace_records.TABLE, target_filter="true")
         return staged.trace
     return _delta.merge(spark, df.dropDuplicates(list(trace_records.TABLE.key)), lake, trace_records.TABLE,
-                        insert_only=True, target_filter=_spans_filter(staged.spans))
+                        insert_only=True, target_filter=spans_filter(staged.spans))
 
 
 def load_pop(spark: Any, lake: str, staged: Decoded) -> dict[str, int]:
@@ -76,7 +67,7 @@ def load_pop(spark: Any, lake: str, staged: Decoded) -> dict[str, int]:
             counts[table.qualified] = n
         else:
             counts[table.qualified] = _delta.merge(spark, df.dropDuplicates(list(table.key)), lake, table,
-                                                   insert_only=True, target_filter=_spans_filter(staged.spans))
+                                                   insert_only=True, target_filter=spans_filter(staged.spans))
     return counts
 
 

@@ -15,10 +15,11 @@ def records_at(messages: Any, hits: Any, small: Any, name: str) -> Any:
 
     The hits are found by a join on narrow columns; the records are then read only from each broker's span of
     physical offsets: files and row groups outside every span are skipped by their statistics (silver/messages is
-    clustered by its key where the engine writes ranges), and the rest decode the other columns only for the rows
-    inside a span (late materialization: ``jobs.lake._spark.SAIL_DEFAULTS``; Sail writes files that span every
-    broker, so this is what saves the read there: 10 M records, 4.3 -> 1.0 s for two look-ups). A join that keeps
-    every column reads every column of every record before it joins: 18.9 s at 46 M old records, for none found.
+    clustered by its key where the engine writes ranges). Sail writes files that span every broker, so there the
+    span filter saves the join, not the read: its late materialization (the other columns decoded only for the rows
+    inside a span; 10 M records, 4.3 -> 1.0 s for two look-ups) is off by default (``jobs.lake._spark``, README
+    "Known issues"). A join that keeps every column reads every column of every record before it joins: 18.9 s at
+    46 M old records, for none found.
     """
     from functools import reduce
 
@@ -48,11 +49,25 @@ def records_at(messages: Any, hits: Any, small: Any, name: str) -> Any:
 
 def spans(df: Any) -> dict[tuple[str, str], tuple[int, int]]:
     """(cluster, broker) -> [lowest, highest + 1) of the physical offsets ``df`` holds: the commitlog ranges a
-    position-keyed read is restricted to (``jobs.ingest.load._spans_filter`` writes them as a filter)."""
+    position-keyed read is restricted to (:func:`spans_filter` for the engine, :func:`spans_dnf` for delta-rs)."""
     from pyspark.sql import functions as F
 
     return {(c, b): (int(lo), int(hi) + 1) for c, b, lo, hi in df.where(F.col("physical_offset").isNotNull())
             .groupBy("cluster", "broker").agg(F.min("physical_offset"), F.max("physical_offset")).collect()}
+
+
+def spans_filter(spans: dict[tuple[str, str], tuple[int, int]]) -> str:
+    """SQL on ``t``: the rows of the brokers and physical ranges of ``spans`` (records and trace records alike)."""
+    q = lambda s: s.replace("'", "''")  # noqa: E731
+    return " OR ".join(
+        f"(t.cluster = '{q(c)}' AND t.broker = '{q(b)}' AND t.physical_offset >= {lo} AND t.physical_offset < {hi})"
+        for (c, b), (lo, hi) in sorted(spans.items())) or "false"
+
+
+def spans_dnf(spans: dict[tuple[str, str], tuple[int, int]]) -> list[list[tuple[str, str, Any]]]:
+    """The same ranges as a delta-rs partition/file filter (disjunctive normal form)."""
+    return [[("cluster", "=", c), ("broker", "=", b), ("physical_offset", ">=", lo), ("physical_offset", "<", hi)]
+            for (c, b), (lo, hi) in sorted(spans.items())]
 
 
 def index_enabled() -> bool:
@@ -65,7 +80,8 @@ def index_enabled() -> bool:
 
 def key_hash(col: Any) -> Any:
     """silver/key_index's ``key_hash`` of a UNIQ_KEY column: Spark's ``xxhash64`` (seed 42), which Sail computes
-    alike (tests/test_engine_parity.py), so a lake indexed by one engine is read by the other."""
+    alike (tests/infra/test_spark_cluster.py: a Spark 4 cluster's ingest lands the same silver/key_index rows as
+    Sail's), so a lake indexed by one engine is read by the other."""
     from pyspark.sql import functions as F
 
     return F.xxhash64(col)

@@ -37,6 +37,8 @@ Layer = Literal["silver", "gold"]
 UNIQUE = "expect_compound_columns_to_be_unique"
 # Increment rows per bucket of the key rule (see key_rule).
 BUCKET_ROWS = 2_500_000
+# the key columns of a table keyed by commitlog position (silver/messages, silver/key_index): read in spans
+POSITIONAL = {"cluster", "broker", "physical_offset"}
 
 
 class QualityError(FinalError):
@@ -136,20 +138,20 @@ def duplicate_keys(table_rows: "DataFrame | None", increment: "DataFrame", key: 
     return rows.groupBy(*key).agg(F.count(F.lit(1)).alias("rows")).where(F.col("rows") > 1)
 
 
-def in_spans(table_rows: "DataFrame | None", increment: "DataFrame", table: "Table") -> "DataFrame | None":
-    """``table_rows`` restricted to the increment's brokers and commitlog ranges, for a table keyed by commitlog
-    position (silver/messages, silver/key_index): a row sharing a key with the increment lies there, and the files of
-    older ranges are skipped by their statistics instead of read for the key rule's semi-join (issue 39)."""
+def in_spans(table_rows: "DataFrame | None", spans: dict[tuple[str, str], tuple[int, int]],
+             table: "Table") -> "DataFrame | None":
+    """``table_rows`` restricted to ``spans`` (the increment's brokers and commitlog ranges: ``lookups.spans``), for a
+    table keyed by commitlog position (silver/messages, silver/key_index): a row sharing a key with the increment lies
+    there, and the files of older ranges are skipped by their statistics instead of read for the key rule's semi-join
+    (issue 39)."""
     from pyspark.sql import functions as F
 
-    from jobs.ingest.load import _spans_filter
     from jobs.lake import lookups
 
-    if table_rows is None or not {"cluster", "broker", "physical_offset"} <= set(table.key):
+    if table_rows is None or not POSITIONAL <= set(table.key):
         return table_rows
-    spans = lookups.spans(increment)
     # (a null key matches no row in the semi-join: the not-null expectations report it)
-    return table_rows.alias("t").where(_spans_filter(spans)) if spans else table_rows.where(F.lit(False))
+    return table_rows.alias("t").where(lookups.spans_filter(spans)) if spans else table_rows.where(F.lit(False))
 
 
 def key_rule(table: "Table", table_rows: "DataFrame | None", increment: "DataFrame", increment_rows: int) -> "Result":
@@ -191,29 +193,28 @@ def key_rule(table: "Table", table_rows: "DataFrame | None", increment: "DataFra
 INDEXED = "expect_stored_copies_to_be_indexed"  # across tables: silver/messages' rows in silver/key_index
 
 
-def indexed_rule(spark: "SparkSession", lake: str, inc: Increment, increment: "DataFrame") -> "Result":
+def indexed_rule(spark: "SparkSession", lake: str, inc: Increment, increment: "DataFrame",
+                 spans: dict[tuple[str, str], tuple[int, int]]) -> "Result":
     """Every row of the run's silver/messages increment that has a UNIQ_KEY has exactly one silver/key_index row (at
     the version the run left), with the key's hash: a copy missing from the index is a copy a look-up by key would
     not find, a second row a copy found twice. One pass: the index is read in the increment's brokers and commitlog
-    ranges only, joined on the copy's key and counted per copy (the index's own suite is this rule).
+    ranges (``spans``) only, joined on the copy's key and counted per copy (the index's own suite is this rule).
 
     element_count: the copies checked; unexpected_count: those without exactly one row of their hash; observed_value:
     the first 20 (in key order) with the index rows of their key (``rows``) and of their hash (``same``)."""
     from pyspark.sql import functions as F
 
     from expectations.runner import EXAMPLES, Result
-    from jobs.ingest.load import _spans_filter
     from jobs.lake import lookups
     from schemas import key_index
 
     want = lookups.index_rows(increment)
-    spans = lookups.spans(want)
     key = list(key_index.TABLE.key)
     checked = unexpected = 0
     examples: list[dict[str, Any]] = []
     if spans:
         index = (_delta.read(spark, lake, key_index.TABLE, at=inc.after.get(key_index.TABLE.qualified))
-                 .alias("t").where(_spans_filter(spans)).select(*key, F.col("key_hash").alias("_h")))
+                 .alias("t").where(lookups.spans_filter(spans)).select(*key, F.col("key_hash").alias("_h")))
         per = want.join(index, on=key, how="left").groupBy(*key, "key_hash").agg(
             F.count("_h").alias("rows"), F.sum((F.col("_h") == F.col("key_hash")).cast("int")).alias("same"))
         bad = (F.col("rows") != 1) | (F.coalesce(F.col("same"), F.lit(0)) != 1)
@@ -362,11 +363,14 @@ def _validate(lake: str, inc: Increment, tables: list["Table"], docs_dir: str | 
             suite = SUITES[table.qualified]()
             outcome = validate_table(increment, row_rules(suite), context=context)
             results = list(outcome.results)
+            indexed = table is messages.TABLE and lookups.index_enabled()
+            # the increment's commitlog ranges, once for both rules that read a position-keyed table in them
+            spans = lookups.spans(increment) if indexed or POSITIONAL <= set(table.key) else {}
             if any(e.expectation_type == UNIQUE for e in suite.expectations):
-                results.append(key_rule(table, in_spans(extract_table(spark, lake, table, inc), increment, table),
+                results.append(key_rule(table, in_spans(extract_table(spark, lake, table, inc), spans, table),
                                         increment, outcome.rows))
-            if table is messages.TABLE and lookups.index_enabled():
-                results.append(indexed_rule(spark, lake, inc, increment))
+            if indexed:
+                results.append(indexed_rule(spark, lake, inc, increment, spans))
             rows += result_rows(inc, table, results, validated_at)
             bad = sorted(r.described for r in results if not r.success)
             say(f"validate: {table.qualified}: {outcome.rows} row(s) of {inc.validation_id}, {len(results)} "

@@ -71,3 +71,18 @@ def test_copies_of_reads_every_copy_of_the_keys_and_no_other_record(spark: Any, 
 
     assert got.columns == df.columns
     assert sorted(tuple(r) for r in got.collect()) == sorted([stored[0], stored[2], stored[4], stored[5]])
+
+
+def test_spans_as_an_engine_filter_and_a_delta_rs_filter() -> None:
+    """lookups.spans_filter and spans_dnf: the same [lo, hi) ranges per broker, in key order, quotes escaped; no span
+    reads nothing."""
+    from jobs.lake import lookups
+
+    spans = {("c", "b'2"): (10, 20), ("c", "a"): (0, 5)}
+    assert lookups.spans_filter(spans) == (
+        "(t.cluster = 'c' AND t.broker = 'a' AND t.physical_offset >= 0 AND t.physical_offset < 5) OR "
+        "(t.cluster = 'c' AND t.broker = 'b''2' AND t.physical_offset >= 10 AND t.physical_offset < 20)")
+    assert lookups.spans_dnf(spans) == [
+        [("cluster", "=", "c"), ("broker", "=", "a"), ("physical_offset", ">=", 0), ("physical_offset", "<", 5)],
+        [("cluster", "=", "c"), ("broker", "=", "b'2"), ("physical_offset", ">=", 10), ("physical_offset", "<", 20)]]
+    assert (lookups.spans_filter({}), lookups.spans_dnf({})) == ("false", [])

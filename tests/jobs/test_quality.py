@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from jobs.ingest import ingest
-from jobs.lake import _delta, ledger
+from jobs.lake import _delta, ledger, lookups
 from jobs.ops import quality
 from jobs.problems import UsageError
 from schemas import consumer_offsets, validation_results
@@ -164,7 +164,8 @@ def test_a_copy_missing_from_the_index_or_indexed_twice_fails_the_indexed_rule(s
 
     def rule() -> Any:
         inc = quality.Increment("x", "silver", {}, ledger.versions(lake, [key_index.TABLE]))
-        return quality.indexed_rule(spark, lake, inc, _delta.read(spark, lake, messages.TABLE))
+        increment = _delta.read(spark, lake, messages.TABLE)
+        return quality.indexed_rule(spark, lake, inc, increment, lookups.spans(increment))
 
     ok = rule()
     assert (ok.success, ok.element_count, ok.unexpected_count, ok.observed_value) == (True, 2641, 0, "[]")
@@ -269,7 +270,10 @@ def test_the_key_rule_reads_a_position_keyed_table_in_the_increments_ranges_only
     table = spark.createDataFrame([("c", 1, "a", 100, 1), ("c", 2, "a", 900, 2), ("c", 3, "b", 150, 3),
                                    ("c", 4, "a", 200, 4), ("d", 5, "a", 150, 5)], schema)
     increment = spark.createDataFrame([("c", 1, "a", 100, 1), ("c", 4, "a", 200, 4)], schema)
-    got = quality.in_spans(table, increment, key_index.TABLE)
+    spans = lookups.spans(increment)
+    assert spans == {("c", "a"): (100, 201)}
+    got = quality.in_spans(table, spans, key_index.TABLE)
     assert sorted(tuple(r) for r in got.collect()) == [("c", 1, "a", 100, 1), ("c", 4, "a", 200, 4)]
-    assert quality.in_spans(table, increment, consumer_offsets.TABLE) is table
-    assert quality.in_spans(None, increment, key_index.TABLE) is None
+    assert quality.in_spans(table, spans, consumer_offsets.TABLE) is table
+    assert quality.in_spans(None, spans, key_index.TABLE) is None
+    assert quality.in_spans(table, {}, key_index.TABLE).count() == 0
