@@ -25,6 +25,10 @@ What it does:
    ``<workdir>/figures.json`` after every hour (a rerun with ``--stages feed`` starts again from a fresh lake;
    ``--stages report`` prints the figures of the last feed again).
 
+``--start-hour S --prefill-hours P`` deploy the pipeline at hour S (the folders before it never land) and feed hours
+S..P as one backfill (an ingest every ``--prefill-step`` hours, then validate, reconcile and maintain, not counted),
+then hour by hour from P + 1: a lake with history that hourly runs did not build (``bench_age.py`` uses it).
+
 The machine may be shared with other work: the load average is printed with each hour.
 This file is not collected by pytest (bench_*.py).
 """
@@ -127,7 +131,10 @@ def feed(a: argparse.Namespace, work: Path, source: Path, figs: dict[str, Any]) 
     t0 = min(ts for ts, _ in folders).replace(minute=0, second=0)
     hours = max(1, -(-int((max(ts for ts, _ in folders) - t0).total_seconds()) // 3600))
     figs["hours"] = []
-    for h in range(1, (min(hours, a.until_hour) if a.until_hour else hours) + 1):
+    start, prefill = getattr(a, "start_hour", 1), getattr(a, "prefill_hours", 0)
+    if prefill:
+        backfill(a, landing, lake, reports, source, folders, t0, start, prefill, retention_h, figs)
+    for h in range(max(start, prefill + 1), (min(hours, a.until_hour) if a.until_hour else hours) + 1):
         lo, hi = t0 + dt.timedelta(hours=h - 1), t0 + dt.timedelta(hours=h)
         fed = [p for ts, p in folders if lo < ts <= hi]
         files = sum(link_tree(p, landing / p.relative_to(source)) for p in fed)
@@ -154,6 +161,39 @@ def feed(a: argparse.Namespace, work: Path, source: Path, figs: dict[str, Any]) 
     figs["meta"] = {k: meta.get(k) for k in ("hours", "rate", "every_min", "messages_stored", "bulk_messages")}
 
 
+def backfill(a: argparse.Namespace, landing: Path, lake: Path, reports: Path, source: Path,
+             folders: list[tuple[dt.datetime, Path]], t0: dt.datetime, start: int, until: int, retention_h: float,
+             figs: dict[str, Any]) -> None:
+    """Hours ``start``..``until`` fed as a deployment's backfill: an ingest every ``--prefill-step`` hours, then one
+    validate, reconcile and maintain, none counted as an hour (figures kept under ``backfill``). The folders of the
+    hours before ``start`` are never fed: the pipeline was deployed then (the first snapshot holds the store the
+    brokers kept)."""
+    runs: list[dict[str, Any]] = []
+    rows = 0
+    for h in range(start, until + 1):
+        lo, hi = t0 + dt.timedelta(hours=h - 1), t0 + dt.timedelta(hours=h)
+        for _, p in (f for f in folders if lo < f[0] <= hi):
+            link_tree(p, landing / p.relative_to(source))
+        if (h - start + 1) % a.prefill_step and h != until:
+            continue
+        LOG_PREFIX[0] = f"backfill-{h:02d}-"
+        ing = run_measured("ingest", "ingest", "--landing", str(landing), "--lake", str(lake))
+        rows += int(((ing["result"] or {}).get("changed_rows") or {}).get("silver/messages", 0))
+        runs.append({"until_hour": h, "ingest": ing})
+        say(f"backfill to hour {h}: ingest {ing['wall_s']:.1f} s / {ing['peak_rss'] / GiB:.2f} GiB ({rows:,} "
+            f"messages so far)")
+    LOG_PREFIX[0] = f"backfill-{until:02d}-"
+    steps = {"validate": run_measured("validate", "validate", "--lake", str(lake), "--layer", "silver",
+                                      ok_codes=(0, 1)),
+             "reconcile": run_measured("reconcile", "reconcile", "--lake", str(lake), "--reports", str(reports),
+                                       "--retention-h", f"{retention_h:g}"),
+             "maintain": run_measured("maintain", "maintain", "--lake", str(lake))}
+    figs["backfill"] = {"start_hour": start, "until_hour": until, "messages": rows, "ingests": runs,
+                        **{k: {m: v[m] for m in ("wall_s", "cpu_s", "peak_rss", "code")} for k, v in steps.items()}}
+    say(f"backfill of hours {start}-{until}: {rows:,} messages in {len(runs)} ingest(s); "
+        + ", ".join(f"{k} {v['wall_s']:.1f} s" for k, v in steps.items()))
+
+
 def report(figs: dict[str, Any], source: Path) -> bool:
     from tests.exactness import compare
 
@@ -167,7 +207,7 @@ def report(figs: dict[str, Any], source: Path) -> bool:
             f" {r[s]['wall_s']:>12.1f} {r[s]['cpu_s']:>6.1f} {r[s]['peak_rss'] / GiB:>5.2f}" for s in STEPS)
             + f" {total:>8.1f} {cpu:>6.1f} {r['load_avg']:>5}")
     ok = True
-    if len(rows) >= 4:
+    if len(rows) >= 4 and "backfill" not in figs:
         for key, label in (("wall_s", "wall"), ("cpu_s", "CPU")):
             fourth, last = (sum(rows[i][s][key] for s in STEPS) for i in (3, -1))
             ratio = last / fourth if fourth else float("inf")
@@ -204,6 +244,12 @@ def main(argv: list[str] | None = None) -> int:
                         "_truth/scenario.json, plus 2 h)")
     p.add_argument("--until-hour", type=int, default=0,
                    help="feed only the first H virtual hours (0: all); the lake is left as that hour left it")
+    p.add_argument("--start-hour", type=int, default=1,
+                   help="the first virtual hour fed (the pipeline deployed then; earlier snapshots never land)")
+    p.add_argument("--prefill-hours", type=int, default=0,
+                   help="feed hours --start-hour..H as one backfill (an ingest every --prefill-step hours, then "
+                        "validate, reconcile and maintain), not counted; hourly runs follow (0: none)")
+    p.add_argument("--prefill-step", type=int, default=5, help="virtual hours per backfill ingest")
     p.add_argument("--cleanup", action="store_true", help="delete the workdir at the end")
     a = p.parse_args(argv)
     os.environ.setdefault("RUST_LOG", "warn,sail_common::actor=error")

@@ -1,0 +1,137 @@
+"""The same hours on a young and an old lake (issue 39): does an hourly run cost more when the lake holds more history?
+
+One simulated source (``mixed``, ``--rate`` messages an hour, a snapshot every ``--every`` minutes, ``--hours``
+virtual hours) is fed twice by ``bench_soak.feed``, each into a lake of its own:
+
+* for every history in ``--histories`` (hours, e.g. ``10,40``): the pipeline deployed ``history`` hours before hour
+  ``--measure-from``: those hours are fed as a backfill (an ingest every 5 hours, then validate, reconcile and
+  maintain, not counted), then the hours from ``--measure-from`` to the end hour by hour as the schedule runs them
+  (ingest, validate --layer silver, reconcile), each step in a process of its own (CPU, wall, peak RSS);
+* so the measured hours are the same snapshots on both lakes; only what the lake held before them differs (the
+  rows of silver/messages are printed).
+
+It prints per history and hour each step's wall and CPU seconds and peak RSS, the ratio of the measured hours' CPU
+on the oldest lake to the youngest's (issue 39's target: <= 1.15 for 40 M against 10 M records), whether every step
+stayed under 1.5 GiB, and whether the last report of the lake fed from hour 1 equals ``_truth`` (a lake deployed
+later never saw the first hours: not compared).
+
+    .venv/bin/python tests/benchmarks/bench_age.py --hours 43 --measure-from 41 --histories 10,40 \\
+        --rate 1000000 --every 30 [--seed 7] [--workdir /tmp/rmq-bench-age] [--stages simulate,feed|report]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.benchmarks import bench_soak  # noqa: E402
+
+GiB = 1 << 30
+TARGET_RATIO = 1.15
+TARGET_RSS = 1.5 * GiB
+STEPS = bench_soak.STEPS
+
+
+def feed_history(a: argparse.Namespace, work: Path, source: Path, history: int) -> dict[str, Any]:
+    """bench_soak's feed into ``work/history-H``: hours measure_from - H .. measure_from - 1 as a backfill."""
+    lake_dir = work / f"history-{history}"
+    lake_dir.mkdir(parents=True, exist_ok=True)
+    os.environ["SOAK_WORKDIR"] = str(lake_dir)
+    ns = argparse.Namespace(retention_h=a.retention_h, until_hour=0, maintain_every=0,
+                            start_hour=a.measure_from - history, prefill_hours=a.measure_from - 1,
+                            prefill_step=a.prefill_step)
+    if ns.start_hour < 1:
+        raise SystemExit(f"--histories {history}: the source starts at hour 1; give --measure-from >= {history + 1}")
+    figs: dict[str, Any] = {"history_hours": history}
+    bench_soak.feed(ns, lake_dir, source, figs)
+    (lake_dir / "figures.json").write_text(json.dumps(figs, indent=2, default=str))
+    return figs
+
+
+def report(all_figs: dict[int, dict[str, Any]], source: Path) -> bool:
+    from tests.exactness import compare
+
+    print(f"\n{'history':>7} {'lake msgs':>11} {'hour':>4}" + "".join(
+        f" {s + ' s':>12} {'cpu s':>6} {'GiB':>5}" for s in STEPS) + f" {'cpu s':>7}")
+    cpu: dict[int, float] = {}
+    worst = (0, 0, 0, "")
+    for history, figs in sorted(all_figs.items()):
+        cpu[history] = 0.0
+        held = figs["backfill"]["messages"]
+        for r in figs["hours"]:
+            total = sum(r[s]["cpu_s"] for s in STEPS)
+            cpu[history] += total
+            print(f"{history:>7} {held:>11,} {r['hour']:>4}" + "".join(
+                f" {r[s]['wall_s']:>12.1f} {r[s]['cpu_s']:>6.1f} {r[s]['peak_rss'] / GiB:>5.2f}" for s in STEPS)
+                + f" {total:>7.1f}")
+            held += r["messages"]
+            worst = max(worst, *((r[s]["peak_rss"], history, r["hour"], s) for s in STEPS))
+    young, old = min(cpu), max(cpu)
+    ratio = cpu[old] / cpu[young] if cpu[young] else float("inf")
+    print(f"measured hours' CPU, {old} h of history / {young} h: {cpu[old]:.1f} / {cpu[young]:.1f} s = {ratio:.3f} "
+          f"(target <= {TARGET_RATIO})")
+    under = worst[0] < TARGET_RSS
+    print(f"largest peak RSS: {worst[0] / GiB:.2f} GiB (history {worst[1]} h, hour {worst[2]}, {worst[3]}); "
+          f"every step < {TARGET_RSS / GiB:g} GiB: {under}")
+    truth_ok = True
+    for history, figs in sorted(all_figs.items()):
+        if figs["backfill"]["start_hour"] > 1:  # the truth is the whole source's: this lake never saw its first hours
+            print(f"history {history} h: last report not compared with the truth (hours before "
+                  f"{figs['backfill']['start_hour']} never landed)")
+            continue
+        diffs = compare(figs["hours"][-1]["report_dir"], source / "_truth")
+        print(f"history {history} h: last report equals the truth: {not diffs}"
+              + ("" if not diffs else f" ({len(diffs)} difference(s), first: {diffs[0]})"))
+        truth_ok &= not diffs
+    return ratio <= TARGET_RATIO and under and truth_ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p.add_argument("--hours", type=int, default=43)
+    p.add_argument("--measure-from", type=int, default=41, help="the first measured hour (the same on every lake)")
+    p.add_argument("--histories", default="10,40", help="hours of history before --measure-from, one lake each")
+    p.add_argument("--rate", type=int, default=1_000_000)
+    p.add_argument("--every", type=int, default=30, choices=[15, 30])
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--retention-h", type=float, default=None)
+    p.add_argument("--prefill-step", type=int, default=5)
+    p.add_argument("--workdir", default="/tmp/rmq-bench-age")
+    p.add_argument("--stages", default="simulate,feed")
+    a = p.parse_args(argv)
+    os.environ.setdefault("RUST_LOG", "warn,sail_common::actor=error")
+    work = Path(a.workdir).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    os.environ["SOAK_WORKDIR"] = str(work)
+    source = work / "source"
+    stages = a.stages.split(",")
+    if "simulate" in stages:
+        shutil.rmtree(source, ignore_errors=True)
+        sim = bench_soak.run_measured("simulate", "simulate", "--scenario", "mixed", "--hours", str(a.hours),
+                                      "--rate", str(a.rate), "--every", str(a.every), "--seed", str(a.seed),
+                                      "--out", str(source))
+        bench_soak.say(f"simulate: {sim['result']['messages_stored']:,} messages in {sim['wall_s']:.0f} s")
+    if "feed" not in stages and "report" not in stages:
+        return 0
+    histories = sorted(int(h) for h in a.histories.split(","))
+    all_figs: dict[int, dict[str, Any]] = {}
+    for history in histories:
+        if "feed" in stages:
+            all_figs[history] = feed_history(a, work, source, history)
+        else:
+            all_figs[history] = json.loads((work / f"history-{history}" / "figures.json").read_text())
+    ok = report(all_figs, source)
+    print(f"targets met: {ok}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
