@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:
 
 from tests.benchmarks import bench_soak  # noqa: E402
 
-GiB = 1 << 30
+GiB = bench_soak.GiB
 TARGET_RATIO = 1.15
 TARGET_RSS = 1.5 * GiB
 STEPS = bench_soak.STEPS
