@@ -194,7 +194,7 @@ def run(lake: str, *, retention_h: float | None = None, keep_runs: int = KEEP_RE
     import schemas
     from jobs.ingest import ingest
     from jobs.lake import lease, ledger
-    from jobs.ops import dashboard, retention
+    from jobs.ops import dashboard, layout, retention
     from schemas import ingest_runs
 
     say = progress_lines.reporter(progress, log)
@@ -234,7 +234,7 @@ def run(lake: str, *, retention_h: float | None = None, keep_runs: int = KEEP_RE
             if t.qualified in ingest_tables and not consistent:
                 out["skipped"][t.qualified] = "moved since the last completed ingest"
                 continue
-            out["tables"][t.qualified] = compact(lake, t)
+            out["tables"][t.qualified] = layout.arrange(lake, t, say) if layout.applies(t) else compact(lake, t)
         protected = protected_versions(lake, keep_runs=keep_runs)
         _vacuum_all(lake, [t for t in tables if t.qualified in out["tables"]], out["tables"], protected, setting,
                     say)

@@ -1,0 +1,320 @@
+"""The per-broker layout of silver/messages (issue 39): maintenance rewrites the files the ingest appends, each of
+which holds every broker of its run, into files of one broker each, their row groups sorted by commitlog position,
+so that a look-up by position (``jobs.lake.lookups.records_at``, the ingest's anti-join, ``_delta.any_rows``) reads
+the files of its broker and offset range only: the Delta log's file statistics skip the rest, in Sail and delta-rs.
+
+Measured on bench_age's 41 M-record lake (10 brokers; 29 files compacted by delta-rs, each holding every broker and
+one 1 M-row row group): the records of 3 spans (23 MB of commitlog) took 14.6 s to read, the same spans 0.12 s once
+split per broker; offsets of different brokers are unrelated, so a file of every broker spans every offset.
+
+Why not the engine or delta-rs: Sail spreads ``repartitionByRange`` like a hash and its partitioned writer holds
+every partition's rows (``jobs.lake._delta.clustered``); delta-rs z-order sorts the whole table in one pool (41 M
+rows fail at 1 GiB) and its compaction bins files by size and concatenates them. Here memory is bounded by
+:data:`CHUNK_ROWS` and :data:`BUFFER_ROWS` whatever the table's size:
+
+* **split**: the files holding more than one (cluster, broker), oldest first, in bins of :data:`BIN_ROWS`; each is
+  read in chunks, each chunk sorted and cut per broker, each broker's rows written to its own file of the bin in
+  sorted row groups of :data:`ROW_GROUP_ROWS`.
+* **merge**: per broker, consecutive files (by first offset) under :data:`SMALL_ROWS` rows, up to
+  :data:`TARGET_ROWS`, streamed into one file (row group by row group, re-cut to :data:`ROW_GROUP_ROWS`).
+
+Each bin is one commit (delta-rs ``create_write_transaction``) that removes its inputs and adds its outputs with
+``dataChange = false`` and the outputs' statistics, as a compaction: same rows, so ``added_since`` readers treat the
+new files as a rewrite (maintenance records the versions after it in a ledger row). Output names are derived from
+the inputs, so a run killed before a commit and run again writes the same files over the orphans and commits them;
+killed after, the inputs are gone and the plan moves on. A rerun finds nothing to split or merge: no commit.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import time
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from jobs.lake import _delta, failpoints
+
+if TYPE_CHECKING:  # pragma: no cover
+    from schemas._table import Table
+
+ROW_GROUP_ROWS = 131_072  # rows per row group of the files written (one broker, a narrow offset range each)
+CHUNK_ROWS = 65_536  # rows of a multi-broker file read and sorted at once (~30 MB of silver/messages rows)
+BUFFER_ROWS = 2 * ROW_GROUP_ROWS  # rows held back per bin across brokers before the largest buffer is written
+BIN_ROWS = 8_000_000  # rows of multi-broker files split per commit
+TARGET_ROWS = 2_000_000  # rows of a merged file of one broker
+SMALL_ROWS = TARGET_ROWS // 2  # a file of one broker with fewer rows is merged with its neighbours
+STATS_MAX_CHARS = 64  # longer strings get no min/max in the log (missing statistics only mean "may match")
+
+
+def applies(table: "Table") -> bool:
+    """Tables laid out per broker: those clustered by (cluster, broker, position)."""
+    return tuple(table.cluster_by[:2]) == ("cluster", "broker")
+
+
+def sort_key(table: "Table") -> list[str]:
+    return list(dict.fromkeys([*table.cluster_by, *table.key]))
+
+
+def arrange(lake: str, table: "Table", say: Callable[[str], None] = lambda _line: None) -> dict[str, int]:
+    """Split the table's multi-broker files per broker and merge each broker's small files; the figures
+    :func:`jobs.ops.maintenance.compact` returns (files before and after, removed, added)."""
+    files = _files(lake, table)
+    before = len(files)
+    removed = added = 0
+    for kind, bins in (("split", _split_plan(files)), ("merge", None)):
+        if kind == "merge":  # planned on the files the split left
+            bins = _merge_plan(_files(lake, table))
+        for n, bin_ in enumerate(bins, 1):
+            outputs = _rewrite(lake, table, kind, bin_)
+            failpoints.hit(f"layout.{kind}.before_commit")
+            _commit(lake, table, kind, bin_, outputs)
+            removed, added = removed + len(bin_), added + len(outputs)
+            say(f"maintain: {table.qualified}: {kind} {n}/{len(bins)}: {len(bin_)} file(s), "
+                f"{sum(f['num_records'] for f in bin_):,} rows -> {len(outputs)} file(s)")
+    return {"files_before": before, "files_after": before - removed + added, "files_removed": removed,
+            "files_added": added}
+
+
+# ------------------------------------------------------------------------------------------------ plan
+
+
+def _files(lake: str, table: "Table") -> list[dict[str, Any]]:
+    """The live data files with their size, rows, modification time and (cluster, broker, position) statistics."""
+    import pyarrow as pa
+
+    actions = pa.table(_delta.delta_table(lake, table).get_add_actions(flatten=True))
+    cols = ["path", "size_bytes", "num_records", "modification_time"]
+    stats = {f"{m}.{c}": f"{m}_{c}" for m in ("min", "max") for c in ("cluster", "broker", "physical_offset")}
+    rows = actions.select(cols + [c for c in stats if c in actions.column_names]).to_pylist()
+    return [{**{k: r[k] for k in cols}, **{v: r.get(k) for k, v in stats.items()}} for r in rows]
+
+
+def _one_broker(f: dict[str, Any]) -> bool:
+    return (f["min_cluster"] is not None and f["min_cluster"] == f["max_cluster"]
+            and f["min_broker"] is not None and f["min_broker"] == f["max_broker"]
+            and f["min_physical_offset"] is not None)
+
+
+def _split_plan(files: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Bins of multi-broker files (or files without statistics), oldest first, each up to :data:`BIN_ROWS` rows."""
+    mixed = sorted((f for f in files if not _one_broker(f)), key=lambda f: (f["modification_time"], f["path"]))
+    bins: list[list[dict[str, Any]]] = []
+    for f in mixed:
+        if not bins or sum(g["num_records"] for g in bins[-1]) + f["num_records"] > BIN_ROWS:
+            bins.append([])
+        bins[-1].append(f)
+    return bins
+
+
+def _merge_plan(files: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Per broker, runs of consecutive small files (by first position; a large file ends a run), each up to
+    :data:`TARGET_ROWS` rows; a run of one file stays."""
+    by_broker: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for f in filter(_one_broker, files):
+        by_broker.setdefault((f["min_cluster"], f["min_broker"]), []).append(f)
+    bins: list[list[dict[str, Any]]] = []
+    for key in sorted(by_broker):
+        run: list[dict[str, Any]] = []
+        for f in sorted(by_broker[key], key=lambda f: (f["min_physical_offset"], f["max_physical_offset"], f["path"])):
+            small = f["num_records"] < SMALL_ROWS
+            if run and (not small or sum(g["num_records"] for g in run) + f["num_records"] > TARGET_ROWS):
+                bins.append(run)
+                run = []
+            if small:
+                run.append(f)
+        bins.append(run)
+    return [b for b in bins if len(b) > 1]
+
+
+# ------------------------------------------------------------------------------------------------ rewrite
+
+
+def _filesystem(lake: str, table: "Table") -> Any:
+    import pyarrow.fs as pafs
+    from deltalake.fs import DeltaStorageHandler
+
+    path = table.path(lake)
+    return pafs.PyFileSystem(DeltaStorageHandler(path, options=_delta.storage_options() if _delta._is_s3(path)
+                                                 else None))
+
+
+def _name(kind: str, bin_: list[dict[str, Any]], n: int) -> str:
+    digest = hashlib.sha256("\n".join([kind, *sorted(f["path"] for f in bin_)]).encode()).hexdigest()[:24]
+    return f"part-{kind}-{digest}-{n:04d}.zstd.parquet"
+
+
+def _schema(fs: Any, table: "Table", bin_: list[dict[str, Any]]) -> Any:
+    """The first input file's Arrow schema (as the engine wrote it) with the table's columns it lacks (declared
+    since; null in its rows), in the table's column order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with fs.open_input_file(bin_[0]["path"]) as fh:
+        have = pq.ParquetFile(fh).schema_arrow
+    declared = _delta._arrow_schema(table)
+    return pa.schema([have.field(c) if c in have.names else declared.field(c) for c in table.columns])
+
+
+def _batches(fs: Any, path: str, schema: Any, rows: int) -> Iterator[Any]:
+    """The file's rows in tables of up to ``rows`` rows, in ``schema`` (columns missing from an older file: null)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with fs.open_input_file(path) as fh:  # page by page: a 1 M-row row group read whole costs ~600 MB
+        for batch in pq.ParquetFile(fh, pre_buffer=False, buffer_size=1 << 20).iter_batches(batch_size=rows):
+            t = pa.Table.from_batches([batch])
+            cols = [t.column(c) if c in t.column_names else pa.nulls(len(t), schema.field(c).type)
+                    for c in schema.names]
+            yield pa.Table.from_arrays(cols, schema=schema)
+
+
+def _rewrite(lake: str, table: "Table", kind: str, bin_: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Write the bin's rows per broker (split) or as one file (merge); the outputs' add-action fields."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    fs = _filesystem(lake, table)
+    schema = _schema(fs, table, bin_)
+    key = [(c, "ascending") for c in sort_key(table)]
+    out = _Outputs(fs, schema, key, lambda n: _name(kind, bin_, n))
+    if kind == "split":
+        for f in bin_:
+            for chunk in _batches(fs, f["path"], schema, CHUNK_ROWS):
+                order = pc.sort_indices(chunk, sort_keys=key)
+                keys = chunk.select(["cluster", "broker"]).take(order)
+                for lo, hi in _runs(keys):  # a copy of each broker's rows: a slice would hold the whole chunk
+                    out.add(_broker(keys, lo), chunk.take(order.slice(lo, hi - lo)))
+                del chunk, order, keys
+                pa.default_memory_pool().release_unused()
+    else:
+        for f in bin_:
+            for chunk in _batches(fs, f["path"], schema, ROW_GROUP_ROWS):
+                out.add(("", ""), chunk)
+    return out.close()
+
+
+def _broker(chunk: Any, row: int) -> tuple[str, str]:
+    return chunk.column("cluster")[row].as_py(), chunk.column("broker")[row].as_py()
+
+
+def _runs(chunk: Any) -> list[tuple[int, int]]:
+    """[lo, hi) row ranges of one (cluster, broker) each in a sorted chunk."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    n = len(chunk)
+    if n == 0:
+        return []
+    pair = pc.binary_join_element_wise(pc.fill_null(chunk.column("cluster"), ""),
+                                       pc.fill_null(chunk.column("broker"), ""), "\x00")
+    codes = pc.dictionary_encode(pair).combine_chunks().indices.to_numpy(zero_copy_only=False)
+    cuts = (np.flatnonzero(codes[1:] != codes[:-1]) + 1).tolist()
+    return list(zip([0, *cuts], [*cuts, n]))
+
+
+class _Outputs:
+    """One Parquet file per broker key, written in sorted row groups of :data:`ROW_GROUP_ROWS`; at most
+    :data:`BUFFER_ROWS` rows held back across keys (the largest buffer is written first)."""
+
+    def __init__(self, fs: Any, schema: Any, key: list[tuple[str, str]], name: Callable[[int], str]) -> None:
+        self.fs, self.schema, self.key, self.name = fs, schema, key, name
+        self.buffers: dict[tuple[str, str], list[Any]] = {}
+        self.files: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def add(self, broker: tuple[str, str], rows: Any) -> None:
+        self.buffers.setdefault(broker, []).append(rows)
+        if sum(len(t) for t in self.buffers[broker]) >= ROW_GROUP_ROWS:
+            self._flush(broker, whole_groups=True)
+        while sum(len(t) for ts in self.buffers.values() for t in ts) > BUFFER_ROWS:
+            self._flush(max(self.buffers, key=lambda b: sum(len(t) for t in self.buffers[b])))
+
+    def _flush(self, broker: tuple[str, str], whole_groups: bool = False) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        rows = pa.concat_tables(self.buffers.pop(broker, []))
+        if whole_groups and len(rows) % ROW_GROUP_ROWS:  # keep the remainder for the next group
+            keep = len(rows) - len(rows) % ROW_GROUP_ROWS
+            self.buffers[broker] = [rows.slice(keep).take(pa.array(range(len(rows) - keep)))]
+            rows = rows.slice(0, keep)
+        if not len(rows):
+            return
+        f = self.files.get(broker)
+        if f is None:
+            path = self.name(len(self.files))
+            sink = self.fs.open_output_stream(path)
+            writer = pq.ParquetWriter(sink, self.schema, compression="zstd", write_statistics=True)
+            f = self.files[broker] = {"path": path, "sink": sink, "writer": writer, "stats": _Stats(self.schema)}
+        for lo in range(0, len(rows), ROW_GROUP_ROWS):
+            group = rows.slice(lo, ROW_GROUP_ROWS).sort_by(self.key)
+            f["writer"].write_table(group, row_group_size=ROW_GROUP_ROWS)
+            f["stats"].add(group)
+
+    def close(self) -> list[dict[str, Any]]:
+        for broker in list(self.buffers):
+            self._flush(broker)
+        out = []
+        for f in self.files.values():
+            f["writer"].close()
+            f["sink"].close()
+            size = self.fs.get_file_info(f["path"]).size
+            out.append({"path": f["path"], "size": size, "stats": f["stats"].json()})
+        return out
+
+
+class _Stats:
+    """Delta statistics of a file being written: numRecords, and min, max and null count of each column of a
+    primitive type (as the engine writes them; timestamps to the millisecond, widened outwards)."""
+
+    def __init__(self, schema: Any) -> None:
+        import pyarrow as pa
+
+        self.cols = [f.name for f in schema if not (pa.types.is_nested(f.type) or pa.types.is_binary(f.type))]
+        self.rows = 0
+        self.min: dict[str, Any] = {}
+        self.max: dict[str, Any] = {}
+        self.nulls = dict.fromkeys(self.cols, 0)
+
+    def add(self, t: Any) -> None:
+        import pyarrow.compute as pc
+
+        self.rows += len(t)
+        for c in self.cols:
+            col = t.column(c)
+            self.nulls[c] += col.null_count
+            mm = pc.min_max(col)
+            lo, hi = mm["min"].as_py(), mm["max"].as_py()
+            if lo is None:
+                continue
+            self.min[c] = lo if c not in self.min else min(self.min[c], lo)
+            self.max[c] = hi if c not in self.max else max(self.max[c], hi)
+
+    def json(self) -> str:
+        def value(v: Any, up: bool) -> Any:
+            if isinstance(v, dt.datetime):
+                v = v.astimezone(dt.timezone.utc)
+                ms = v.replace(microsecond=v.microsecond // 1000 * 1000)
+                if up and ms != v:
+                    ms += dt.timedelta(milliseconds=1)
+                return ms.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms.microsecond // 1000:03d}Z"
+            return v
+
+        keep = [c for c in self.min if not (isinstance(self.min[c], str) and max(
+            len(self.min[c]), len(self.max[c])) > STATS_MAX_CHARS)]
+        return json.dumps({"numRecords": self.rows,
+                           "minValues": {c: value(self.min[c], False) for c in keep},
+                           "maxValues": {c: value(self.max[c], True) for c in keep},
+                           "nullCount": self.nulls}, separators=(",", ":"))
+
+
+def _commit(lake: str, table: "Table", kind: str, bin_: list[dict[str, Any]], outputs: list[dict[str, Any]]) -> None:
+    from deltalake.transaction import AddAction, CommitProperties, RemoveAction
+
+    now = int(time.time() * 1000)
+    dt_ = _delta.delta_table(lake, table)
+    actions: list[Any] = [AddAction(path=o["path"], size=o["size"], partition_values={}, modification_time=now,
+                                    data_change=False, stats=o["stats"]) for o in outputs]
+    actions += [RemoveAction(path=f["path"], data_change=False, deletion_timestamp=now, size=f["size_bytes"],
+                             partition_values={}) for f in bin_]
+    dt_.create_write_transaction(actions, mode="append", schema=dt_.schema(),
+                                 commit_properties=CommitProperties(custom_metadata={"rmq_recon_layout": kind}))
