@@ -5,9 +5,11 @@ Reads and writes: every Delta table of the lake (``schemas.ALL_TABLES``), and on
 Why: every ingest appends a few files per table (a MERGE, a batch of 100,000 records) and every reconcile rewrites
 its gold rows, so after days a table is thousands of small files: reads get slower with every hour. Compaction
 (delta-rs ``optimize.compact``) rewrites them into a few large files; vacuum (delta-rs ``vacuum``) then deletes the
-files only old versions still name. Before both, gold retention (``jobs.ops.retention``) deletes the gold rows of
-reconcile runs and validations older than ``RMQ_RECON_GOLD_RETENTION_DAYS`` (default 7) beyond the 30 newest: every
-run writes a full set, so without it gold grows by millions of rows a day.
+files only old versions still name. silver/messages is not bin-packed but laid out per broker (``jobs.ops.layout``:
+each ingest file split into one sorted file per broker, a broker's small files merged), so that look-ups by
+commitlog position read their broker's files only. Before both, gold retention (``jobs.ops.retention``) deletes the
+gold rows of reconcile runs and validations older than ``RMQ_RECON_GOLD_RETENTION_DAYS`` (default 7) beyond the 30
+newest: every run writes a full set, so without it gold grows by millions of rows a day.
 
 Safety, by construction:
 

@@ -1,0 +1,154 @@
+"""Issue 39: maintenance lays silver/messages out per broker (jobs.ops.layout), rows, statistics and kills exact.
+
+Sizes are shrunk (row groups of 4 rows, chunks of 5, bins of 30, merged files up to 12, small below 6) so that a
+few dozen rows exercise every cut: two ingest files holding three brokers, then a third file."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import pathlib
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from jobs.lake import _delta
+from jobs.ops import layout
+from schemas import messages
+
+UTC = dt.timezone.utc
+T0 = dt.datetime(2026, 1, 5, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def small_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in {"ROW_GROUP_ROWS": 4, "CHUNK_ROWS": 5, "BUFFER_ROWS": 8, "BIN_ROWS": 30, "TARGET_ROWS": 12,
+                        "SMALL_ROWS": 6}.items():
+        monkeypatch.setattr(layout, name, value)
+
+
+def _rows(spec: list[tuple[str, int]]) -> pa.Table:
+    """silver/messages rows: (broker, physical offset) each; the other columns follow from them."""
+    schema = _delta._arrow_schema(messages.TABLE)
+    cols: dict[str, list[Any]] = {c: [] for c in schema.names}
+    for broker, off in spec:
+        row = {c: None for c in schema.names}
+        row.update(cluster="C", broker=broker, physical_offset=off, topic="T", queue_id=0, queue_offset=off // 10,
+                   store_ts=T0 + dt.timedelta(seconds=off, microseconds=500), uniq_key=f"K{broker}{off}",
+                   properties=[("UNIQ_KEY", f"K{broker}{off}")], size=10, sys_flag=0, first_snapshot_ts=T0)
+        for c in schema.names:
+            cols[c].append(row[c])
+    return pa.table(cols, schema=schema)
+
+
+# file A: 8 rows of b1, 8 of b2, 4 of b3, interleaved; file B: 4 of b1, 6 of b2 (later offsets)
+A = [(b, o) for i in range(8) for b, o in (("b2", 1000 - 10 * i), ("b1", 10 * i))] + [("b3", 40 * i) for i in range(4)]
+B = [("b1", 100 + 10 * i) for i in range(4)] + [("b2", 2000 + 10 * i) for i in range(6)]
+C = [("b3", 500), ("b1", 300), ("b3", 510)]
+
+
+def _table(tmp_path: pathlib.Path, *files: list[tuple[str, int]]) -> str:
+    lake = str(tmp_path / "lake")
+    for spec in files:
+        write_deltalake(messages.TABLE.path(lake), _rows(spec), mode="append")
+    return lake
+
+
+def _content(lake: str) -> list[tuple]:
+    t = DeltaTable(messages.TABLE.path(lake)).to_pyarrow_table()
+    return sorted((r["broker"], r["physical_offset"], r["uniq_key"], r["store_ts"], tuple(r["properties"]))
+                  for r in t.to_pylist())
+
+
+def _files(lake: str) -> list[tuple[str, int, int, int]]:
+    """(broker, rows, first, last offset) of each live file, from its Delta statistics."""
+    acts = pa.table(DeltaTable(messages.TABLE.path(lake)).get_add_actions(flatten=True)).to_pylist()
+    assert all(a["min.broker"] == a["max.broker"] for a in acts)
+    return sorted((a["min.broker"], a["num_records"], a["min.physical_offset"], a["max.physical_offset"])
+                  for a in acts)
+
+
+def test_split_then_merge_gives_one_sorted_file_per_broker_and_keeps_every_row(tmp_path: pathlib.Path) -> None:
+    lake = _table(tmp_path, A, B)
+    before = _content(lake)
+    said: list[str] = []
+    out = layout.arrange(lake, messages.TABLE, said.append)
+    # A and B (30 rows) are one bin: one file per broker; b3's lone file of 4 rows has no neighbour to merge with
+    assert out == {"files_before": 2, "files_after": 3, "files_removed": 2, "files_added": 3}
+    assert said == ["maintain: silver/messages: split 1/1: 2 file(s), 30 rows -> 3 file(s)"]
+    assert _files(lake) == [("b1", 12, 0, 130), ("b2", 14, 930, 2050), ("b3", 4, 0, 120)]
+    assert _content(lake) == before
+    root = pathlib.Path(messages.TABLE.path(lake))
+    for uri in DeltaTable(str(root)).file_uris():
+        meta = pq.ParquetFile(uri).metadata
+        groups = [pq.ParquetFile(uri).read_row_group(i).column("physical_offset").to_pylist()
+                  for i in range(meta.num_row_groups)]
+        assert all(len(g) <= 4 and g == sorted(g) for g in groups)
+    # the commit is a rewrite: no data change, statistics of every primitive column (timestamps widened to the ms)
+    log = [json.loads(line) for line in (root / "_delta_log" / "00000000000000000002.json").read_text().splitlines()]
+    assert {a[k]["dataChange"] for a in log for k in ("add", "remove") if k in a} == {False}
+    b1 = next(json.loads(a["add"]["stats"]) for a in log if "add" in a and '"b1"' in a["add"]["stats"])
+    assert (b1["numRecords"], b1["minValues"]["store_ts"], b1["maxValues"]["store_ts"], b1["nullCount"]["tags"]) == (
+        12, "2026-01-05T00:00:00.000Z", "2026-01-05T00:02:10.001Z", 12)
+    assert "properties" not in b1["minValues"]
+
+
+def test_a_rerun_commits_nothing_and_a_later_file_is_split_and_merged(tmp_path: pathlib.Path) -> None:
+    lake = _table(tmp_path, A, B)
+    layout.arrange(lake, messages.TABLE)
+    version = DeltaTable(messages.TABLE.path(lake)).version()
+    assert layout.arrange(lake, messages.TABLE) == {"files_before": 3, "files_after": 3, "files_removed": 0,
+                                                     "files_added": 0}
+    assert DeltaTable(messages.TABLE.path(lake)).version() == version
+    write_deltalake(messages.TABLE.path(lake), _rows(C), mode="append")
+    before = _content(lake)
+    # C splits into b1 (1 row) and b3 (2 rows); b3's two small files merge (6 rows), b1's 12-row file is not small
+    assert layout.arrange(lake, messages.TABLE) == {"files_before": 4, "files_after": 4, "files_removed": 3,
+                                                     "files_added": 3}
+    assert _files(lake) == [("b1", 1, 300, 300), ("b1", 12, 0, 130), ("b2", 14, 930, 2050), ("b3", 6, 0, 510)]
+    assert _content(lake) == before
+
+
+def test_killed_before_a_commit_then_rerun_leaves_what_a_clean_run_leaves(tmp_path: pathlib.Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    clean = _table(tmp_path / "clean", A, B, C)
+    layout.arrange(clean, messages.TABLE)
+    lake = _table(tmp_path / "killed", A, B, C)
+
+    class Killed(BaseException):
+        pass
+
+    def die(name: str) -> None:
+        if name == "layout.split.before_commit":
+            raise Killed
+
+    hit = layout.failpoints.hit
+    monkeypatch.setattr(layout.failpoints, "hit", die)
+    with pytest.raises(Killed):
+        layout.arrange(lake, messages.TABLE)
+    assert DeltaTable(messages.TABLE.path(lake)).version() == 2  # the outputs are written, not committed
+    left = names(lake)[1]
+    monkeypatch.setattr(layout.failpoints, "hit", hit)
+    layout.arrange(lake, messages.TABLE)
+
+    assert (_files(lake), _content(lake)) == (_files(clean), _content(clean))
+    # the rerun wrote over what the killed run left (names follow from the inputs): no orphan stays
+    assert (len(left), set(left) <= set(names(lake)[1])) == (3, True)
+    assert [len(n) for n in names(lake)] == [len(n) for n in names(clean)] == [4, 6]  # split 3 + 2 files, merge 1
+
+
+def names(root: str) -> tuple[list[str], list[str]]:
+    """The live files, and the files the layout wrote (live or removed)."""
+    table = pathlib.Path(messages.TABLE.path(root))
+    return (sorted(pathlib.Path(u).name for u in DeltaTable(str(table)).file_uris()),
+            sorted(p.name for p in table.glob("part-*.zstd.parquet")
+                   if p.name.startswith(("part-split-", "part-merge-"))))
+
+
+def test_only_tables_clustered_by_broker_are_laid_out() -> None:
+    import schemas
+
+    assert [t.qualified for t in schemas.ALL_TABLES if layout.applies(t)] == ["silver/messages"]
+    assert layout.sort_key(messages.TABLE) == ["cluster", "broker", "physical_offset", "queue_offset"]
