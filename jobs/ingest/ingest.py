@@ -48,7 +48,7 @@ from jobs.ingest.load import load_decoded, load_pop, load_small, load_trace
 from jobs.ingest.plan import LATE_WINDOW_ENV
 from jobs.ingest.segment_ledger import load_segments_state, save_segments_state
 from jobs.ingest.snapshot_configs import extract_all_configs
-from jobs.lake import _delta, _spark, ledger, storage
+from jobs.lake import _delta, _spark, layout, ledger, storage
 from jobs.problems import UsageError
 from schemas import (
     consumer_offsets,
@@ -265,6 +265,13 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
                 spark, lake, previous["table_versions"] if previous else None)
             say(f"ingest: silver/deliveries up to date ({_since(t_decode)} since the decode began)")
             failpoints.hit("ingest.after_deliveries")
+        # The files this run (or a killed one since the last completed run) appended hold every broker: one file
+        # per broker, so that look-ups by position skip the other brokers' files (issue 39; maintenance merges them)
+        if _delta.table_format() == "delta" and _delta.exists(lake, messages.TABLE):
+            split = layout.split_added(lake, messages.TABLE, (previous or {}).get("table_versions", {}).get(
+                messages.TABLE.qualified), lambda line: say(f"ingest: {line}"))
+            if split:
+                failpoints.hit("ingest.after_layout")
         counts.update(loaded)
         rows = _snapshot_rows(todo, missing, now)
         counts[snapshots_table.TABLE.qualified] = ledger.record_snapshots(spark, lake, rows)

@@ -16,7 +16,7 @@ def records_at(messages: Any, hits: Any, small: Any, name: str) -> Any:
     The hits are found by a join on narrow columns; the records are then read only from each broker's span of
     physical offsets: files and row groups outside every span are skipped by their statistics. That needs files of
     one broker: Sail writes files that span every broker (and offsets of different brokers are unrelated), which
-    maintenance splits per broker (``jobs.ops.layout``): 3 spans at 41 M records, 14.6 s -> 0.12 s. Until then (the
+    maintenance splits per broker (``jobs.lake.layout``): 3 spans at 41 M records, 14.6 s -> 0.12 s. Until then (the
     files of the ingests since the last maintenance) the span filter saves the join, not the read. A join that keeps
     every column reads every column of every record before it joins: 18.9 s at 46 M old records, for none found.
     """

@@ -5,7 +5,7 @@ Reads and writes: every Delta table of the lake (``schemas.ALL_TABLES``), and on
 Why: every ingest appends a few files per table (a MERGE, a batch of 100,000 records) and every reconcile rewrites
 its gold rows, so after days a table is thousands of small files: reads get slower with every hour. Compaction
 (delta-rs ``optimize.compact``) rewrites them into a few large files; vacuum (delta-rs ``vacuum``) then deletes the
-files only old versions still name. silver/messages is not bin-packed but laid out per broker (``jobs.ops.layout``:
+files only old versions still name. silver/messages is not bin-packed but laid out per broker (``jobs.lake.layout``:
 each ingest file split into one sorted file per broker, a broker's small files merged), so that look-ups by
 commitlog position read their broker's files only. Before both, gold retention (``jobs.ops.retention``) deletes the
 gold rows of reconcile runs and validations older than ``RMQ_RECON_GOLD_RETENTION_DAYS`` (default 7) beyond the 30
@@ -196,7 +196,8 @@ def run(lake: str, *, retention_h: float | None = None, keep_runs: int = KEEP_RE
     import schemas
     from jobs.ingest import ingest
     from jobs.lake import lease, ledger
-    from jobs.ops import dashboard, layout, retention
+    from jobs.lake import layout
+    from jobs.ops import dashboard, retention
     from schemas import ingest_runs
 
     say = progress_lines.reporter(progress, log)
@@ -236,7 +237,10 @@ def run(lake: str, *, retention_h: float | None = None, keep_runs: int = KEEP_RE
             if t.qualified in ingest_tables and not consistent:
                 out["skipped"][t.qualified] = "moved since the last completed ingest"
                 continue
-            out["tables"][t.qualified] = layout.arrange(lake, t, say) if layout.applies(t) else compact(lake, t)
+            if layout.applies(t):
+                out["tables"][t.qualified] = layout.arrange(lake, t, lambda line: say(f"maintain: {line}"))
+            else:
+                out["tables"][t.qualified] = compact(lake, t)
         protected = protected_versions(lake, keep_runs=keep_runs)
         _vacuum_all(lake, [t for t in tables if t.qualified in out["tables"]], out["tables"], protected, setting,
                     say)

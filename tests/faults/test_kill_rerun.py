@@ -207,3 +207,52 @@ def test_two_reconciles_of_one_run_at_once_write_one_complete_folder(world: dict
     assert lake_rows(lake, ("gold",)) == world["full_gold"]
     assert report_files(reports / RUN_ID, lake) == world["full_report"]
     assert sorted(p.name for p in reports.iterdir()) == [RUN_ID]
+
+
+@pytest.fixture(scope="module")
+def two_brokers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """``store-types`` (broker-a and broker-b, 50,402 records): a lake of its first four snapshots, and the clean
+    lake and report after the rest, whose ingest splits the file it appended per broker (issue 39)."""
+    from jobs import simulate
+
+    base = tmp_path_factory.mktemp("kill-layout")
+    landing = base / "landing"
+    simulate.run("store-types", str(landing), seed=7)
+    half = base / "lake-half"
+    assert ingest(landing, half, "--snapshots", "*snapshot_ts=2026010[5-6]*")[0] == 0
+    full = base / "lake-full"
+    shutil.copytree(half, full)
+    code, _, err = ingest(landing, full)
+    assert code == 0, err
+    assert "ingest: silver/messages: split 1/1: 1 file(s)" in err
+    reports = base / "reports-full"
+    assert reconcile(full, reports)[0] == 0
+    return {"base": base, "landing": landing, "half": half, "full_rows": lake_rows(full),
+            "full_files": _broker_files(full), "full_report": report_files(reports / RUN_ID, full)}
+
+
+def _broker_files(lake: pathlib.Path) -> list[tuple[str, str, int]]:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    acts = pa.table(DeltaTable(str(lake / "silver" / "messages")).get_add_actions(flatten=True)).to_pylist()
+    return sorted((a["min.broker"], a["max.broker"], a["num_records"]) for a in acts)
+
+
+@pytest.mark.parametrize("point", ["layout.split.before_commit", "ingest.after_layout"])
+def test_ingest_killed_in_its_split_then_rerun_leaves_what_a_clean_run_leaves(two_brokers: dict[str, Any],
+                                                                              point: str) -> None:
+    lake = two_brokers["base"] / f"lake-{point}"
+    shutil.copytree(two_brokers["half"], lake)
+    code, _, err = ingest(two_brokers["landing"], lake, failpoint=point)
+    assert code == -signal.SIGKILL, err
+    code, _, err = ingest(two_brokers["landing"], lake)
+    assert code == 0, err
+    assert lake_rows(lake) == two_brokers["full_rows"]
+    # one file per broker for each of the two ingests: the half lake's and the rest
+    assert _broker_files(lake) == two_brokers["full_files"]
+    assert [(a, b) for a, b, _ in two_brokers["full_files"]] == [("broker-a", "broker-a")] * 2 + [
+        ("broker-b", "broker-b")] * 2
+    reports = two_brokers["base"] / f"reports-{point}"
+    assert reconcile(lake, reports)[0] == 0
+    assert report_files(reports / RUN_ID, lake) == two_brokers["full_report"]

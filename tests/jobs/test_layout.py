@@ -1,4 +1,4 @@
-"""Issue 39: maintenance lays silver/messages out per broker (jobs.ops.layout), rows, statistics and kills exact.
+"""Issue 39: maintenance lays silver/messages out per broker (jobs.lake.layout), rows, statistics and kills exact.
 
 Sizes are shrunk (row groups of 4 rows, chunks of 5, bins of 30, merged files up to 12, small below 6) so that a
 few dozen rows exercise every cut: two ingest files holding three brokers, then a third file."""
@@ -15,7 +15,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from jobs.lake import _delta
-from jobs.ops import layout
+from jobs.lake import layout
 from schemas import messages
 
 UTC = dt.timezone.utc
@@ -77,7 +77,7 @@ def test_split_then_merge_gives_one_sorted_file_per_broker_and_keeps_every_row(t
     out = layout.arrange(lake, messages.TABLE, said.append)
     # A and B (30 rows) are one bin: one file per broker; b3's lone file of 4 rows has no neighbour to merge with
     assert out == {"files_before": 2, "files_after": 3, "files_removed": 2, "files_added": 3}
-    assert said == ["maintain: silver/messages: split 1/1: 2 file(s), 30 rows -> 3 file(s)"]
+    assert said == ["silver/messages: split 1/1: 2 file(s), 30 rows -> 3 file(s)"]
     assert _files(lake) == [("b1", 12, 0, 130), ("b2", 14, 930, 2050), ("b3", 4, 0, 120)]
     assert _content(lake) == before
     root = pathlib.Path(messages.TABLE.path(lake))
@@ -109,6 +109,22 @@ def test_a_rerun_commits_nothing_and_a_later_file_is_split_and_merged(tmp_path: 
                                                      "files_added": 3}
     assert _files(lake) == [("b1", 1, 300, 300), ("b1", 12, 0, 130), ("b2", 14, 930, 2050), ("b3", 6, 0, 510)]
     assert _content(lake) == before
+
+
+def test_the_ingest_splits_only_what_it_appended(tmp_path: pathlib.Path) -> None:
+    lake = _table(tmp_path, A, B)  # versions 0 (A) and 1 (B)
+    said: list[str] = []
+    assert layout.split_added(lake, messages.TABLE, 0, said.append) == 1
+    assert said == ["silver/messages: split 1/1: 1 file(s), 10 rows -> 2 file(s)"]
+    acts = pa.table(DeltaTable(messages.TABLE.path(lake)).get_add_actions(flatten=True)).to_pylist()
+    # A, of every broker, waits for maintenance; B is one file per broker
+    assert sorted((a["min.broker"], a["max.broker"], a["num_records"]) for a in acts) == [
+        ("b1", "b1", 4), ("b1", "b3", 20), ("b2", "b2", 6)]
+    assert layout.split_added(lake, messages.TABLE, 2, said.append) == 0  # nothing added since: no commit
+    assert DeltaTable(messages.TABLE.path(lake)).version() == 2
+    assert layout.split_added(lake, messages.TABLE, None) == 1  # a first ingest: every file is its own
+    assert _files(lake) == [("b1", 4, 100, 130), ("b1", 8, 0, 70), ("b2", 6, 2000, 2050), ("b2", 8, 930, 1000),
+                            ("b3", 4, 0, 120)]
 
 
 def test_killed_before_a_commit_then_rerun_leaves_what_a_clean_run_leaves(tmp_path: pathlib.Path,

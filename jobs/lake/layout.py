@@ -59,20 +59,38 @@ def arrange(lake: str, table: "Table", say: Callable[[str], None] = lambda _line
     """Split the table's multi-broker files per broker and merge each broker's small files; the figures
     :func:`jobs.ops.maintenance.compact` returns (files before and after, removed, added)."""
     files = _files(lake, table)
-    before = len(files)
-    removed = added = 0
-    for kind, bins in (("split", _split_plan(files)), ("merge", None)):
-        if kind == "merge":  # planned on the files the split left
-            bins = _merge_plan(_files(lake, table))
-        for n, bin_ in enumerate(bins, 1):
-            outputs = _rewrite(lake, table, kind, bin_)
-            failpoints.hit(f"layout.{kind}.before_commit")
-            _commit(lake, table, kind, bin_, outputs)
-            removed, added = removed + len(bin_), added + len(outputs)
-            say(f"maintain: {table.qualified}: {kind} {n}/{len(bins)}: {len(bin_)} file(s), "
-                f"{sum(f['num_records'] for f in bin_):,} rows -> {len(outputs)} file(s)")
-    return {"files_before": before, "files_after": before - removed + added, "files_removed": removed,
+    split = _apply(lake, table, "split", _split_plan(files), say)
+    merge = _apply(lake, table, "merge", _merge_plan(_files(lake, table)), say)  # on the files the split left
+    removed, added = split[0] + merge[0], split[1] + merge[1]
+    return {"files_before": len(files), "files_after": len(files) - removed + added, "files_removed": removed,
             "files_added": added}
+
+
+def split_added(lake: str, table: "Table", since: int | None, say: Callable[[str], None] = lambda _line: None) -> int:
+    """Split the multi-broker files the table gained after version ``since`` (every file when None): the ingest's
+    own appends, before its ledger row, so that look-ups read per-broker files between two maintenance runs too.
+    Returns the number of files split."""
+    files = _files(lake, table)
+    if since is not None:
+        import pyarrow as pa
+
+        old = set(pa.table(_delta.delta_table(lake, table, version=since).get_add_actions()).column("path").to_pylist())
+        files = [f for f in files if f["path"] not in old]
+    return _apply(lake, table, "split", _split_plan(files), say)[0]
+
+
+def _apply(lake: str, table: "Table", kind: str, bins: list[list[dict[str, Any]]],
+           say: Callable[[str], None]) -> tuple[int, int]:
+    """Rewrite and commit each bin; (files removed, files added)."""
+    removed = added = 0
+    for n, bin_ in enumerate(bins, 1):
+        outputs = _rewrite(lake, table, kind, bin_)
+        failpoints.hit(f"layout.{kind}.before_commit")
+        _commit(lake, table, kind, bin_, outputs)
+        removed, added = removed + len(bin_), added + len(outputs)
+        say(f"{table.qualified}: {kind} {n}/{len(bins)}: {len(bin_)} file(s), "
+            f"{sum(f['num_records'] for f in bin_):,} rows -> {len(outputs)} file(s)")
+    return removed, added
 
 
 # ------------------------------------------------------------------------------------------------ plan
