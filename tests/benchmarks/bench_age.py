@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -107,18 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", default="/tmp/rmq-bench-age")
     p.add_argument("--stages", default="simulate,feed")
     a = p.parse_args(argv)
-    os.environ.setdefault("RUST_LOG", "warn,sail_common::actor=error")
-    work = Path(a.workdir).resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    os.environ["SOAK_WORKDIR"] = str(work)
+    work = bench_soak.workdir(a.workdir)
     source = work / "source"
     stages = a.stages.split(",")
     if "simulate" in stages:
-        shutil.rmtree(source, ignore_errors=True)
-        sim = bench_soak.run_measured("simulate", "simulate", "--scenario", "mixed", "--hours", str(a.hours),
-                                      "--rate", str(a.rate), "--every", str(a.every), "--seed", str(a.seed),
-                                      "--out", str(source))
-        bench_soak.say(f"simulate: {sim['result']['messages_stored']:,} messages in {sim['wall_s']:.0f} s")
+        (work / "simulate.json").write_text(json.dumps(bench_soak.simulate(a, source), indent=2))
     if "feed" not in stages and "report" not in stages:
         return 0
     histories = sorted(int(h) for h in a.histories.split(","))

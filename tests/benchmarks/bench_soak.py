@@ -87,6 +87,27 @@ def run_measured(name: str, *args: str, ok_codes: tuple[int, ...] = (0,)) -> dic
             "cpu_s": round(usage.ru_utime + usage.ru_stime, 1), "code": code, "result": result}
 
 
+def workdir(path: str) -> Path:
+    """The benchmark's folder (made), where :func:`run_measured` keeps each step's output; Sail's log quietened."""
+    os.environ.setdefault("RUST_LOG", "warn,sail_common::actor=error")
+    work = Path(path).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    os.environ["SOAK_WORKDIR"] = str(work)
+    return work
+
+
+def simulate(a: argparse.Namespace, source: Path) -> dict[str, Any]:
+    """``mixed`` for ``a.hours`` hours at ``a.rate`` messages an hour, a snapshot every ``a.every`` minutes, into
+    ``source`` (emptied first); its wall and CPU seconds, peak RSS and messages stored."""
+    shutil.rmtree(source, ignore_errors=True)
+    sim = run_measured("simulate", "simulate", "--scenario", "mixed", "--hours", str(a.hours), "--rate",
+                       str(a.rate), "--every", str(a.every), "--seed", str(a.seed), "--out", str(source))
+    say(f"simulate: {sim['result']['messages_stored']:,} messages, {sim['result']['snapshots']} snapshots in "
+        f"{sim['wall_s']:.0f} s, peak RSS {sim['peak_rss'] / GiB:.2f} GiB")
+    return {**{k: sim[k] for k in ("wall_s", "peak_rss", "cpu_s")},
+            "messages_stored": sim["result"]["messages_stored"]}
+
+
 def snapshot_folders(source: Path) -> list[tuple[dt.datetime, Path]]:
     """Every snapshot folder of the source landing zone (broker and clients folders) with its time."""
     out = []
@@ -252,21 +273,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prefill-step", type=int, default=5, help="virtual hours per backfill ingest")
     p.add_argument("--cleanup", action="store_true", help="delete the workdir at the end")
     a = p.parse_args(argv)
-    os.environ.setdefault("RUST_LOG", "warn,sail_common::actor=error")
-    work = Path(a.workdir).resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    os.environ["SOAK_WORKDIR"] = str(work)
+    work = workdir(a.workdir)
     source = work / "source"
     figs: dict[str, Any] = {"args": vars(a)}
     stages = a.stages.split(",")
     if "simulate" in stages:
-        shutil.rmtree(source, ignore_errors=True)
-        sim = run_measured("simulate", "simulate", "--scenario", "mixed", "--hours", str(a.hours), "--rate",
-                           str(a.rate), "--every", str(a.every), "--seed", str(a.seed), "--out", str(source))
-        figs["simulate"] = {k: sim[k] for k in ("wall_s", "peak_rss", "cpu_s")}
-        figs["simulate"]["messages_stored"] = sim["result"]["messages_stored"]
-        say(f"simulate: {sim['result']['messages_stored']:,} messages, {sim['result']['snapshots']} snapshots in "
-            f"{sim['wall_s']:.0f} s, peak RSS {sim['peak_rss'] / GiB:.2f} GiB")
+        figs["simulate"] = simulate(a, source)
     if "feed" in stages or "report" in stages:
         if "feed" in stages:
             feed(a, work, source, figs)
