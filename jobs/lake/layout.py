@@ -1,5 +1,6 @@
-"""The per-broker layout of silver/messages (issue 39): maintenance rewrites the files the ingest appends, each of
-which holds every broker of its run, into files of one broker each, their row groups sorted by commitlog position,
+"""The per-broker layout of silver/messages (issue 39): the ingest (:func:`split_added`, its own appends) and
+maintenance (:func:`arrange`, whatever is left, and merging) rewrite the files the engine writes, each of which holds
+every broker of its run, into files of one broker each, their row groups sorted by commitlog position,
 so that a look-up by position (``jobs.lake.lookups.records_at``, the ingest's anti-join, ``_delta.any_rows``) reads
 the files of its broker and offset range only: the Delta log's file statistics skip the rest, in Sail and delta-rs.
 
