@@ -49,7 +49,26 @@ def update(spark: Any, lake: str, since: dict[str, int] | None, say: Any = lambd
         n = rows.count()
         before = _delta.version(lake, key_index.TABLE)
         _delta.insert_new(spark, rows, lake, key_index.TABLE, target_filter=lookups.spans_filter(spans), rows=n,
-                          target_dnf=lookups.spans_dnf(spans))
+                          target_dnf=lookups.spans_dnf(spans),
+                          target_rows=None if whole else _indexed_since(spark, lake, since, spans))
         return _delta.rows_added(lake, key_index.TABLE, before)
     finally:
         storage.delete_tree(folder)
+
+
+def _indexed_since(spark: Any, lake: str, since: dict[str, int], spans: dict[tuple[str, str], tuple[int, int]]
+                   ) -> bool | None:
+    """Whether an index row of the new copies' ranges can exist, looking at the index files added since ``since``
+    only; None (look at the whole index) when silver/messages lost a file since then.
+
+    The index's files are sorted by key hash, so each spans every broker and offset and no statistics skip one for a
+    look-up by position: checking the whole index read all of it (41 M rows, +0.6 GiB in the ingest, bench_age).
+    When silver/messages only gained files since the last completed ingest, the new copies were in none of its
+    rows then (its own anti-join keeps one row per copy), so the index rows from before cannot hold them: only rows a
+    killed run added since can. A rewrite (a late folder's MERGE, a layout or compaction not yet recorded) re-adds
+    older copies, which the older index holds: then the whole index is checked, as before."""
+    if key_index.TABLE.qualified not in since or _delta.removed_since(lake, messages.TABLE,
+                                                                       since[messages.TABLE.qualified]):
+        return None
+    recent = _delta.added_since(spark, lake, key_index.TABLE, since[key_index.TABLE.qualified])
+    return recent.alias("t").where(lookups.spans_filter(spans)).limit(1).count() > 0

@@ -117,6 +117,16 @@ def added_since(spark: "SparkSession", lake: str, table: "Table", since: int | N
                        for c in table.columns])
 
 
+def removed_since(lake: str, table: "Table", since: int) -> bool:
+    """Whether a data file of version ``since`` is no longer in the table (rewritten or deleted since): when none is,
+    the table only gained files, and :func:`added_since` holds only rows the version did not have (for tables whose
+    appends are idempotent on their key)."""
+    if not exists(lake, table):
+        return False
+    now = set(delta_table(lake, table).file_uris())
+    return any(u not in now for u in delta_table(lake, table, version=since).file_uris())
+
+
 def rows_added(lake: str, table: "Table", since: int | None) -> int:
     """The rows in the data files the table gained after version ``since`` (all when None), from the files' own
     record counts (delta-rs add actions): no data is read. Exact for appends."""

@@ -69,3 +69,34 @@ def _lit(v):  # noqa: ANN001, ANN202
     from pyspark.sql import functions as F
 
     return F.lit(v)
+
+
+def test_after_appends_only_the_index_rows_added_since_are_checked(spark, lake: str, monkeypatch) -> None:  # noqa: ANN001
+    """The hourly case: silver/messages only gained files since the last completed ingest, so the update looks for
+    existing rows of the new copies among the index files added since (none: a plain append) and never reads the
+    whole index (its files span every broker, so statistics skip none). A run killed after its index update and run
+    again finds that run's rows there and adds nothing; a rewrite since (MERGE) checks the whole index again."""
+    _delta.merge(spark, _msgs(spark, [("b", 100, 10, KEY), ("a", 50, 3, "K2")]), lake, M.TABLE)
+    assert key_index_update.update(spark, lake, None) == 2
+    since = ledger.versions(lake, [M.TABLE, K.TABLE])
+    _delta.insert_new(spark, _msgs(spark, [("b", 300, 12, "K3"), ("a", 90, 0, KEY)]), lake, M.TABLE,
+                      target_filter="false", target_rows=False)
+    assert _delta.removed_since(lake, M.TABLE, since[M.TABLE.qualified]) is False
+
+    def whole_index(*_a, **_k):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("the whole index was read")
+
+    with monkeypatch.context() as m:
+        m.setattr(_delta, "any_rows", whole_index)
+        assert key_index_update.update(spark, lake, since) == 2  # nothing added since: appended as it is
+        assert key_index_update.update(spark, lake, since) == 0  # the killed run's rows are found among the new files
+    want = [("c", KEY_HASH, "a", 90, 0), ("c", KEY_HASH, "b", 100, 10)]
+    assert [r for r in _index(lake) if r[1] == KEY_HASH] == want and len(_index(lake)) == 4
+
+    _delta.merge(spark, _msgs(spark, [("b", 100, 10, KEY)]).withColumn("topic", _lit("T2")), lake, M.TABLE)
+    assert _delta.removed_since(lake, M.TABLE, since[M.TABLE.qualified]) is True
+    calls = []
+    real = _delta.any_rows
+    monkeypatch.setattr(_delta, "any_rows", lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert key_index_update.update(spark, lake, since) == 0
+    assert calls == [1] and len(_index(lake)) == 4
