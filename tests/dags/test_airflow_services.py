@@ -7,9 +7,11 @@ One set of services for the module (started by ``infra/airflow.sh``, stopped by 
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import pathlib
+import random
 import sqlite3
 import subprocess
 import sys
@@ -50,7 +52,16 @@ class Services:
         self.home, self.env, self.landing, self.lake = home, env, landing, lake
 
     def airflow(self, *args: str) -> str:
-        proc = subprocess.run([AIRFLOW, *args], env=self.env, capture_output=True, text=True)
+        """An ``airflow`` command; tried again at random intervals for up to 90 s while SQLite answers "database is
+        locked" (WAL mode: at once, no busy wait, when a read transaction must become a write while the scheduler
+        writes)."""
+        deadline = time.time() + 90
+        while True:
+            proc = subprocess.run([AIRFLOW, *args], env=self.env, capture_output=True, text=True)
+            locked = "database is locked" in proc.stdout + proc.stderr
+            if proc.returncode == 0 or not locked or time.time() > deadline:
+                break
+            time.sleep(random.uniform(0.5, 3.0))
         assert proc.returncode == 0, f"airflow {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
         return proc.stdout
 
@@ -134,15 +145,17 @@ def test_backfill_reconciles_each_hour_as_of_its_logical_date(services: Services
     services.airflow("dags", "unpause", "rocketmq_reconcile")
     args = ["backfill", "create", "--dag-id", "rocketmq_reconcile", "--from-date", "2026-01-05T02:00:00+00:00",
             "--to-date", "2026-01-05T03:00:00+00:00", "--dag-run-conf", json.dumps(conf)]
-    for attempt in range(3):
-        # SQLite in WAL mode answers "database is locked" at once (no busy wait) when a read transaction must
-        # become a write while the scheduler writes; a try cut off that way may already have made the backfill.
+    deadline = time.time() + 90
+    for attempt in itertools.count():
+        # "database is locked" as in Services.airflow (three tries 2 s apart all met it on 2026-12-03, the scheduler
+        # busy with the unpaused DAG's own run); a try cut off that way may already have made the backfill.
         proc = subprocess.run([AIRFLOW, *args], env=services.env, capture_output=True, text=True)
         out = proc.stdout + proc.stderr
         if proc.returncode == 0 or "AlreadyRunningBackfill" in out:
             break
-        assert "database is locked" in out and attempt < 2, f"airflow backfill create failed:\n{out}"
-        time.sleep(2)
+        assert "database is locked" in out and time.time() < deadline, \
+            f"airflow backfill create failed (try {attempt + 1}):\n{out}"
+        time.sleep(random.uniform(0.5, 3.0))
     runs = services.wait("rocketmq_reconcile", {"backfill__2026-01-05T02:00:00+00:00",
                                                 "backfill__2026-01-05T03:00:00+00:00"})
     services.airflow("dags", "pause", "rocketmq_reconcile")
