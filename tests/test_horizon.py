@@ -139,22 +139,30 @@ def test_a_horizon_run_reads_less_than_a_full_run(runs: dict) -> None:
     from jobs.lake import _delta
     from schemas import messages
 
-    m = _delta.read_pandas_columns(runs["lake"], messages.TABLE, ["topic", "queue_offset", "first_snapshot_ts"])
+    m = _delta.read_pandas_columns(runs["lake"], messages.TABLE, ["topic", "queue_offset", "first_snapshot_ts",
+                                                                 "store_ts"])
     m = m[~m["topic"].str.startswith("%") & m["queue_offset"].notna()]
     held = pd.to_datetime(m["first_snapshot_ts"], utc=True)
     at = lambda h: pd.Timestamp(f"2026-01-05T{h}:00:00Z")  # noqa: E731
     assert [read[k]["messages_old_for_order"] for k in ("04", "05", "06")] == [
         int((held <= at("02")).sum()), int(((held > at("02")) & (held <= at("03"))).sum()),
         int(((held > at("03")) & (held <= at("04"))).sum())] == [36739, 17270, 18654]  # with broker-c's POP topics (4 re-put CK records before 02:00) and broker-d's TopicInner
-    # the audit: whole once after a full run (which keeps no audit state), then P's hour stats plus the records P did
-    # not see (gold/audit_hours equal the full run's: test above)
+    # the audit: a full run keeps the window's last hour, so the next run carries its hour stats too (issue 39: it
+    # used to read the whole window once after a full run, 72723 records here); each run reads the records P did not
+    # see (gold/audit_hours equal the full run's: test above)
+    from jobs.formats.topics import is_system_topic
+
+    stored, audited = pd.to_datetime(m["store_ts"], utc=True), ~m["topic"].map(is_system_topic)  # (trace topics too)
+    seen = lambda a, b: int((audited & ((held > at(a)) | (stored > at(a))) & (held <= at(b))  # noqa: E731
+                             & (stored <= at(b))).sum())
+    assert [seen("03", "04"), seen("04", "05"), seen("05", "06")] == [4506, 4497, 3324]
     audit = {k: v["horizon"].get("audit") for k, v in runs["summaries"].items()}
     assert audit == {
-        "03": None, "full": None,
+        "03": {"whole": "a full run", "newest_hour": "2026-01-05T02:00:00Z"},
+        "full": {"whole": "a full run", "newest_hour": "2026-01-05T05:00:00Z"},
         # (60556 -> 67830, 3600 -> 3960, 2400 -> 2760: the POP topics' messages, issue 36 item 1; 67834 with the 4
         # re-put CK records before 02:00; 72723, 4497, 3324 with broker-d's inner batches and their traces, issue 35)
-        "04": {"whole": "the previous run kept no audit state", "messages_read": 72723,
-               "newest_hour": "2026-01-05T03:00:00Z"},
+        "04": {"carried": "sched-03", "messages_read": 4506, "queues_whole": 0, "newest_hour": "2026-01-05T03:00:00Z"},
         "05": {"carried": "sched-04", "messages_read": 4497, "queues_whole": 0, "newest_hour": "2026-01-05T04:00:00Z"},
         "06": {"carried": "sched-05", "messages_read": 3324, "queues_whole": 0, "newest_hour": "2026-01-05T05:00:00Z"},
     }

@@ -632,13 +632,36 @@ def commits_since_first(consumer_offsets: Any, dels: Any, *, as_of: dt.datetime)
     return snapshots.commits(consumer_offsets, as_of=as_of, since=first)
 
 
+def newest_store_hour(m: Any, *, as_of: dt.datetime) -> dt.datetime | None:
+    """The audit window's last hour: the newest store hour of any queue's record stored by ``as_of`` (``m``: the records
+    the run sees), as ``jobs.rules.audit.stored_hours`` ends it."""
+    from pyspark.sql import functions as F
+
+    from jobs.formats.topics import is_system_topic_col
+    from jobs.rules import snapshots
+
+    got = (m.where((F.col("store_ts") <= snapshots._ts(as_of)) & ~is_system_topic_col(F.col("topic"))
+                   & F.col("queue_offset").isNotNull()).agg(F.max("store_ts")).collect()[0][0])
+    return None if got is None else pd.Timestamp(got).floor("h").to_pydatetime().replace(tzinfo=UTC)
+
+
+def full_audit_state(frames: dict[str, Any], *, as_of: dt.datetime) -> dict[str, Any]:
+    """What a full run keeps of its audit (``summary.horizon.audit``): the window's last hour, so that the next run
+    carries the full run's gold/audit_hours rows (its hour stats of every record) instead of computing the 72 hours
+    again (issue 39: 42 M records read by the first hourly run after a 40-hour backfill, 32 of its 96 CPU seconds)."""
+    from jobs.rules import snapshots
+
+    newest = newest_store_hour(snapshots.messages_as_of(frames["stored_messages"], as_of=as_of), as_of=as_of)
+    return {"whole": "a full run", "newest_hour": None if newest is None else newest.strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
 def audit_frame(spark: Any, lake: str, frames: dict[str, Any], series: Any, *, as_of: dt.datetime, previous: dict,
                 tmp: str, then: Any = None) -> tuple[Any, dict[str, Any]]:
     """gold/audit_hours (jobs.rules.audit) and what it read: the previous run's hour stats plus those of the records it
     did not see (:func:`jobs.rules.audit.seen_between`), not every record of the 72 hours.
 
-    Whole (every record of the window, as a full run) when P kept no ``newest_hour`` (a full run, or an older
-    version) or the lake holds records without a snapshot (a tabular export: P saw them whatever their time, so they
+    Whole (every record of the window, as a full run) when P kept no ``newest_hour`` (a run of a release before
+    :func:`full_audit_state`) or the lake holds records without a snapshot (a tabular export: P saw them whatever their time, so they
     do not split by time). A queue P's keys did not consume has no stats in P's rows: its hours are computed whole.
     The window ends at the newest store hour of any queue (P's or the new records'). Deliveries: those first held from
     ``AUDIT_SLACK`` before the window (a snapshot folder holds what was stored while it was copied, and so were the
@@ -646,7 +669,6 @@ def audit_frame(spark: Any, lake: str, frames: dict[str, Any], series: Any, *, a
     """
     from pyspark.sql import functions as F
 
-    from jobs.formats.topics import is_system_topic_col
     from jobs.lake import _spark
     from jobs.rules import audit, snapshots
     from schemas import audit_hours as audit_schema
@@ -660,9 +682,7 @@ def audit_frame(spark: Any, lake: str, frames: dict[str, Any], series: Any, *, a
            else "")
     if why:
         stored = m.where(F.col("store_ts") <= snapshots._ts(as_of))
-        got = (stored.where(~is_system_topic_col(F.col("topic")) & F.col("queue_offset").isNotNull())
-               .agg(F.max("store_ts")).collect()[0][0])
-        newest = None if got is None else pd.Timestamp(got).floor("h").to_pydatetime().replace(tzinfo=UTC)
+        newest = newest_store_hour(m, as_of=as_of)
         band = stored if newest is None else stored.where(
             F.col("first_snapshot_ts").isNull() | (F.col("first_snapshot_ts") >= snapshots._ts(
                 newest - dt.timedelta(hours=audit.AUDIT_HOURS) - AUDIT_SLACK)))

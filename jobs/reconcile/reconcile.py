@@ -524,6 +524,8 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
                 r = _reconcile(spark, lake, frames, as_of_ts, rid, window, dlq_warn_retries, blocking_min_age_s, say,
                                offset_files, keep=_spark.materializer(spark, storage.join(tmp, "shared")))
                 kept_offsets = offset_state.state(spark, frames, None, offset_files, as_of=as_of_ts, window=window)
+                if not groups:  # a run of some groups writes no audit rows of the others: nothing to carry
+                    info["audit"] = horizon.full_audit_state(frames, as_of=as_of_ts)
             say(f"reconcile: {info['mode']} run" + (f" (full: {info.get('why_full')})" if info["mode"] == "full"
                                                     else f", {len(info['full_groups'])} group(s) in full"))
         finally:
@@ -656,13 +658,16 @@ def _load(spark: Any, lake: str, as_of_ts: dt.datetime, rid: str, pdfs: dict[str
     (:func:`jobs.reconcile.offset_state.latest_files`)."""
     for name, mod in REPORT_MODULES.items():
         pdf = pdfs[name]
+        t0 = time.time()
         gold = spark.createDataFrame(pdf if len(pdf) else [], _report_schema(mod))
         _delta.replace_run(spark, _with_run_id(gold, rid), lake, mod.TABLE, rid)
         failpoints.hit("reconcile.after_gold_table")
-        say(f"reconcile:   gold/{name}: {len(pdf)} rows")
+        say(f"reconcile:   gold/{name}: {len(pdf)} rows ({time.time() - t0:.1f} s)")
     for name, table in {**DASHBOARD_TABLES, **CARRIED_TABLES}.items():
+        t0 = time.time()  # (the frames are computed as they are written)
         _delta.replace_run(spark, _with_run_id(frames[name], rid), lake, table, rid)
-        say(f"reconcile:   gold/{name} ({'dashboard' if name in DASHBOARD_TABLES else 'for the next run'})")
+        say(f"reconcile:   gold/{name} ({'dashboard' if name in DASHBOARD_TABLES else 'for the next run'}, "
+            f"{time.time() - t0:.1f} s)")
     return {"pdfs": pdfs, "agreement": agreement, "latest_offsets": files}
 
 
