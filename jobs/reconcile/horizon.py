@@ -699,16 +699,19 @@ def audit_frame(spark: Any, lake: str, frames: dict[str, Any], series: Any, *, a
         kept = (_delta.read(spark, lake, audit_schema.TABLE, at=version if _delta.table_format() == "delta" else None)
                 .where(F.col("run_id") == previous["run_id"])
                 .select(*QUEUE, "hour", "first_offset", "last_offset", "stored").distinct())
-        # the small side on the left: the engine builds its hash table from it
-        whole = audit.hour_stats(new_queues.join(m.where(F.col("store_ts") <= snapshots._ts(as_of)), on=QUEUE,
-                                                 how="inner"))
-        stats = audit.combine(kept, changed).join(new_queues, on=QUEUE, how="left_anti").unionByName(whole)
+        stats = audit.combine(kept, changed)
+        queues_whole = new_queues.count()
+        if queues_whole:  # (a join with no queue still reads every record's queue columns)
+            # the small side on the left: the engine builds its hash table from it
+            whole = audit.hour_stats(new_queues.join(m.where(F.col("store_ts") <= snapshots._ts(as_of)), on=QUEUE,
+                                                     how="inner"))
+            stats = stats.join(new_queues, on=QUEUE, how="left_anti").unionByName(whole)
         row = changed.agg(F.max("hour"), F.sum("stored")).collect()[0]
         hours = [pd.Timestamp(before["newest_hour"]).to_pydatetime()] if before["newest_hour"] else []
         hours += [pd.Timestamp(row[0]).to_pydatetime().replace(tzinfo=UTC)] if row[0] is not None else []
         newest = max(hours) if hours else None
         info = {"carried": previous["run_id"], "messages_read": int(row[1] or 0),
-                "queues_whole": new_queues.count()}
+                "queues_whole": queues_whole}
     info["newest_hour"] = None if newest is None else newest.strftime("%Y-%m-%dT%H:%M:%SZ")
     if newest is None:  # nothing stored: no hour to audit
         return audit.audit_rows(series, d.limit(0), stats.limit(0)), info

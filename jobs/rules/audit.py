@@ -8,6 +8,7 @@ ranges (``jobs.ops.dashboard``). Pure DataFrame -> DataFrame, like every report.
 from __future__ import annotations
 
 import datetime as dt
+from functools import reduce
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -94,14 +95,45 @@ def audit_rows(series: DataFrame, deliveries: DataFrame, stats: DataFrame) -> Da
     per_key = keys.join(stats, on=QUEUE, how="inner")
     seen = (deliveries.where(~is_system_topic_col(F.col("topic")) & F.col("queue_offset").isNotNull())
             .select(*SERIES_KEY, F.col("queue_offset").cast("long").alias("_o")).distinct())
-    b = per_key.alias("b")
-    delivered = (
-        b.join(seen.alias("d"), on=[F.col(f"b.{k}") == F.col(f"d.{k}") for k in SERIES_KEY]
-               + [F.col("d._o") >= F.col("b.first_offset"), F.col("d._o") <= F.col("b.last_offset")], how="inner")
-        .groupBy(*[F.col(f"b.{k}").alias(k) for k in SERIES_KEY], F.col("b.hour").alias("hour"))
-        .agg(F.count(F.lit(1)).alias("delivered"))
-    )
-    out = per_key.join(delivered, on=[*SERIES_KEY, "hour"], how="left").withColumn(
+    out = per_key.join(delivered_per_hour(per_key, seen), on=[*SERIES_KEY, "hour"], how="left").withColumn(
         "delivered", F.coalesce(F.col("delivered"), F.lit(0)))
     types = {f.name: f.dataType for f in schema.SCHEMA.fields}
     return out.select(*[F.col(k).cast(types[k]).alias(k) for k in schema.COLUMNS])
+
+
+def delivered_per_hour(per_key: DataFrame, seen: DataFrame) -> DataFrame:
+    """(SERIES_KEY, hour, delivered): how many of the offsets ``seen`` (SERIES_KEY, ``_o``) lie in each hour's
+    [first_offset, last_offset] of ``per_key``; an offset in two hours' intervals counts in both.
+
+    A queue's hours are disjoint intervals in offset order (offsets grow with store time): each delivered offset is
+    then placed by the nearest interval start at or below it, one sort per key, where a range join compared it with
+    every hour of its key (issue 39: deliveries times hours, 40 hours of history, 4 times 10 hours' cost). Keys whose
+    intervals overlap (a store clock that went back) are joined on the range as before.
+    """
+    from pyspark.sql import Window
+
+    seen = seen.where(reduce(lambda a, b: a & b, [F.col(k).isNotNull() for k in SERIES_KEY]))  # as an equi-join
+    by_start = Window.partitionBy(*SERIES_KEY).orderBy("first_offset", "hour")
+    overlapping = (per_key.withColumn("_before", F.max("last_offset").over(
+        by_start.rowsBetween(Window.unboundedPreceding, -1)))
+        .where(F.col("_before") >= F.col("first_offset")).select(*SERIES_KEY).distinct())
+    b = per_key.join(overlapping, on=SERIES_KEY, how="left_semi").alias("b")
+    ranged = (
+        b.join(seen.join(overlapping, on=SERIES_KEY, how="left_semi").alias("d"),
+               on=[F.col(f"b.{k}") == F.col(f"d.{k}") for k in SERIES_KEY]
+               + [F.col("d._o") >= F.col("b.first_offset"), F.col("d._o") <= F.col("b.last_offset")], how="inner")
+        .select(*[F.col(f"b.{k}").alias(k) for k in SERIES_KEY], F.col("b.hour").alias("hour"))
+    )
+    starts = (per_key.join(overlapping, on=SERIES_KEY, how="left_anti")
+              .select(*SERIES_KEY, F.col("first_offset").alias("_o"), F.lit(0).alias("_k"), "hour",
+                      F.col("last_offset").alias("_last")))
+    offsets = (seen.join(overlapping, on=SERIES_KEY, how="left_anti")
+               .select(*SERIES_KEY, "_o", F.lit(1).alias("_k"), F.lit(None).cast(per_key.schema["hour"].dataType).alias("hour"),
+                       F.lit(None).cast("long").alias("_last")))
+    upto = Window.partitionBy(*SERIES_KEY).orderBy("_o", "_k").rowsBetween(Window.unboundedPreceding, 0)
+    placed = (starts.unionByName(offsets)
+              .select(*SERIES_KEY, "_o", "_k", F.last("hour", ignorenulls=True).over(upto).alias("_hour"),
+                      F.last("_last", ignorenulls=True).over(upto).alias("_upto"))
+              .where((F.col("_k") == 1) & F.col("_hour").isNotNull() & (F.col("_o") <= F.col("_upto")))
+              .select(*SERIES_KEY, F.col("_hour").alias("hour")))
+    return placed.unionByName(ranged).groupBy(*SERIES_KEY, "hour").agg(F.count(F.lit(1)).alias("delivered"))

@@ -63,3 +63,31 @@ def test_the_previous_runs_stats_plus_the_records_it_did_not_see_are_the_stats_o
     carried = audit.combine(then, audit.hour_stats(new))
     assert _rows(carried) == _rows(audit.hour_stats(now.where(F.col("store_ts") <= as_of)))
     assert _rows(then) == [(0, T(0), 0, 2, 3)]
+
+
+def test_delivered_counts_each_offset_in_every_hour_whose_interval_holds_it(spark) -> None:  # noqa: ANN001
+    """Placed by the nearest interval start where a key's hours are disjoint, joined on the range where they overlap
+    (a store clock that went back): both count what the range join counts."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+    key = lambda g, client: ("c", g, client, "T", "b", 0)  # noqa: E731
+    cols = [StructField(k, LongType() if k == "queue_id" else StringType()) for k in snapshots.SERIES_KEY]
+    h = [T(0), T(60), T(120)]
+    intervals = [
+        (key("A", ""), h[0], 0, 99), (key("A", ""), h[1], 150, 199), (key("A", ""), h[2], 200, 200),  # a gap
+        (key("B", ""), h[0], 0, 99), (key("B", ""), h[1], 50, 149),  # overlapping: 50-99 in both hours
+        (key("N", None), h[0], 0, 99),  # a null key column matches nothing, as in an equi-join
+    ]
+    offsets = {"A": [0, 0, 99, 120, 150, 199, 200, 201, 5000], "B": [10, 60, 99, 100, 149, 150], "N": [1]}
+    per_key = spark.createDataFrame(
+        [(*k, t, lo, hi) for k, t, lo, hi in intervals],
+        StructType([*cols, StructField("hour", TimestampType()), StructField("first_offset", LongType()),
+                    StructField("last_offset", LongType())]))
+    seen = spark.createDataFrame([(*key(g, None if g == "N" else ""), o) for g, os in offsets.items() for o in os],
+                                 StructType([*cols, StructField("_o", LongType())])).distinct()
+    got = sorted((r["consumer_group"], r["hour"].replace(tzinfo=UTC) if r["hour"].tzinfo is None else r["hour"],
+                  r["delivered"]) for r in audit.delivered_per_hour(per_key, seen).collect())
+    brute = sorted((k[1], t, len({o for o in offsets[k[1]] if lo <= o <= hi}))
+                   for k, t, lo, hi in intervals if k[2] is not None)
+    brute = [r for r in brute if r[2]]
+    assert got == brute == [("A", h[0], 2), ("A", h[1], 2), ("A", h[2], 1), ("B", h[0], 3), ("B", h[1], 4)]
