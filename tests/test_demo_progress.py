@@ -51,7 +51,9 @@ def test_the_demo_prints_progress_at_least_every_10_seconds(tmp_path: pathlib.Pa
 
 def test_the_install_steps_heartbeat_keeps_a_quiet_command_from_being_silent() -> None:
     rc, lines = _timed_lines(["infra/with-heartbeat.sh", "installing", "sleep", "9"], dict(os.environ))
-    assert (rc, [line for _, line in lines[1:-1]]) == (0, ["installing: still running (8 s)"])  # every 8 s
+    # every 8 s: eight 1-s sleeps, each a process of its own, so 9 s by the clock on a loaded machine (2026-12-03)
+    beats = [line for _, line in lines[1:-1]]
+    assert (rc, beats) in [(0, ["installing: still running (8 s)"]), (0, ["installing: still running (9 s)"])], beats
     assert _longest_gap(lines)[0] <= 10.0
     rc, _ = _timed_lines(["infra/with-heartbeat.sh", "failing", "false"], dict(os.environ))
     assert rc == 1

@@ -645,13 +645,15 @@ def newest_store_hour(m: Any, *, as_of: dt.datetime) -> dt.datetime | None:
     return None if got is None else pd.Timestamp(got).floor("h").to_pydatetime().replace(tzinfo=UTC)
 
 
-def full_audit_state(frames: dict[str, Any], *, as_of: dt.datetime) -> dict[str, Any]:
-    """What a full run keeps of its audit (``summary.horizon.audit``): the window's last hour, so that the next run
-    carries the full run's gold/audit_hours rows (its hour stats of every record) instead of computing the 72 hours
-    again (issue 39: 42 M records read by the first hourly run after a 40-hour backfill, 32 of its 96 CPU seconds)."""
-    from jobs.rules import snapshots
+def full_audit_state(stats: Any) -> dict[str, Any]:
+    """What a full run keeps of its audit (``summary.horizon.audit``): the window's last hour (the newest hour of its
+    hour stats, ``jobs.rules.audit.stored_hours``), so that the next run carries the full run's gold/audit_hours rows
+    instead of computing the 72 hours again (issue 39: 42 M records read by the first hourly run after a 40-hour
+    backfill, 32 of its 96 CPU seconds)."""
+    from pyspark.sql import functions as F
 
-    newest = newest_store_hour(snapshots.messages_as_of(frames["stored_messages"], as_of=as_of), as_of=as_of)
+    got = stats.agg(F.max("hour")).collect()[0][0]
+    newest = None if got is None else pd.Timestamp(got).floor("h").to_pydatetime().replace(tzinfo=UTC)
     return {"whole": "a full run", "newest_hour": None if newest is None else newest.strftime("%Y-%m-%dT%H:%M:%SZ")}
 
 
@@ -719,8 +721,9 @@ def audit_frame(spark: Any, lake: str, frames: dict[str, Any], series: Any, *, a
     window = spark.range(1).select(F.lit(newest).cast("timestamp").alias("_newest"))
     band_d = d.where(F.col("first_snapshot_ts").isNull()
                      | (F.col("first_snapshot_ts") >= snapshots._ts(start - AUDIT_SLACK)))
-    rows = audit.audit_rows(series, snapshots.deliveries_in_window(band_d, series, as_of=as_of),
-                            audit.in_window(stats, window))
+    # read several times (audit.delivered_per_hour): computed once
+    windowed = _spark.materialize(spark, audit.in_window(stats, window), f"{tmp}/audit_stats")
+    rows = audit.audit_rows(series, snapshots.deliveries_in_window(band_d, series, as_of=as_of), windowed)
     return rows, info
 
 

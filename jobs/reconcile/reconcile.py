@@ -257,6 +257,10 @@ def transform(frames: dict[str, Any], *, as_of: dt.datetime, window: int, dlq_wa
     mode_rows = modes.mode_rows(series, evidence, fifo)
     # the keys whose newest snapshot has no bounds: read by BACKLOG, the status, coverage and the next run
     unknown = keep(snapshots.unknown_newest(series), "unknown_newest")
+    # every stored record counts in the audit, not only those the reports read one by one; its hour stats are read
+    # several times (audit.delivered_per_hour) and give the window's last hour the next run carries: computed once
+    audit_stats = keep(audit.stored_hours(snapshots.messages_as_of(frames.get("stored_messages", frames["messages"]),
+                                                                   as_of=as_of), as_of=as_of), "audit_stats")
     out = {
         "duplicated_ranges": duplicates.duplicated_ranges(series, dels, msgs, as_of=as_of),
         "unconsumed_ranges": unconsumed.unconsumed_ranges(series, dels, msgs, as_of=as_of, unknown=unknown),
@@ -269,11 +273,11 @@ def transform(frames: dict[str, Any], *, as_of: dt.datetime, window: int, dlq_wa
         "_evidence": evidence,
         "_orderly": modes.orderly_pairs(series, evidence, fifo),
         "_traced": dels.select("cluster", "consumer_group"),
-        # dashboard inputs; every stored record counts in the audit, not only those the reports read one by one
+        # dashboard inputs
         "status_samples": status.status_samples(series, window=window),
-        "audit_hours": audit.audit_hours(
-            series, snapshots.deliveries_in_window(dels, series, as_of=as_of),
-            snapshots.messages_as_of(frames.get("stored_messages", frames["messages"]), as_of=as_of), as_of=as_of),
+        "audit_hours": audit.audit_rows(series, snapshots.deliveries_in_window(dels, series, as_of=as_of),
+                                        audit_stats),
+        "_audit_stats": audit_stats,
         # what the next run carries (jobs.reconcile.offset_state)
         "series_tail": unknown,
         "offset_decreases": snapshots.decreases(series),
@@ -525,7 +529,7 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
                                offset_files, keep=_spark.materializer(spark, storage.join(tmp, "shared")))
                 kept_offsets = offset_state.state(spark, frames, None, offset_files, as_of=as_of_ts, window=window)
                 if not groups:  # a run of some groups writes no audit rows of the others: nothing to carry
-                    info["audit"] = horizon.full_audit_state(frames, as_of=as_of_ts)
+                    info["audit"] = horizon.full_audit_state(r["audit_stats"])
             say(f"reconcile: {info['mode']} run" + (f" (full: {info.get('why_full')})" if info["mode"] == "full"
                                                     else f", {len(info['full_groups'])} group(s) in full"))
         finally:
@@ -588,7 +592,7 @@ def _reconcile(spark: Any, lake: str, frames: dict[str, Any], as_of_ts: dt.datet
     pdfs = covered(frames, pdfs, out["series_tail"], modes["traced"], as_of=as_of_ts, popped=popped)
     r = _load(spark, lake, as_of_ts, rid, pdfs, out["_agreement"].toPandas(),
               {name: out[name] for name in [*DASHBOARD_TABLES, *CARRIED_TABLES]}, files, say)
-    return {**r, "modes": modes}
+    return {**r, "modes": modes, "audit_stats": out["_audit_stats"]}
 
 
 def mode_state(evidence: Any, orderly: Any, traced: Any) -> dict[str, list[list[str]]]:

@@ -73,24 +73,17 @@ def stored_hours(messages: DataFrame, *, as_of: dt.datetime, hours: int = AUDIT_
     return in_window(per_hour, per_hour.agg(F.max("hour").alias("_newest")), hours=hours)
 
 
-def audit_hours(series: DataFrame, deliveries: DataFrame, messages: DataFrame, *, as_of: dt.datetime,
-                hours: int = AUDIT_HOURS) -> DataFrame:
-    """The gold/audit_hours rows (without run_id).
+def audit_rows(series: DataFrame, deliveries: DataFrame, stats: DataFrame) -> DataFrame:
+    """The gold/audit_hours rows (without run_id) from the windowed hour stats (:func:`stored_hours`).
 
     Args:
         series: :func:`jobs.rules.snapshots.offset_series` (which queues each group and client consumes).
         deliveries: windowed, client-normalised deliveries (:func:`jobs.rules.snapshots.deliveries_in_window`).
-        messages: every stored record the run sees (not only the traced ones).
-        as_of: the reconciliation time; the hours are the last ``hours`` before it.
+        stats: the hour stats of every stored record the run sees, in the window (not only the traced ones).
 
     Returns:
         ``schemas.audit_hours.COLUMNS``: one row per key of ``series`` and hour its queue stored messages in.
     """
-    return audit_rows(series, deliveries, stored_hours(messages, as_of=as_of, hours=hours))
-
-
-def audit_rows(series: DataFrame, deliveries: DataFrame, stats: DataFrame) -> DataFrame:
-    """The gold/audit_hours rows (without run_id) from the windowed hour stats (:func:`stored_hours`)."""
     keys = series.select(*SERIES_KEY).distinct()
     per_key = keys.join(stats, on=QUEUE, how="inner")
     seen = (deliveries.where(~is_system_topic_col(F.col("topic")) & F.col("queue_offset").isNotNull())
