@@ -34,8 +34,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.compute]
 SCENARIOS = [("mixed", 1)]
 # Every output of reconcile.transform (``_agreement`` is the replay's agreement per group) plus the offset series.
 OUTPUTS = ["offset_series", "series_after", "duplicated_ranges", "unconsumed_ranges", "offset_corrections",
-           "dlq_candidates", "consumer_status", "status_samples", "audit_hours", "_agreement", "series_tail",
-           "offset_decreases", "subscription_latest", "held_queues", "_evidence", "_orderly", "_traced",
+           "dlq_candidates", "consumer_status", "status_samples", "audit_hours", "_audit_stats", "_agreement",
+           "series_tail", "offset_decreases", "subscription_latest", "held_queues", "_evidence", "_orderly", "_traced",
            # the POP rows (jobs.rules.pop.reports, which the reconcile runs after the transform)
            "pop_pairs", "pop_duplicated", "pop_lost", "pop_retrying", "pop_inflight"]
 TRANSFORM_OUTPUTS = [o for o in OUTPUTS[2:] if not o.startswith("pop_")]
