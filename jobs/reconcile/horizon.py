@@ -642,7 +642,7 @@ def newest_store_hour(m: Any, *, as_of: dt.datetime) -> dt.datetime | None:
 
     got = (m.where((F.col("store_ts") <= snapshots._ts(as_of)) & ~is_system_topic_col(F.col("topic"))
                    & F.col("queue_offset").isNotNull()).agg(F.max("store_ts")).collect()[0][0])
-    return None if got is None else pd.Timestamp(got).floor("h").to_pydatetime().replace(tzinfo=UTC)
+    return _utc_hour(got)
 
 
 def full_audit_state(stats: Any) -> dict[str, Any]:
@@ -652,9 +652,17 @@ def full_audit_state(stats: Any) -> dict[str, Any]:
     backfill, 32 of its 96 CPU seconds)."""
     from pyspark.sql import functions as F
 
-    got = stats.agg(F.max("hour")).collect()[0][0]
-    newest = None if got is None else pd.Timestamp(got).floor("h").to_pydatetime().replace(tzinfo=UTC)
-    return {"whole": "a full run", "newest_hour": None if newest is None else newest.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    return {"whole": "a full run", "newest_hour": _hour_text(_utc_hour(stats.agg(F.max("hour")).collect()[0][0]))}
+
+
+def _utc_hour(t: Any) -> dt.datetime | None:
+    """An engine timestamp (naive UTC) as an aware UTC hour: the audit window's ends."""
+    return None if t is None else pd.Timestamp(t).floor("h").to_pydatetime().replace(tzinfo=UTC)
+
+
+def _hour_text(hour: dt.datetime | None) -> str | None:
+    """How ``summary.horizon.audit.newest_hour`` keeps an hour."""
+    return None if hour is None else hour.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def audit_frame(spark: Any, lake: str, frames: dict[str, Any], series: Any, *, as_of: dt.datetime, previous: dict,
@@ -663,9 +671,9 @@ def audit_frame(spark: Any, lake: str, frames: dict[str, Any], series: Any, *, a
     did not see (:func:`jobs.rules.audit.seen_between`), not every record of the 72 hours.
 
     Whole (every record of the window, as a full run) when P kept no ``newest_hour`` (a run of a release before
-    :func:`full_audit_state`) or the lake holds records without a snapshot (a tabular export: P saw them whatever their time, so they
-    do not split by time). A queue P's keys did not consume has no stats in P's rows: its hours are computed whole.
-    The window ends at the newest store hour of any queue (P's or the new records'). Deliveries: those first held from
+    :func:`full_audit_state`) or the lake holds records without a snapshot (a tabular export: P saw them whatever
+    their time, so they do not split by time). A queue P's keys did not consume has no stats in P's rows: its hours
+    are computed whole. The window ends at the newest store hour of any queue (P's or the new records'). Deliveries: those first held from
     ``AUDIT_SLACK`` before the window (a snapshot folder holds what was stored while it was copied, and so were the
     trace records of their deliveries).
     """
@@ -710,11 +718,11 @@ def audit_frame(spark: Any, lake: str, frames: dict[str, Any], series: Any, *, a
             stats = stats.join(new_queues, on=QUEUE, how="left_anti").unionByName(whole)
         row = changed.agg(F.max("hour"), F.sum("stored")).collect()[0]
         hours = [pd.Timestamp(before["newest_hour"]).to_pydatetime()] if before["newest_hour"] else []
-        hours += [pd.Timestamp(row[0]).to_pydatetime().replace(tzinfo=UTC)] if row[0] is not None else []
+        hours += [_utc_hour(row[0])] if row[0] is not None else []
         newest = max(hours) if hours else None
         info = {"carried": previous["run_id"], "messages_read": int(row[1] or 0),
                 "queues_whole": queues_whole}
-    info["newest_hour"] = None if newest is None else newest.strftime("%Y-%m-%dT%H:%M:%SZ")
+    info["newest_hour"] = _hour_text(newest)
     if newest is None:  # nothing stored: no hour to audit
         return audit.audit_rows(series, d.limit(0), stats.limit(0)), info
     start = newest - dt.timedelta(hours=audit.AUDIT_HOURS)
@@ -723,7 +731,8 @@ def audit_frame(spark: Any, lake: str, frames: dict[str, Any], series: Any, *, a
                      | (F.col("first_snapshot_ts") >= snapshots._ts(start - AUDIT_SLACK)))
     # read several times (audit.delivered_per_hour): computed once
     windowed = _spark.materialize(spark, audit.in_window(stats, window), f"{tmp}/audit_stats")
-    rows = audit.audit_rows(series, snapshots.deliveries_in_window(band_d, series, as_of=as_of), windowed)
+    rows = audit.audit_rows(series, snapshots.deliveries_in_window(band_d, series, as_of=as_of), windowed,
+                            keep=lambda df, name: _spark.materialize(spark, df, f"{tmp}/{name}"))
     return rows, info
 
 
@@ -773,9 +782,10 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
     more = range_checks(prev, lo, latest, first_old.toPandas())
     # consume modes (jobs.rules.modes): the previous run's local redeliveries plus the recent ones; a group whose
     # orderly pairs changed since then is computed in full (its carried RETRYING rows were judged by the old mode)
-    evidence = _spark.materialize(spark, _rows_frame(spark, previous["horizon"]["local_redelivery"], MODE_COLUMNS).unionByName(
-        modes.local_redeliveries(snapshots.deliveries_in_window(parts["recent_d"], series, as_of=as_of),
-                                 parts["recent_m"])).distinct(), f"{tmp}/evidence")
+    old_evidence = _rows_frame(spark, previous["horizon"]["local_redelivery"], MODE_COLUMNS)
+    fresh = modes.local_redeliveries(snapshots.deliveries_in_window(parts["recent_d"], series, as_of=as_of),
+                                     parts["recent_m"])
+    evidence = _spark.materialize(spark, old_evidence.unionByName(fresh).distinct(), f"{tmp}/evidence")
     fifo = _spark.materialize(spark, modes.fifo_groups(frames["subscription_groups"], as_of=as_of), f"{tmp}/fifo")
     orderly_now = modes.orderly_pairs(series, evidence, fifo)
     changed = {(c, g) for c, g, _ in {tuple(r) for r in _pairs(orderly_now)}

@@ -276,7 +276,7 @@ def transform(frames: dict[str, Any], *, as_of: dt.datetime, window: int, dlq_wa
         # dashboard inputs
         "status_samples": status.status_samples(series, window=window),
         "audit_hours": audit.audit_rows(series, snapshots.deliveries_in_window(dels, series, as_of=as_of),
-                                        audit_stats),
+                                        audit_stats, keep=keep),
         "_audit_stats": audit_stats,
         # what the next run carries (jobs.reconcile.offset_state)
         "series_tail": unknown,

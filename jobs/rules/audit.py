@@ -8,6 +8,7 @@ ranges (``jobs.ops.dashboard``). Pure DataFrame -> DataFrame, like every report.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from functools import reduce
 
 from pyspark.sql import DataFrame
@@ -73,21 +74,24 @@ def stored_hours(messages: DataFrame, *, as_of: dt.datetime, hours: int = AUDIT_
     return in_window(per_hour, per_hour.agg(F.max("hour").alias("_newest")), hours=hours)
 
 
-def audit_rows(series: DataFrame, deliveries: DataFrame, stats: DataFrame) -> DataFrame:
+def audit_rows(series: DataFrame, deliveries: DataFrame, stats: DataFrame,
+               keep: Callable[[DataFrame, str], DataFrame] = lambda df, name: df) -> DataFrame:
     """The gold/audit_hours rows (without run_id) from the windowed hour stats (:func:`stored_hours`).
 
     Args:
         series: :func:`jobs.rules.snapshots.offset_series` (which queues each group and client consumes).
         deliveries: windowed, client-normalised deliveries (:func:`jobs.rules.snapshots.deliveries_in_window`).
         stats: the hour stats of every stored record the run sees, in the window (not only the traced ones).
+        keep: computes a frame once (``jobs.lake._spark.materializer``): the delivered offsets are read twice
+            (:func:`delivered_per_hour`), and the engine would otherwise read the window's deliveries twice.
 
     Returns:
         ``schemas.audit_hours.COLUMNS``: one row per key of ``series`` and hour its queue stored messages in.
     """
     keys = series.select(*SERIES_KEY).distinct()
     per_key = keys.join(stats, on=QUEUE, how="inner")
-    seen = (deliveries.where(~is_system_topic_col(F.col("topic")) & F.col("queue_offset").isNotNull())
-            .select(*SERIES_KEY, F.col("queue_offset").cast("long").alias("_o")).distinct())
+    seen = keep(deliveries.where(~is_system_topic_col(F.col("topic")) & F.col("queue_offset").isNotNull())
+                .select(*SERIES_KEY, F.col("queue_offset").cast("long").alias("_o")).distinct(), "audit_seen")
     out = per_key.join(delivered_per_hour(per_key, seen), on=[*SERIES_KEY, "hour"], how="left").withColumn(
         "delivered", F.coalesce(F.col("delivered"), F.lit(0)))
     types = {f.name: f.dataType for f in schema.SCHEMA.fields}
@@ -120,8 +124,9 @@ def delivered_per_hour(per_key: DataFrame, seen: DataFrame) -> DataFrame:
     starts = (per_key.join(overlapping, on=SERIES_KEY, how="left_anti")
               .select(*SERIES_KEY, F.col("first_offset").alias("_o"), F.lit(0).alias("_k"), "hour",
                       F.col("last_offset").alias("_last")))
+    no_hour = F.lit(None).cast(per_key.schema["hour"].dataType)
     offsets = (seen.join(overlapping, on=SERIES_KEY, how="left_anti")
-               .select(*SERIES_KEY, "_o", F.lit(1).alias("_k"), F.lit(None).cast(per_key.schema["hour"].dataType).alias("hour"),
+               .select(*SERIES_KEY, "_o", F.lit(1).alias("_k"), no_hour.alias("hour"),
                        F.lit(None).cast("long").alias("_last")))
     upto = Window.partitionBy(*SERIES_KEY).orderBy("_o", "_k").rowsBetween(Window.unboundedPreceding, 0)
     placed = (starts.unionByName(offsets)

@@ -5,7 +5,8 @@ time since the previous sample (user + system: Sail's engine threads run in this
 under ``jobs/``. A step waiting on the engine is charged what the engine did meanwhile. Prints the top frames and
 stacks, and writes them as JSON; two runs (a young and an old lake) compare with ``--compare A.json B.json``.
 
-    .venv/bin/python tests/benchmarks/profile_cpu.py --out /tmp/p40.json -- reconcile --lake L --reports R --retention-h 3
+    .venv/bin/python tests/benchmarks/profile_cpu.py --out /tmp/p40.json -- \
+        reconcile --lake L --reports R --retention-h 3
     .venv/bin/python tests/benchmarks/profile_cpu.py --compare /tmp/p10.json /tmp/p40.json
 """
 from __future__ import annotations
