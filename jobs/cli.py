@@ -34,6 +34,38 @@ def cmd_ingest(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(a: argparse.Namespace) -> int:
+    """One snapshot folder in the export layout, written from the host's own store (issue 37)."""
+    from jobs.problems import UsageError
+
+    ts = None
+    if a.snapshot_ts:  # (not reconcile's parser: the host needs no pandas or Spark)
+        import datetime as dt
+
+        try:
+            ts = (dt.datetime.strptime(a.snapshot_ts, "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.timezone.utc)
+                  if re.fullmatch(r"\d{8}T\d{6}Z", a.snapshot_ts) else dt.datetime.fromisoformat(a.snapshot_ts))
+        except ValueError:
+            raise UsageError(f"--snapshot-ts {a.snapshot_ts!r}: expected ISO-8601 UTC or YYYYMMDDTHHMMSSZ") from None
+        ts = ts if ts.tzinfo else ts.replace(tzinfo=dt.timezone.utc)
+    if bool(a.store) == bool(a.client_offsets):
+        raise UsageError("export: give --store <broker store folder> (with --broker) or --client-offsets <folder>")
+    if a.store:
+        if not a.broker:
+            raise UsageError("export --store: --broker <brokerName> is required")
+        from jobs.export import store
+
+        m = store.export_store(a.store, a.to, cluster=a.cluster, broker=a.broker, snapshot_ts=ts, state_dir=a.state,
+                               say=_progress)
+        _print_json({k: m[k] for k in ("cluster", "broker", "snapshot_ts", "counts", "parts", "cpu_s")})
+    else:
+        from jobs.export import clients
+
+        _print_json(clients.export_clients(a.client_offsets, a.to, cluster=a.cluster, snapshot_ts=ts,
+                                           say=_progress))
+    return 0
+
+
 def cmd_reconcile(a: argparse.Namespace) -> int:
     from jobs.reconcile import reconcile
 
@@ -167,6 +199,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--require-marker", action="store_true", help="take only folders with the sync job's _SUCCESS")
     s.add_argument("--retake", action="store_true", help="take every complete folder again (ignore bronze/snapshots)")
     s.set_defaults(func=cmd_ingest)
+
+    s = sub.add_parser("export", help="on a broker (or consumer) host: one snapshot folder of its store in the "
+                                      "export layout (the records since the last export, decoded)")
+    s.add_argument("--store", default=None, help="the broker's store folder (storePathRootDir: commitlog/, config/)")
+    s.add_argument("--client-offsets", default=None,
+                   help="a broadcast consumer's offsets folder (localOffsetStoreDir, e.g. ~/.rocketmq_offsets)")
+    s.add_argument("--to", required=True, help="landing zone root: a folder or s3://bucket/prefix (credentials "
+                                               "from the environment or the instance role)")
+    s.add_argument("--cluster", required=True)
+    s.add_argument("--broker", default=None, help="the broker's name (--store)")
+    s.add_argument("--snapshot-ts", default=None, help="the folder's time (default now; ISO-8601 UTC or "
+                                                       "YYYYMMDDTHHMMSSZ): replays a copied store history in order")
+    s.add_argument("--state", default=None, help="the host state folder (default RMQ_RECON_EXPORT_STATE or "
+                                                 "~/.local/state/rmq-recon/export)")
+    s.set_defaults(func=cmd_export)
 
     s = sub.add_parser("reconcile", help="silver -> gold tables and a report folder")
     s.add_argument("--lake", required=True)

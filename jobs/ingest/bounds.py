@@ -61,8 +61,7 @@ def extract_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, now:
                 with_tier(out.rows.get(queue_bounds.NAME, [])[first:], tiered[0], landing_root, snap, out)
         return {}, CQReads()
 
-    commitlogs = snap.of_kind("commitlog")
-    oldest = min((f.start for f in commitlogs if f.start is not None), default=None)
+    oldest = snap.oldest_segment_start()
     by_queue: dict[tuple[str, int], list[LandingFile]] = {}
     for f in queue_files:
         by_queue.setdefault((f.topic or "", f.queue_id or 0), []).append(f)
@@ -112,7 +111,7 @@ def rocksdb_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, file
         out.problem(snap.cluster, snap.broker, snap.ts, Problem(fs[0].path, 0, f"unreadable ({exc}): the RocksDB "
                                                                 "consume queue's bounds are unknown in this snapshot"))
         return
-    oldest = min((f.start for f in snap.of_kind("commitlog") if f.start is not None), default=None)
+    oldest = snap.oldest_segment_start()
     got, problems = rocksdb_cq.read_bounds(files, f"{snap.folder}/store/consumequeue", oldest)
     for p in problems:
         out.problem(snap.cluster, snap.broker, snap.ts, p)
@@ -135,7 +134,7 @@ def batch_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted) -> Non
         by_queue.setdefault((f.topic or "", f.queue_id or 0), []).append(f)
     if not by_queue:
         return
-    oldest = min((f.start for f in snap.of_kind("commitlog") if f.start is not None), default=None)
+    oldest = snap.oldest_segment_start()
     base = {"cluster": snap.cluster, "broker": snap.broker, "snapshot_ts": snap.ts}
     for (topic, qid), fs in sorted(by_queue.items()):
         why = names.topic_problem(topic)

@@ -62,6 +62,9 @@ class Decoded:
     # whether silver/messages held a record inside ``spans`` before the run loaded any (None: not known); the
     # queue-bounds step reads them anyway (lake_records reads a range holding each span): the load does not again
     lake_overlap: bool | None = None
+    # whether two folders of the run may hold one record (an export beside another folder of its broker): the reads
+    # keep its first copy, as a decode of store copies reads each record from the first copy that holds it
+    overlap: bool = False
 
     def read(self, spark: Any, table: Any, kind: str, renamed: dict[str, str] | None = None) -> Any:
         """The staged rows of ``kind`` with the columns of ``table`` (``renamed``: table column -> staged column)."""
@@ -69,8 +72,16 @@ class Decoded:
 
         renamed = renamed or {}
         cols = ", ".join(f"`{renamed.get(f.name, f.name)}` {f.dataType.simpleString()}" for f in table.schema.fields)
-        return (spark.read.schema(f"kind STRING, {cols}").parquet(self.staging).where(F.col("kind") == kind)
+        rows = (spark.read.schema(f"kind STRING, {cols}").parquet(self.staging).where(F.col("kind") == kind)
                 .select(*[F.col(renamed.get(c, c)).alias(c) for c in table.columns]))
+        if not self.overlap:
+            return rows
+        from pyspark.sql import Window
+
+        first = Window.partitionBy(*table.key).orderBy(F.col("first_snapshot_ts").asc_nulls_last(),
+                                                      *[F.col(c) for c in ("segment", "source_path") if c in
+                                                        table.columns])
+        return rows.withColumn("_n", F.row_number().over(first)).where(F.col("_n") == 1).drop("_n")
 
 
 def staging_folder(lake: str) -> str:
@@ -102,7 +113,7 @@ def decode_commitlogs(spark: Any, lake: str, snaps: list[Snapshot], state: dict[
     from jobs.ingest import decode_tasks
 
     units = decode_tasks.plan_units(
-        [s for s in snaps if not s.is_clients], state, seen_paths,
+        [s for s in snaps if not s.is_clients and not s.is_export], state, seen_paths,
         lambda snap, p: out.problem(snap.cluster, snap.broker, snap.ts, p),
         chunk_bytes=CHUNK_BYTES, batch_rows=MESSAGE_BATCH_ROWS, trace_batch_rows=TRACE_BATCH_ROWS)
     staged = Decoded(staging_folder(lake))
@@ -123,6 +134,13 @@ def decode_commitlogs(spark: Any, lake: str, snaps: list[Snapshot], state: dict[
         else:
             small = merged
         batches.extend(small)
+    exports = [s for s in snaps if s.is_export]
+    if exports:
+        batches.extend(_stage_exports(spark, exports, staged, len(units), append=bool(todo)))
+        # a record two folders of one broker in the run hold (a store copy and an export, or two exports with the
+        # host's state lost between them) is staged twice: the loads keep the first copy (Decoded.read)
+        brokers = [(s.cluster, s.broker) for s in snaps if not s.is_clients]
+        staged.overlap = any(brokers.count((s.cluster, s.broker)) > 1 for s in exports)
     _apply_progress(batches, state, out, now, staged)
     return staged
 
@@ -131,9 +149,6 @@ def _decode_pass(spark: Any, work: list[dict[str, Any]], staged: Decoded, segmen
     """Decode ``work`` in the engine's tasks into the staging folder (replacing what it held); the problem and
     progress rows, which the driver reads back."""
     import json
-
-    import pyarrow.compute as pc
-    from pyspark.sql import functions as F
 
     from jobs.ingest import decode_tasks
 
@@ -145,11 +160,28 @@ def _decode_pass(spark: Any, work: list[dict[str, Any]], staged: Decoded, segmen
      .write.mode("overwrite").parquet(staged.staging))
     # One folder, not one per kind: Spark sorts a task's rows by the partition columns before a partitioned
     # write, which on a small executor cost more than the decode.
-    # The engine counts the kinds and picks out the problem and progress rows, in one query: reading them here,
-    # even streamed a row group at a time, held ~0.35 GiB in the driver at 10 M records (1 M-row row groups).
+    small, counts = _read_back(spark, staged.staging)
+    staged.messages, staged.trace = counts.get(decode_tasks.MESSAGE, 0), counts.get(decode_tasks.TRACE, 0)
+    staged.pop_checkpoints, staged.pop_acks = counts.get(decode_tasks.POP_CK, 0), counts.get(decode_tasks.POP_ACK, 0)
+    return small
+
+
+def _read_back(spark: Any, folder: str, where: Any = None) -> tuple[list[pa.RecordBatch], dict[str, int]]:
+    """The problem and progress rows of the staged rows in ``folder`` (``where``: of those rows only), and how many
+    rows of each kind it holds.
+
+    The engine counts the kinds and picks out the problem and progress rows, in one query: reading them here, even
+    streamed a row group at a time, held ~0.35 GiB in the driver at 10 M records (1 M-row row groups)."""
+    import pyarrow.compute as pc
+    from pyspark.sql import functions as F
+
+    from jobs.ingest import decode_tasks
+
     small_cols = ["kind", "unit", "seq", "cluster", "broker", "snapshot_ts", "source_path", "position", "reason",
                   "info"]
-    staged_rows = spark.read.schema(decode_tasks.output_ddl()).parquet(staged.staging)
+    staged_rows = spark.read.schema(decode_tasks.output_ddl()).parquet(folder)
+    if where is not None:
+        staged_rows = staged_rows.where(where)
     got = (staged_rows.where(F.col("kind").isin(decode_tasks.PROBLEM, decode_tasks.PROGRESS)).select(*small_cols)
            .withColumn("rows", F.lit(None).cast("bigint"))  # null: a problem or progress row; else a kind's count
            .unionByName(staged_rows.groupBy("kind").agg(F.count(F.lit(1)).alias("rows")), allowMissingColumns=True)
@@ -158,9 +190,45 @@ def _decode_pass(spark: Any, work: list[dict[str, Any]], staged: Decoded, segmen
     counts = dict(zip(tally.column("kind").to_pylist(), tally.column("rows").to_pylist()))
     rows = got.filter(pc.is_null(got.column("rows"))).select(small_cols)
     rows = rows.cast(pa.schema([decode_tasks.OUTPUT_ARROW.field(c) for c in small_cols]))
-    small: list[pa.RecordBatch] = rows.combine_chunks().to_batches()
-    staged.messages, staged.trace = counts.get(decode_tasks.MESSAGE, 0), counts.get(decode_tasks.TRACE, 0)
-    staged.pop_checkpoints, staged.pop_acks = counts.get(decode_tasks.POP_CK, 0), counts.get(decode_tasks.POP_ACK, 0)
+    return rows.combine_chunks().to_batches(), counts
+
+
+# an export's decode units are numbered from 0 in each folder: in the staging folder each folder's are moved past
+# the run's own units and the other folders' (a broker keeps far fewer segments than this)
+EXPORT_UNIT_STRIDE = 1 << 32
+
+
+def _stage_exports(spark: Any, exports: list[Snapshot], staged: Decoded, base: int, *,
+                   append: bool) -> list[pa.RecordBatch]:
+    """The export folders' decoded rows (``rmq-recon export``, jobs.export) into the staging folder beside the
+    run's own decode, their units numbered after it; their problem and progress rows, as a decode pass gives them.
+
+    The host decoded them with the same code from the same bytes (jobs.ingest.decode_tasks.decode_unit): what
+    follows (the loads, the queue checks, the segment ledger) does not tell the layouts apart."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    from jobs.ingest import decode_tasks
+
+    frames = []
+    for i, snap in enumerate(exports):
+        uris = [f.uri for f in snap.files if f.kind == "export_part"]
+        if uris:
+            frames.append(spark.read.schema(decode_tasks.output_ddl()).parquet(*uris)
+                          .withColumn("unit", F.col("unit") + F.lit(base + (i + 1) * EXPORT_UNIT_STRIDE)))
+    if not frames:
+        return []
+    log.info("ingest: %d export folder(s) to stage (%d part(s))", len(exports),
+             sum(len(snap.manifest.get("parts", [])) for snap in exports if snap.manifest))
+    first = base + EXPORT_UNIT_STRIDE
+    reduce(lambda a, b: a.unionByName(b), frames).write.mode("append" if append else "overwrite").parquet(
+        staged.staging)
+    small, counts = _read_back(spark, staged.staging, F.col("unit") >= F.lit(first))
+    staged.messages += counts.get(decode_tasks.MESSAGE, 0)
+    staged.trace += counts.get(decode_tasks.TRACE, 0)
+    staged.pop_checkpoints += counts.get(decode_tasks.POP_CK, 0)
+    staged.pop_acks += counts.get(decode_tasks.POP_ACK, 0)
     return small
 
 
@@ -215,8 +283,13 @@ def _apply_progress(batches: list[pa.RecordBatch], state: dict[tuple[str, str, s
     for _, cluster, broker, info in sorted(progress, key=lambda x: x[0]):
         s = info["state"]
         ts = dt.datetime.fromisoformat(s["snapshot_ts"]) if s["snapshot_ts"] else None
-        state[_segment_state_key(cluster, broker, info["segment"])] = SegmentState(
-            cluster, broker, info["segment"], s["start_offset"], s["decoded_to"], s["segment_size"], s["complete"], ts)
+        key = _segment_state_key(cluster, broker, info["segment"])
+        had = state.get(key)
+        # the state of a newer snapshot holds (a segment a store copy and its host's export both gave in one run, or
+        # an export folder that landed late: its host's state then was behind the lake's)
+        if not (had is not None and had.snapshot_ts and ts and had.snapshot_ts > ts):
+            state[key] = SegmentState(cluster, broker, info["segment"], s["start_offset"], s["decoded_to"],
+                                      s["segment_size"], s["complete"], ts)
         for f in info["files"]:
             out.add(files.NAME, {"cluster": cluster, "broker": broker, "snapshot_ts": dt.datetime.fromisoformat(f["ts"]),
                                  "source_path": f["path"], "file_kind": "commitlog", "size": f["size"], "content": None,

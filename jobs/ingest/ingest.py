@@ -221,7 +221,9 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
     with lease.hold(lake, "writer", purpose=f"ingest of {landing_uri}", say=say) as held, ExitStack() as stack:
         todo = plan.take(listing, ledger.taken_snapshots(lake), landing_uri, settle_s=settle_s,
                          require_marker=require_marker, retake=retake, say=say)
-        snaps = todo.snaps
+        snaps = todo.snaps = landing.read_manifests(
+            todo.snaps, lambda snap, p: ex.problem(snap.cluster, snap.broker, snap.ts, p))
+        todo.late = [s for s in todo.late if any(s is x for x in snaps)]
         previous = ledger.last_ingest(lake)
         if (not snaps and previous is not None and not _new_layout_problems(lake, ex)
                 and ledger.versions(lake, LEDGER_TABLES) == previous["table_versions"]):

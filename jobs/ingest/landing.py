@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Literal
 
+from jobs.export import layout as export_layout
 from jobs.formats import names
 from jobs.lake import storage
 from jobs.problems import Problem
@@ -45,8 +46,10 @@ CONFIG_FILES = {
 }
 FileKind = Literal[
     "consumer_offsets", "subscription_groups", "topics", "delay_offsets", "client_offsets", "order_info",
-    "commitlog", "consumequeue", "batch_consumequeue", "rocksdb_cq", "export", "backup", "rocksdb", "tiered", "marker", "other",
+    "commitlog", "consumequeue", "batch_consumequeue", "rocksdb_cq", "export", "backup", "rocksdb", "tiered", "marker",
+    "export_manifest", "export_part", "other",
 ]
+EXPORT_MANIFEST = export_layout.MANIFEST
 
 
 # The files spec §3 expects in a broker store snapshot, each with what stays unknown without it ("every file is
@@ -77,7 +80,7 @@ def missing_files(snap: "Snapshot") -> list[tuple[str, str]]:
              "store/config/subscriptionGroup.json": {"subscriptionGroups", "rdb"}}
     out = [(rel, meaning) for rel, meaning in EXPECTED_STORE_FILES
            if rel not in have and f"{rel}.bak" not in have and not in_db.get(rel, set()) & dbs]
-    if not snap.of_kind("commitlog"):
+    if not snap.segment_starts():
         out.append(("store/commitlog/", "no message is read from it, and Min is each queue's first valid entry "
                                         "(spec §4)"))
     if not (snap.of_kind("consumequeue") or snap.of_kind("rocksdb_cq") or snap.of_kind("batch_consumequeue")):
@@ -118,10 +121,28 @@ class Snapshot:
     ts: dt.datetime
     folder: str
     files: list[LandingFile] = field(default_factory=list)
+    # the export layout's manifest (jobs.export.layout), read when the run takes the folder (:func:`read_manifest`)
+    manifest: dict | None = None
 
     @property
     def is_clients(self) -> bool:
         return self.broker == ""
+
+    @property
+    def is_export(self) -> bool:
+        """Written by ``rmq-recon export``: decoded records instead of commitlog segments."""
+        return any(f.kind in ("export_manifest", "export_part") for f in self.files)
+
+    def segment_starts(self) -> list[int]:
+        """The start offsets of the broker's commitlog segments at this snapshot: the copy's files, or an export's
+        host listing (its manifest)."""
+        if self.is_export:
+            return [int(s["start"]) for s in export_layout.segments_of(self.manifest or {})]
+        return [f.start for f in self.of_kind("commitlog") if f.start is not None]
+
+    def oldest_segment_start(self) -> int | None:
+        """The oldest commitlog segment's start: what the broker's Min is measured against (formats §2)."""
+        return min(self.segment_starts(), default=None)
 
     def of_kind(self, kind: str) -> list[LandingFile]:
         return [f for f in self.files if f.kind == kind]
@@ -149,6 +170,8 @@ class Snapshot:
         Complete: the sync job's marker file (:data:`MARKER`) is in the folder, or, unless the marker is required,
         no file of the folder changed for ``settle_s`` seconds.
         """
+        if self.is_export:  # an export's marker comes after its manifest; without both it is still being written
+            return "marker" if self.has_marker and any(f.kind == "export_manifest" for f in self.files) else None
         if self.has_marker:
             return "marker"
         if not require_marker and now - self.newest_mtime >= settle_s:
@@ -229,6 +252,10 @@ def classify(rel: str, *, clients: bool) -> dict[str, object]:
     if len(parts) == 5 and parts[:2] == ["store", "batchconsumequeue"] and _segment_name(name) and _queue_id(parts[3]):
         # queue.type=BatchCQ (5.x): 46-byte units (jobs.formats.batch_consumequeue)
         return {"kind": "batch_consumequeue", "topic": parts[2], "queue_id": int(parts[3]), "start": int(name)}
+    if rel == EXPORT_MANIFEST:  # the export layout (rmq-recon export, jobs.export.layout)
+        return {"kind": "export_manifest"}
+    if export_layout.is_part(rel):
+        return {"kind": "export_part"}
     if len(parts) >= 2 and parts[0] == "export" and name.endswith((".parquet", ".jsonl", ".json")):
         return {"kind": "export"}
     return {"kind": "other"}
@@ -400,3 +427,42 @@ def looks_like_a_landing_zone(root: str) -> bool:
     """Whether ``root`` holds snapshot folders (``cluster=<c>/``) and no lake layer."""
     top = _top_folders(root)
     return any(t.startswith("cluster=") for t in top) and not any(t in ("bronze", "silver", "gold") for t in top)
+
+
+def read_manifests(snaps: list[Snapshot], problem: Callable[[Snapshot, Problem], None]) -> list[Snapshot]:
+    """``snaps`` with each export folder's manifest read (``Snapshot.manifest``); an export whose manifest is
+    unreadable or names parts the folder lacks is quarantined and left out (the next run tries it again), and the
+    problems its host found in the store's listing are recorded."""
+    import json
+
+    kept = []
+    for snap in snaps:
+        if not snap.is_export:
+            kept.append(snap)
+            continue
+        f = next((f for f in snap.files if f.kind == "export_manifest"), None)
+        try:
+            if f is None:
+                raise ValueError("no manifest")
+            doc = json.loads(storage.read_bytes(f.uri) or b"")
+            if doc.get("layout") != export_layout.LAYOUT:
+                raise ValueError(f"layout {doc.get('layout')!r}, expected {export_layout.LAYOUT!r}")
+            if (doc.get("cluster"), doc.get("broker")) != (snap.cluster, snap.broker):
+                raise ValueError(f"written for cluster={doc.get('cluster')}/broker={doc.get('broker')}")
+            have = {x.rel for x in snap.files if x.kind == "export_part"}
+            lacking = [p["name"] for p in doc.get("parts", []) if p["name"] not in have]
+            if lacking:
+                raise ValueError(f"names {len(lacking)} part(s) the folder lacks (e.g. {lacking[0]})")
+            extra = sorted(have - {p["name"] for p in doc.get("parts", [])})
+            if extra:
+                raise ValueError(f"the folder holds {len(extra)} part(s) it does not name (e.g. {extra[0]})")
+        except (ValueError, TypeError, KeyError, OSError) as exc:
+            where = f.path if f is not None else f"{snap.folder}/{EXPORT_MANIFEST}"
+            problem(snap, Problem(where, 0, f"export manifest unusable ({exc}): this snapshot is not ingested; "
+                                  "run rmq-recon export again on the host for a new folder"))
+            continue
+        snap.manifest = doc
+        for p in doc.get("listing_problems", []):
+            problem(snap, Problem(p["source_path"], int(p["position"]), p["reason"]))
+        kept.append(snap)
+    return kept

@@ -32,14 +32,19 @@ def lower_first_held(spark: Any, lake: str, late: list[Snapshot]) -> int:
 
     if not _delta.exists(lake, messages.TABLE):
         return 0
-    units = decode_tasks.plan_units(sorted(late, key=lambda s: (s.cluster, s.broker, s.ts)), {}, frozenset(),
-                                    lambda snap, p: None, chunk_bytes=decode.CHUNK_BYTES,
+    copies = sorted((s for s in late if not s.is_export), key=lambda s: (s.cluster, s.broker, s.ts))
+    units = decode_tasks.plan_units(copies, {}, frozenset(), lambda snap, p: None, chunk_bytes=decode.CHUNK_BYTES,
                                     batch_rows=decode.MESSAGE_BATCH_ROWS, trace_batch_rows=decode.TRACE_BATCH_ROWS)
-    if not units:
+    # an export folder's records are its parts (its host decoded them), not segments to decode again
+    parts = [f.uri for s in late if s.is_export for f in s.files if f.kind == "export_part"]
+    if not units and not parts:
         return 0
     folder = f"{rows_folder(lake)}/late-first-held"
-    decode._decode_pass(spark, units, decode.Decoded(f"{folder}/decoded"), len(units))
-    held = (spark.read.schema(decode_tasks.output_ddl()).parquet(f"{folder}/decoded")
+    sources = []
+    if units:
+        decode._decode_pass(spark, units, decode.Decoded(f"{folder}/decoded"), len(units))
+        sources.append(f"{folder}/decoded")
+    held = (spark.read.schema(decode_tasks.output_ddl()).parquet(*sources, *parts)
             .where(F.col("kind") == decode_tasks.MESSAGE)
             .select(*messages.TABLE.key, F.col("first_snapshot_ts").alias("_ts"), F.col("segment").alias("_path")))
     # From the decode alone, not from the lake's times: a run killed between the two MERGEs lowers the trace records

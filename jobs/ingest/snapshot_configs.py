@@ -146,7 +146,8 @@ def add_store_features(snap: Snapshot, out: Extracted, base: dict[str, Any], top
                                  "tier; Min = min(local Min, the tier's minOffset)")
     for topic, detail in _static_topics(snap, out):
         found[(topic, "STATIC_TOPIC")] = detail
-    rels = [f.rel for f in snap.files]
+    # (an export ships no DLedger files: its manifest lists the store's folders)
+    rels = [f.rel for f in snap.files] + [f"store/{d}/" for d in (snap.manifest or {}).get("store_dirs", [])]
     if any(r.startswith("store/dledger-") for r in rels):
         found[("", "DLEDGER")] = ("store/dledger-*/: a DLedger commitlog (entries with a 48-byte header), not read: "
                                   "offsets only for this broker")

@@ -1,0 +1,33 @@
+"""The export layout: what ``rmq-recon export`` writes in a snapshot folder besides RocketMQ's own files.
+
+``cluster=C/broker=B/snapshot_ts=T/``
+  ``store/config/...``, ``store/consumequeue/...``, ``store/batchconsumequeue/...``: the files the ingest reads, as
+  they are on the host (no commitlog segment);
+  ``store-export/records-<lo>-<hi>.parquet``: the commitlog's records decoded since the previous export, rows of
+  :data:`jobs.ingest.decode_tasks.OUTPUT_ARROW` (messages, trace records, POP checkpoints and acks, the decode's
+  problems and one progress row per retained segment), ``lo``/``hi`` the physical offsets (20 digits) of the bytes
+  they were decoded from;
+  ``store-export/manifest.json``: :func:`manifest` (the host's commitlog listing, the parts, the files);
+  ``_SUCCESS``: written last.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+FOLDER = "store-export"
+MANIFEST = f"{FOLDER}/manifest.json"
+LAYOUT = "rmq-recon-export/1"
+
+
+def part_name(lo: int, hi: int) -> str:
+    return f"{FOLDER}/records-{lo:020d}-{hi:020d}.parquet"
+
+
+def is_part(rel: str) -> bool:
+    parts = rel.split("/")
+    return len(parts) == 2 and parts[0] == FOLDER and parts[1].startswith("records-") and parts[1].endswith(".parquet")
+
+
+def segments_of(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The host's commitlog segments at the export (name, start, size), oldest first."""
+    return sorted(manifest.get("segments", []), key=lambda s: s["start"])

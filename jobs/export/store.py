@@ -1,0 +1,301 @@
+"""``rmq-recon export --store``: one snapshot folder of a broker store in the export layout (:mod:`jobs.export.layout`).
+
+The commitlog's new records are decoded by the ingest's own code (:func:`jobs.ingest.decode_tasks.plan_units` on the
+host's listing, :func:`jobs.ingest.decode_tasks.decode_unit` from the host state), so an export gives the rows the
+ingest of a store copy at the same time gives, and reads only the bytes stored since the previous export. The
+other files the ingest reads (``jobs.ingest.landing.classify``) are shipped as they are; the commitlog never is.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Callable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from jobs.export import layout, stable, state
+from jobs.ingest import decode_tasks, landing
+from jobs.lake import failpoints, storage
+from jobs.problems import UsageError
+
+UTC = dt.timezone.utc
+CHUNK_BYTES = 64 << 20  # as the ingest's decode (jobs.ingest.decode.CHUNK_BYTES)
+BATCH_ROWS = 100_000
+PART_ROWS = 1_000_000  # rows of a part before the next one starts
+# the active segment's tail can hold a record the broker is writing: a problem there is read again before it ships
+TAIL_TRIES, TAIL_PAUSE_S = 3, 0.2
+# the kinds of files the ingest reads besides the commitlog, shipped as they are
+SHIPPED = {"consumer_offsets", "subscription_groups", "topics", "delay_offsets", "order_info", "backup", "tiered",
+           "consumequeue", "batch_consumequeue"}
+REWRITTEN = {"consumer_offsets", "subscription_groups", "topics", "delay_offsets", "order_info", "backup", "tiered"}
+
+
+def default_state_dir() -> str:
+    """Where the host state lives unless ``--state`` says: ``$RMQ_RECON_EXPORT_STATE`` or
+    ``~/.local/state/rmq-recon/export``."""
+    return os.environ.get("RMQ_RECON_EXPORT_STATE") or str(Path.home() / ".local/state/rmq-recon/export")
+
+
+def export_store(store: str, to: str, *, cluster: str, broker: str, snapshot_ts: dt.datetime | None = None,
+                 state_dir: str | None = None, say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Write ``cluster=C/broker=B/snapshot_ts=T/`` below ``to`` from the broker store folder ``store`` (the one
+    holding ``commitlog/``, ``consumequeue/`` and ``config/``); returns the manifest.
+
+    Raises:
+        UsageError: no store there, a snapshot time not after the previous export's, or the folder already exists.
+    """
+    root = Path(store)
+    if not (root / "commitlog").is_dir() and not (root / "config").is_dir():
+        raise UsageError(f"--store {store}: no commitlog/ or config/ folder; point it at the broker's storePathRootDir")
+    for name, value in (("--cluster", cluster), ("--broker", broker)):
+        if not value or "/" in value or "=" in value:
+            raise UsageError(f"{name} {value!r}: a name without '/' or '='")
+    ts = (snapshot_ts or dt.datetime.now(UTC)).astimezone(UTC).replace(microsecond=0)
+    folder = f"cluster={cluster}/broker={broker}/snapshot_ts={landing.format_snapshot_ts(ts)}"
+    target = storage.join(to, folder)
+    state_dir = state_dir or default_state_dir()
+    with state.locked(state_dir, cluster, broker):
+        return _export(root, to, cluster, broker, ts, folder, target, state_dir, say)
+
+
+def _export(root: Path, to: str, cluster: str, broker: str, ts: dt.datetime, folder: str, target: str,
+            state_dir: str, say: Callable[[str], None]) -> dict[str, Any]:
+    st = state.load(state_dir, cluster, broker)
+    _recover(st, say)
+    if ts == st.last_ts and storage.exists(storage.join(target, landing.MARKER)):  # a rerun of the last export
+        say(f"export: {target} is complete already; nothing to do")
+        return json.loads(storage.read_bytes(storage.join(target, layout.MANIFEST)) or b"{}")
+    if st.last_ts is not None and ts <= st.last_ts:
+        raise UsageError(f"--snapshot-ts {ts:%Y-%m-%dT%H:%M:%SZ} is not after this broker's last export "
+                         f"({st.last_ts:%Y-%m-%dT%H:%M:%SZ}); exports of a store are taken in time order")
+    if storage.exists(storage.join(target, landing.MARKER)):
+        raise UsageError(f"{target} already holds a complete snapshot; choose another --snapshot-ts")
+    st.pending = {"folder": target, "ts": ts.isoformat(), "segments": None}
+    st.save()  # from here a killed run's folder is deleted by the next run
+    storage.delete_tree(target)
+    started = time.process_time()
+    scratch = st.path.with_name(f".{st.path.stem}.export")  # this broker's: what a killed run left is dropped
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    with tempfile.TemporaryDirectory(dir=scratch) as tmp:
+        out = Path(tmp)
+        shipped = _ship_files(root, out, say)
+        failpoints.hit("export.after_files")
+        commitlog = _export_commitlog(root, out, folder, st, ts, cluster, broker, say)
+        failpoints.hit("export.after_decode")
+        storage.upload_tree(str(out), target)
+    failpoints.hit("export.after_upload")
+    manifest = {"layout": layout.LAYOUT, "cluster": cluster, "broker": broker,
+                "snapshot_ts": ts.strftime("%Y-%m-%dT%H:%M:%SZ"), "segments": commitlog["segments"],
+                "listing_problems": commitlog["listing_problems"], "parts": commitlog["parts"],
+                "counts": commitlog["counts"], "files": shipped,
+                "store_dirs": sorted(p.name for p in root.iterdir() if p.is_dir()), "cpu_s": round(time.process_time() - started, 3)}
+    st.pending["segments"] = commitlog["state"]
+    st.save()
+    storage.write_bytes(storage.join(target, layout.MANIFEST), json.dumps(manifest, indent=1).encode())
+    failpoints.hit("export.before_marker")
+    storage.write_bytes(storage.join(target, landing.MARKER), b"")
+    failpoints.hit("export.after_marker")
+    _commit(st)
+    c = commitlog["counts"]
+    say(f"export: {target}: {c.get('message', 0)} message(s), {c.get('trace', 0)} trace record(s), "
+        f"{c.get('problem', 0)} problem(s) from {commitlog['bytes_read']} new commitlog byte(s); "
+        f"{len(shipped)} other file(s)")
+    return manifest
+
+
+def _recover(st: state.HostState, say: Callable[[str], None]) -> None:
+    """Finish what a killed run left: adopt its state when its folder is complete, else delete the folder."""
+    p = st.pending
+    if not p:
+        return
+    if p.get("segments") is not None and storage.exists(storage.join(p["folder"], landing.MARKER)):
+        say(f"export: the previous run ended after {p['folder']} was complete: its state kept")
+        st.pending = None
+        st.segments, st.last_ts = p["segments"], dt.datetime.fromisoformat(p["ts"])
+    else:
+        say(f"export: the previous run stopped before {p['folder']} was complete: deleted, its range exported again")
+        storage.delete_tree(p["folder"])
+        st.pending = None
+    st.save()
+
+
+def _commit(st: state.HostState) -> None:
+    p = st.pending or {}
+    st.segments, st.last_ts, st.pending = p["segments"], dt.datetime.fromisoformat(p["ts"]), None
+    st.save()
+
+
+def _ship_files(root: Path, out: Path, say: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Copy the files the ingest reads besides the commitlog into ``out/store/``: configs as one version each
+    (:func:`jobs.export.stable.read_stable`), RocksDB databases whole (``copy_dir_stable``), queue files as they are.
+    Returns their (rel, size, sha256)."""
+    shipped: list[dict[str, Any]] = []
+    dbs: set[str] = set()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = "store/" + path.relative_to(root).as_posix()
+        kind = landing.classify(rel, clients=False)["kind"]
+        if kind in ("rocksdb", "rocksdb_cq"):  # a database: its folder is copied as one version
+            parts = rel.split("/")
+            dbs.add("/".join(parts[:3]) if kind == "rocksdb" else "store/consumequeue")
+            continue
+        if kind not in SHIPPED:
+            continue
+        data = stable.read_stable(path) if kind in REWRITTEN else _read_whole(path)
+        if data is None:  # deleted since the listing (a queue file the broker's clean-up removed)
+            continue
+        target = out / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        shipped.append({"rel": rel, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+    for db in sorted(dbs):
+        src = root / db.removeprefix("store/")
+        if db == "store/consumequeue":  # the RocksDB consume queue's files sit beside the topic folders
+            n = _copy_flat_db(src, out / db)
+        else:
+            n = stable.copy_dir_stable(src, out / db)
+        shipped.append({"rel": db + "/", "files": n})
+    return shipped
+
+
+def _read_whole(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def _copy_flat_db(src: Path, dst: Path) -> int:
+    """The RocksDB consume queue: the files directly in ``consumequeue/`` (not its topic folders), as one version."""
+    for _ in range(stable.TRIES):
+        try:
+            names = sorted(p for p in src.iterdir() if p.is_file())
+            stamps = {p: stable._stamp(p.stat()) for p in names}
+            dst.mkdir(parents=True, exist_ok=True)
+            for p in names:
+                (dst / p.name).write_bytes(p.read_bytes())
+            if all(stable._stamp(p.stat()) == stamps[p] for p in names):
+                return len(names)
+        except FileNotFoundError:
+            pass
+        time.sleep(stable.PAUSE_S)
+    raise stable.TornRead(f"{src}: the RocksDB consume queue changed during each of {stable.TRIES} copies; not "
+                          "exported (run the export again)")
+
+
+def _export_commitlog(root: Path, out: Path, folder: str, st: state.HostState, ts: dt.datetime, cluster: str,
+                      broker: str, say: Callable[[str], None]) -> dict[str, Any]:
+    """Decode what the host's segments hold past the state into parts under ``out``; the new state, the listing,
+    the parts and the row counts."""
+    segs = []
+    cl = root / "commitlog"
+    for p in sorted(cl.iterdir()) if cl.is_dir() else []:
+        if p.is_file() and landing._segment_name(p.name):
+            segs.append(landing.LandingFile(uri=str(p), path=f"{folder}/store/commitlog/{p.name}",
+                                            rel=f"store/commitlog/{p.name}", size=p.stat().st_size,
+                                            kind="commitlog", start=int(p.name)))
+    snap = landing.Snapshot(cluster, broker, ts, folder, segs)
+    ledger = {(cluster, broker, name): SimpleNamespace(
+        start_offset=s["start_offset"], decoded_to=s["decoded_to"], segment_size=s["segment_size"],
+        complete=s["complete"], snapshot_ts=dt.datetime.fromisoformat(s["snapshot_ts"]) if s["snapshot_ts"] else None)
+        for name, s in st.segments.items()}
+    listing_problems: list[dict[str, Any]] = []
+    units = decode_tasks.plan_units(
+        [snap], ledger, frozenset(),
+        lambda _s, p: listing_problems.append({"source_path": p.source_path, "position": p.position,
+                                               "reason": p.reason}),
+        chunk_bytes=CHUNK_BYTES, batch_rows=BATCH_ROWS, trace_batch_rows=BATCH_ROWS)
+    newest = max((u["segment"] for u in units), default=None)
+    parts = _Parts(out)
+    new_state: dict[str, dict[str, Any]] = {}
+    bytes_read = 0
+    for u in units:
+        info = parts.write_unit(u, retry_tail=u["segment"] == newest)
+        new_state[u["segment"]] = info["state"]
+        bytes_read += sum(f["read_to"] - f["read_from"] for f in info["files"])
+    parts.close()
+    return {"segments": [{"name": f.rel.rsplit("/", 1)[-1], "start": f.start, "size": f.size} for f in segs],
+            "listing_problems": listing_problems, "parts": parts.done, "counts": parts.counts, "state": new_state,
+            "bytes_read": bytes_read}
+
+
+class _Parts:
+    """Rows of decode units into ``store-export/records-<lo>-<hi>.parquet`` parts of about :data:`PART_ROWS` rows,
+    through one local file at a time (the host's memory holds a batch, not a part)."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.done: list[dict[str, Any]] = []
+        self.counts: dict[str, int] = {}
+        self._writer: pq.ParquetWriter | None = None
+        self._tmp = out / layout.FOLDER / ".open.parquet"
+        self._rows = 0
+        self._lo: int | None = None
+        self._hi: int | None = None
+        self._kinds: dict[str, int] = {}
+
+    def write_unit(self, unit: dict[str, Any], *, retry_tail: bool) -> dict[str, Any]:
+        """Stream a unit's rows into the open part. The active segment's unit gets a part of its own: a problem
+        in it may be a record the broker is still writing, so the part is dropped and the unit read again (up to
+        :data:`TAIL_TRIES` times) before the problem ships."""
+        if retry_tail:
+            self._finish()
+        for attempt in range(TAIL_TRIES if retry_tail else 1):
+            kinds: dict[str, int] = {}
+            info: dict[str, Any] = {}
+            for b in decode_tasks.decode_unit(unit):
+                if not b.num_rows:
+                    continue
+                kind = b.column("kind")[0].as_py()
+                if kind == decode_tasks.PROGRESS:
+                    info = json.loads(b.column("info")[0].as_py())
+                kinds[kind] = kinds.get(kind, 0) + b.num_rows
+                self._write(b)
+            if not retry_tail or not kinds.get(decode_tasks.PROBLEM) or attempt == TAIL_TRIES - 1:
+                break
+            self._abort()
+            time.sleep(TAIL_PAUSE_S)  # the broker may be writing the last record: read it again
+        for k, n in kinds.items():
+            self.counts[k] = self.counts.get(k, 0) + n
+            self._kinds[k] = self._kinds.get(k, 0) + n
+        start = info["state"]["start_offset"]
+        for f in info["files"] or [{"read_from": info["state"]["decoded_to"], "read_to": info["state"]["decoded_to"]}]:
+            lo, hi = start + f["read_from"], start + f["read_to"]
+            self._lo = lo if self._lo is None else min(self._lo, lo)
+            self._hi = hi if self._hi is None else max(self._hi, hi)
+        if retry_tail or self._rows >= PART_ROWS:
+            self._finish()
+        return info
+
+    def _write(self, b: pa.RecordBatch) -> None:
+        if self._writer is None:
+            self._tmp.parent.mkdir(parents=True, exist_ok=True)
+            self._writer = pq.ParquetWriter(str(self._tmp), decode_tasks.OUTPUT_ARROW, compression="zstd")
+        self._writer.write_batch(b)
+        self._rows += b.num_rows
+
+    def _abort(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._tmp.unlink()
+        self._writer, self._rows, self._lo, self._hi, self._kinds = None, 0, None, None, {}
+
+    def _finish(self) -> None:
+        if self._writer is None:
+            return
+        self._writer.close()
+        name = layout.part_name(self._lo or 0, self._hi or 0)
+        self._tmp.replace(self.out / name)
+        self.done.append({"name": name, "rows": self._rows, "lo": self._lo, "hi": self._hi, "kinds": self._kinds})
+        self._writer, self._rows, self._lo, self._hi, self._kinds = None, 0, None, None, {}
+
+    def close(self) -> None:
+        self._finish()

@@ -1,0 +1,160 @@
+"""Issue 37: a broker history exported on its host (``rmq-recon export``) lands the rows its store copies land.
+
+``mixed`` seed 1 (every store type the simulator writes): each broker's ``store/`` copies are replayed in time order
+through the exporter (one host state per broker, as on the host), each clients folder through the clients export,
+into a second landing zone. Its lake must hold the silver rows, trace records and quarantine of the store copies'
+lake (``conftest.mixed_world``), and a reconcile of it must write the same reports. Each of spec §7's scenarios
+likewise.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import pathlib
+import re
+import shutil
+
+import pytest
+
+from faults.test_kill_rerun import lake_rows
+from jobs.simulate import SCENARIO_NAMES
+
+UTC = dt.timezone.utc
+COMPARED = ("silver/", "bronze/quarantine", "bronze/trace_records")
+
+
+def folders(landing: pathlib.Path) -> list[tuple[str, str, dt.datetime, pathlib.Path]]:
+    """(cluster, broker or "" for clients, time, folder) of the landing zone's snapshot folders, oldest first."""
+    out = []
+    for p in landing.glob("cluster=*/*/snapshot_ts=*"):
+        m = re.fullmatch(r"snapshot_ts=(\d{8}T\d{6}Z)", p.name)
+        if not m:
+            continue
+        ts = dt.datetime.strptime(m[1], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+        broker = p.parent.name.removeprefix("broker=") if p.parent.name != "clients" else ""
+        out.append((p.parent.parent.name.removeprefix("cluster="), broker, ts, p))
+    return sorted(out, key=lambda x: (x[2], x[0], x[1]))
+
+
+def export_history(landing: pathlib.Path, to: pathlib.Path, state: pathlib.Path, *, until: dt.datetime | None = None,
+                   since: dt.datetime | None = None) -> int:
+    """Replay the store copies in ``[since, until)`` through the exporters; the number of folders written."""
+    from jobs.export import clients, store
+
+    n = 0
+    for cluster, broker, ts, folder in folders(landing):
+        if (until and ts >= until) or (since and ts < since):
+            continue
+        if broker:
+            store.export_store(str(folder / "store"), str(to), cluster=cluster, broker=broker, snapshot_ts=ts,
+                               state_dir=str(state), say=lambda _: None)
+        else:
+            clients.export_clients(str(folder), str(to), cluster=cluster, snapshot_ts=ts, say=lambda _: None)
+        n += 1
+    return n
+
+
+def compared(lake: pathlib.Path) -> dict[str, list[tuple]]:
+    return {k: v for k, v in lake_rows(lake).items() if k.startswith(COMPARED)}
+
+
+def reports(lake: pathlib.Path, out: pathlib.Path) -> dict[str, str]:
+    """The §5 report files (CSV) of a reconcile of ``lake``."""
+    from jobs.reconcile import reconcile
+
+    reconcile.run(str(lake), str(out), run_id="parity")
+    return {p.name: p.read_text() for p in sorted((out / "parity").glob("*.csv"))}
+
+
+@pytest.mark.integration
+def test_exports_of_a_store_history_land_the_rows_of_its_store_copies(
+        tmp_path: pathlib.Path, mixed_world: pathlib.Path) -> None:
+    from jobs.ingest import ingest
+
+    landing = mixed_world / "landing"
+    times = sorted({ts for _, _, ts, _ in folders(landing)})
+    half = times[len(times) // 2]
+    exported = tmp_path / "exported"
+    n = export_history(landing, exported, tmp_path / "state", until=half)
+    ingest.run(str(exported), str(tmp_path / "lake"))  # two runs: the lake's segment ledger carries on
+    n += export_history(landing, exported, tmp_path / "state", since=half)
+    ingest.run(str(exported), str(tmp_path / "lake"))
+    assert n == len(folders(landing))
+    want, got = compared(mixed_world / "lake"), compared(tmp_path / "lake")
+    assert sorted(got) == sorted(want)
+    for table in want:
+        assert got[table] == want[table], table
+    empty = [t for t, rows in want.items() if not rows]  # what the comparison covered: every table holds rows
+    assert not empty
+    shutil.copytree(mixed_world / "lake", tmp_path / "copies")  # (the session's lake is read only)
+    want_r, got_r = reports(tmp_path / "copies", tmp_path / "r-copies"), reports(tmp_path / "lake",
+                                                                                 tmp_path / "r-exports")
+    assert sorted(want_r) == sorted(got_r) and len(want_r) >= 4
+    for name in want_r:
+        assert got_r[name] == want_r[name], name
+
+
+@pytest.mark.integration
+@pytest.mark.compute  # no service: make test runs it in the computing process, which finishes sooner
+@pytest.mark.parametrize("scenario", [n for n in SCENARIO_NAMES if n != "mixed"])
+def test_each_scenario_exported_lands_the_rows_and_reports_of_its_store_copies(
+        scenario: str, tmp_path: pathlib.Path) -> None:
+    """Spec §7's scenarios, each replayed through the exporters in one go and ingested in one run."""
+    from jobs import simulate
+    from jobs.ingest import ingest
+
+    simulate.run(scenario, str(tmp_path / "landing"), seed=7)
+    export_history(tmp_path / "landing", tmp_path / "exported", tmp_path / "state")
+    ingest.run(str(tmp_path / "landing"), str(tmp_path / "copies"))
+    ingest.run(str(tmp_path / "exported"), str(tmp_path / "exports"))
+    want, got = compared(tmp_path / "copies"), compared(tmp_path / "exports")
+    assert sorted(got) == sorted(want)
+    for table in want:
+        assert got[table] == want[table], table
+    assert want["silver/messages"]
+    want_r, got_r = reports(tmp_path / "copies", tmp_path / "r-copies"), reports(tmp_path / "exports",
+                                                                                 tmp_path / "r-exports")
+    assert sorted(want_r) == sorted(got_r) and len(want_r) >= 4
+    for name in want_r:
+        assert got_r[name] == want_r[name], name
+
+
+@pytest.mark.integration
+def test_a_broker_moving_from_store_copies_to_exports_lands_the_rows_of_its_store_copies(
+        tmp_path: pathlib.Path, mixed_world: pathlib.Path) -> None:
+    """broker-a's first half as store copies, its second half exported (the host's first export decodes its
+    retained segments from their start: records the copies gave are staged again), every other broker copied; taken
+    in one ingest run (the run's two copies of a record: the first is kept) and in two."""
+    import os
+
+    from jobs.export import store
+    from jobs.ingest import ingest
+
+    landing = mixed_world / "landing"
+    history = folders(landing)
+    times = sorted({ts for c, b, ts, _ in history if b == "broker-a"})
+    switch = times[len(times) // 2]
+    both = tmp_path / "landing"
+    first = None
+    for cluster, broker, ts, folder in history:
+        if broker == "broker-a" and ts >= switch:
+            m = store.export_store(str(folder / "store"), str(both), cluster=cluster, broker=broker, snapshot_ts=ts,
+                                   state_dir=str(tmp_path / "state"), say=lambda _: None)
+            first = first or m
+        else:
+            shutil.copytree(folder, both / folder.relative_to(landing), copy_function=os.link)
+    # the first export read the retained segments from their start: the copies before it hold those records too
+    assert min(p["lo"] for p in first["parts"]) == min(s["start"] for s in first["segments"])
+    assert first["counts"]["message"] > 0
+    want = compared(mixed_world / "lake")
+    ingest.run(str(both), str(tmp_path / "one-run"))
+    copies = tmp_path / "copies-only"  # two runs: the copies, then the exports after them
+    for cluster, broker, ts, folder in history:
+        if not (broker == "broker-a" and ts >= switch):
+            shutil.copytree(folder, copies / folder.relative_to(landing), copy_function=os.link)
+    ingest.run(str(copies), str(tmp_path / "two-runs"))
+    ingest.run(str(both), str(tmp_path / "two-runs"))
+    for lake in ("one-run", "two-runs"):
+        got = compared(tmp_path / lake)
+        assert sorted(got) == sorted(want)
+        for table in want:
+            assert got[table] == want[table], (lake, table)

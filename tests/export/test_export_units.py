@@ -1,0 +1,137 @@
+"""Issue 37: the exporter's pieces on tiny inputs: reading a config the broker is renaming, the export folder's
+recognition by the ingest, a manifest that does not match its folder, and the shipped deployment examples."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import pathlib
+import re
+import shlex
+import threading
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+UTC = dt.timezone.utc
+
+
+def test_a_config_between_the_brokers_two_renames_is_read_once_it_is_back(tmp_path: pathlib.Path) -> None:
+    from jobs.export import stable
+
+    path = tmp_path / "consumerOffset.json"
+    # MixAll.string2File: file -> file.bak, then file.tmp -> file; the read comes in between
+    threading.Timer(0.12, lambda: path.write_text('{"offsetTable":{}}')).start()
+    assert stable.read_stable(path, tries=20, pause_s=0.02) == b'{"offsetTable":{}}'
+
+
+def test_a_config_deleted_for_good_is_not_shipped(tmp_path: pathlib.Path) -> None:
+    from jobs.export import stable
+
+    assert stable.read_stable(tmp_path / "gone.json", tries=3, pause_s=0.001) is None
+
+
+def test_a_file_that_changes_during_every_read_is_not_shipped_torn(tmp_path: pathlib.Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from jobs.export import stable
+
+    path = tmp_path / "topics.json"
+    path.write_bytes(b"{}")
+    real, calls = os.stat, []
+
+    def rewritten_meanwhile(p, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202 - the broker saves between two stats
+        st = real(p, *a, **k)
+        calls.append(p)
+        return os.stat_result(tuple(st[:10]), {"st_mtime_ns": st.st_mtime_ns + len(calls)})
+
+    monkeypatch.setattr(stable.os, "stat", rewritten_meanwhile)
+    with pytest.raises(stable.TornRead, match="changed during each of 5 reads"):
+        stable.read_stable(path, tries=5, pause_s=0.001)
+    assert len(calls) == 10
+
+
+def _snap(tmp_path: pathlib.Path, rels: dict[str, bytes]):  # noqa: ANN202
+    from jobs.ingest import landing
+
+    folder = "cluster=c/broker=b/snapshot_ts=20260105T010000Z"
+    files = []
+    for rel, data in rels.items():
+        p = tmp_path / folder / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+        files.append(landing.LandingFile(uri=str(p), path=f"{folder}/{rel}", rel=rel, size=len(data),
+                                         **landing.classify(rel, clients=False)))  # type: ignore[arg-type]
+    return landing.Snapshot("c", "b", dt.datetime(2026, 1, 5, 1, tzinfo=UTC), folder, files)
+
+
+def _manifest(**over: object) -> bytes:
+    doc = {"layout": "rmq-recon-export/1", "cluster": "c", "broker": "b",
+           "segments": [{"name": "00000000000001073741824", "start": 1073741824, "size": 1073741824},
+                        {"name": "00000000000000000000", "start": 0, "size": 1073741824}],
+           "parts": [{"name": "store-export/records-00000000000000000000-00000000000000000100.parquet"}],
+           "listing_problems": [{"source_path": "x/store/commitlog/00000000000000000000", "position": 0,
+                                 "reason": "empty commitlog segment"}]}
+    doc.update(over)
+    return json.dumps(doc).encode()
+
+
+PART = "store-export/records-00000000000000000000-00000000000000000100.parquet"
+
+
+def test_an_export_folder_is_complete_with_its_manifest_and_marker_and_measures_min_from_its_listing(
+        tmp_path: pathlib.Path) -> None:
+    from jobs.ingest import landing
+
+    snap = _snap(tmp_path, {PART: b"p", "store/config/consumerOffset.json": b"{}"})
+    assert [f.kind for f in snap.files] == ["export_part", "consumer_offsets"]
+    assert snap.is_export and snap.completed_by(time.time(), 0, False) is None  # no manifest, no marker: writing
+    snap = _snap(tmp_path, {PART: b"p", "store-export/manifest.json": _manifest()})
+    assert snap.completed_by(time.time(), 0, False) is None  # the marker comes last
+    snap = _snap(tmp_path, {PART: b"p", "store-export/manifest.json": _manifest(), "_SUCCESS": b""})
+    assert snap.completed_by(time.time(), 0, False) == "marker"
+    problems: list = []
+    [got] = landing.read_manifests([snap], lambda s, p: problems.append(p))
+    assert got.oldest_segment_start() == 0 and got.segment_starts() == [0, 1073741824]
+    assert [(p.source_path, p.position, p.reason) for p in problems] == [
+        ("x/store/commitlog/00000000000000000000", 0, "empty commitlog segment")]
+    missing = [rel for rel, _ in landing.missing_files(got)]
+    assert "store/commitlog/" not in missing and "store/config/consumerOffset.json" in missing
+
+
+@pytest.mark.parametrize(("files", "why"), [
+    ({"store-export/manifest.json": _manifest()}, "names 1 part\\(s\\) the folder lacks"),
+    ({PART: b"p", "store-export/records-00000000000000000100-00000000000000000200.parquet": b"q",
+      "store-export/manifest.json": _manifest()}, "holds 1 part\\(s\\) it does not name"),
+    ({PART: b"p", "store-export/manifest.json": _manifest(broker="other")}, "written for cluster=c/broker=other"),
+    ({PART: b"p", "store-export/manifest.json": b"{not json"}, "Expecting property name"),
+    ({PART: b"p", "store-export/manifest.json": _manifest(layout="rmq-recon-export/9")}, "layout"),
+])
+def test_an_export_whose_manifest_does_not_match_its_folder_is_quarantined_and_not_taken(
+        tmp_path: pathlib.Path, files: dict, why: str) -> None:
+    from jobs.ingest import landing
+
+    snap = _snap(tmp_path, {**files, "_SUCCESS": b""})
+    problems: list = []
+    assert landing.read_manifests([snap], lambda s, p: problems.append(p)) == []
+    [p] = problems
+    assert p.source_path == f"{snap.folder}/store-export/manifest.json"
+    assert re.search(why, p.reason) and "this snapshot is not ingested" in p.reason
+
+
+@pytest.mark.parametrize("name", ["rmq-recon-export.cron", "rmq-recon-export.service",
+                                  "rmq-recon-export-sidecar.yaml"])
+def test_the_deployment_examples_run_a_valid_export_command(name: str) -> None:
+    from jobs.cli import build_parser
+
+    text = (ROOT / "infra" / "export" / name).read_text().replace("\\\n", " ")
+    if name.endswith(".yaml"):
+        import yaml
+
+        yaml.safe_load(text)  # (the whole manifest parses)
+    [line] = [ln for ln in text.splitlines() if "rmq-recon export --store" in ln]
+    argv = shlex.split(line[line.index("rmq-recon export"):].split("||")[0].split(">>")[0])[1:]
+    args = build_parser().parse_args([a.replace("${STATE_DIRECTORY}", "/var/lib/x") for a in argv])
+    assert (args.command, args.cluster, args.broker) == ("export", "DefaultCluster", "broker-a")
+    assert args.store and args.to.startswith("s3://") and args.state
