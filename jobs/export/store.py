@@ -149,12 +149,24 @@ def _ship_files(root: Path, out: Path, say: Callable[[str], None]) -> list[dict[
             continue
         if kind not in SHIPPED:
             continue
+        try:
+            before = path.stat()
+        except FileNotFoundError:
+            continue
         data = stable.read_stable(path) if kind in REWRITTEN else _read_whole(path)
         if data is None:  # deleted since the listing (a queue file the broker's clean-up removed)
             continue
         target = out / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
+        # the copy keeps the file's modification time, as a sync job does: the ingest's queue file ledger knows an
+        # unchanged file by (size, mtime) and does not read it again (on S3 by its ETag, the bytes' digest)
+        try:
+            after = path.stat()
+        except FileNotFoundError:
+            after = before
+        stamp = before if stable._stamp(before) == stable._stamp(after) else after
+        os.utime(target, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
         shipped.append({"rel": rel, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
     for db in sorted(dbs):
         src = root / db.removeprefix("store/")

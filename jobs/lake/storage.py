@@ -481,7 +481,7 @@ def upload_tree(local_dir: str, dest_uri: str) -> int:
                 raise _error("upload", target, _cause(exc)) from exc
         else:
             pathlib.Path(target).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(f.uri, target)
+            shutil.copy2(f.uri, target)  # with its mtime, as a sync job keeps it (LandingFile.fingerprint)
         n += 1
     log.info("uploaded %d files from %s to %s", n, local_dir, dest_uri)
     return n

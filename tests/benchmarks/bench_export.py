@@ -1,0 +1,196 @@
+"""Store copies against exports (issue 37): what each layout ships, what the exporter costs on the host, what each
+costs the ingest, and whether both land the same rows.
+
+One simulated source (``mixed``, ``--rate`` messages an hour, a snapshot every ``--every`` minutes, ``--hours``
+virtual hours): its snapshot folders are the store copies a sync job uploads. The same broker histories are then
+replayed in time order through ``rmq-recon export`` (one process per export, as a timer runs it; one host state per
+broker) into a second landing zone. Printed:
+
+* bytes shipped per hour by each layout, counted as a sync job uploads them to S3: whole objects, every folder in
+  full (no hard links), and the exports' share of the copies' (target <= 10%);
+* the exporter's CPU seconds and peak RSS per run (``os.wait4``), per million messages (target <= 2 s) and with the
+  fixed cost of a run that has nothing to decode taken out; the largest peak RSS (target < 300 MiB);
+* one ingest of each landing zone: wall and CPU seconds, peak RSS (target for the exports: <= 10 s on 10 M messages);
+* whether the two lakes hold the same rows (silver tables, trace records, quarantine; by the engine, both ways).
+
+    .venv/bin/python tests/benchmarks/bench_export.py [--hours 6] [--rate 1000000] [--every 15] [--seed 7]
+        [--workdir /tmp/rmq-bench-export] [--stages simulate,export,ingest,compare]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.benchmarks import bench_soak  # noqa: E402
+
+MiB = 1 << 20
+say = bench_soak.say
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def export_all(source: Path, dest: Path, state: Path) -> list[dict[str, Any]]:
+    """Every source folder through ``rmq-recon export`` in time order; per run its figures."""
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.rmtree(state, ignore_errors=True)
+    runs = []
+    folders = sorted(bench_soak.snapshot_folders(source), key=lambda x: (x[0], str(x[1])))
+    for i, (ts, folder) in enumerate(folders):
+        cluster = folder.parent.parent.name.removeprefix("cluster=")
+        stamp = ts.strftime("%Y%m%dT%H%M%SZ")
+        if folder.parent.name == "clients":
+            args = ["--client-offsets", str(folder)]
+            broker = ""
+        else:
+            broker = folder.parent.name.removeprefix("broker=")
+            args = ["--store", str(folder / "store"), "--broker", broker, "--state", str(state)]
+        r = bench_soak.run_measured(f"export-{broker or 'clients'}-{stamp}", "export", *args, "--to", str(dest),
+                                    "--cluster", cluster, "--snapshot-ts", stamp)
+        out = dest / f"cluster={cluster}" / (f"broker={broker}" if broker else "clients") / f"snapshot_ts={stamp}"
+        counts = (r["result"] or {}).get("counts", {}) if broker else {}
+        runs.append({"broker": broker, "ts": stamp, "cpu_s": r["cpu_s"], "wall_s": r["wall_s"],
+                     "peak_rss": r["peak_rss"], "messages": counts.get("message", 0), "bytes": folder_bytes(out),
+                     "part_bytes": folder_bytes(out / "store-export") if broker else 0,
+                     "copy_bytes": folder_bytes(folder)})
+        if i % 10 == 0 or i == len(folders) - 1:
+            say(f"export {i + 1}/{len(folders)}: {out.name} of {broker or 'clients'}: {r['cpu_s']} s CPU, "
+                f"peak RSS {r['peak_rss'] / MiB:.0f} MiB, {counts.get('message', 0):,} messages")
+    return runs
+
+
+def fixed_cost(work: Path, source: Path) -> dict[str, Any]:
+    """An export with no commitlog byte to decode (a store of config files only): what every run pays to start."""
+    _, folder = next((ts, f) for ts, f in bench_soak.snapshot_folders(source) if f.parent.name != "clients")
+    store = work / "idle-store"
+    shutil.rmtree(store, ignore_errors=True)
+    shutil.copytree(folder / "store" / "config", store / "config")
+    r = bench_soak.run_measured("export-idle", "export", "--store", str(store), "--broker", "idle", "--cluster", "idle",
+                                "--to", str(work / "idle-to"), "--state", str(work / "idle-state"),
+                                "--snapshot-ts", "20260101T000000Z")
+    shutil.rmtree(work / "idle-to", ignore_errors=True)
+    shutil.rmtree(work / "idle-state", ignore_errors=True)
+    return {"cpu_s": r["cpu_s"], "peak_rss": r["peak_rss"]}
+
+
+def ingest(work: Path, landing: Path, name: str) -> dict[str, Any]:
+    lake = work / f"lake-{name}"
+    shutil.rmtree(lake, ignore_errors=True)
+    r = bench_soak.run_measured(f"ingest-{name}", "ingest", "--landing", str(landing), "--lake", str(lake))
+    say(f"ingest of the {name}: {r['wall_s']:.1f} s wall, {r['cpu_s']} s CPU, peak RSS {r['peak_rss'] / MiB:.0f} MiB")
+    return {"wall_s": r["wall_s"], "cpu_s": r["cpu_s"], "peak_rss": r["peak_rss"]}
+
+
+def compare(work: Path) -> dict[str, int]:
+    """Rows one lake holds and the other does not, per table (both ways, in the engine)."""
+    from pyspark.sql import functions as F
+
+    from faults.test_kill_rerun import LEDGERS, VOLATILE
+    from jobs.lake import _delta, _spark
+    from schemas import ALL_TABLES
+
+    out = {}
+    with _spark.session() as spark:
+        for t in ALL_TABLES:
+            if not (t.layer == "silver" or t.qualified in ("bronze/quarantine", "bronze/trace_records")):
+                continue
+            if t.qualified in LEDGERS:
+                continue
+            a_has, b_has = (_delta.exists(str(work / f"lake-{n}"), t) for n in ("copies", "exports"))
+            if not (a_has or b_has):
+                continue
+            if a_has != b_has:
+                out[t.qualified] = -1
+                continue
+            # (a map column cannot be compared by a set operation: its entries, sorted, can)
+            maps = {f.name for f in t.schema.fields if f.dataType.typeName() == "map"}
+            cols = [F.array_sort(F.map_entries(c)).alias(c) if c in maps else F.col(c)
+                    for c in t.columns if c not in VOLATILE]
+            a = _delta.read(spark, str(work / "lake-copies"), t).select(*cols)
+            b = _delta.read(spark, str(work / "lake-exports"), t).select(*cols)
+            out[t.qualified] = a.exceptAll(b).count() + b.exceptAll(a).count()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--hours", type=int, default=6)
+    p.add_argument("--rate", type=int, default=1_000_000)
+    p.add_argument("--every", type=int, default=15, choices=[15, 30])
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--workdir", default="/tmp/rmq-bench-export")
+    p.add_argument("--stages", default="simulate,export,ingest,compare")
+    a = p.parse_args(argv)
+    sys.path.insert(0, str(ROOT / "tests"))
+    work = bench_soak.workdir(a.workdir)
+    source = work / "source"
+    stages = set(a.stages.split(","))
+    figs: dict[str, Any] = json.loads((work / "figures.json").read_text()) if (work / "figures.json").exists() else {}
+    if "simulate" in stages:
+        figs["simulate"] = bench_soak.simulate(a, source)
+    if "export" in stages:
+        figs["fixed"] = fixed_cost(work, source)
+        figs["runs"] = export_all(source, work / "exported", work / "state")
+    if "ingest" in stages:
+        figs["ingest"] = {name: ingest(work, landing, name)
+                          for name, landing in (("copies", source), ("exports", work / "exported"))}
+    if "compare" in stages:
+        figs["differing_rows"] = compare(work)
+    (work / "figures.json").write_text(json.dumps(figs, indent=2, default=str))
+    return report(figs, a) if "runs" in figs else 0
+
+
+def report(figs: dict[str, Any], a: argparse.Namespace) -> int:
+    runs, fixed = figs["runs"], figs["fixed"]
+    copies = sum(r["copy_bytes"] for r in runs)
+    exports = sum(r["bytes"] for r in runs)
+    msgs = sum(r["messages"] for r in runs)
+    brokers = [r for r in runs if r["broker"]]
+    cpu = sum(r["cpu_s"] for r in brokers)
+    rss = max(r["peak_rss"] for r in runs)
+    # a run's CPU = what every run pays (start-up, the decoder's compiled kernels, the listing and the files) + a
+    # cost per message: a least-squares line through the broker runs
+    import numpy as np
+
+    m = np.array([r["messages"] for r in brokers], float) / 1e6
+    per_run, per_million = np.linalg.lstsq(np.vstack([np.ones_like(m), m]).T,
+                                           np.array([r["cpu_s"] for r in brokers]), rcond=None)[0]
+    parts = sum(r.get("part_bytes", 0) for r in runs)
+    print(f"\n{a.hours} h at {a.rate:,} messages an hour, a snapshot every {a.every} min: {len(runs)} folders, "
+          f"{msgs:,} messages exported")
+    print("\n| layout | bytes shipped | per hour | share |")
+    print("|---|---|---|---|")
+    print(f"| store copies | {copies / MiB:,.0f} MiB | {copies / a.hours / MiB:,.0f} MiB | 100% |")
+    print(f"| exports | {exports / MiB:,.0f} MiB | {exports / a.hours / MiB:,.0f} MiB | "
+          f"{100 * exports / copies:.1f}% (target <= 10%) |")
+    print(f"of the exports: the decoded records {parts / MiB:,.0f} MiB ({100 * parts / copies:.1f}% of the copies), "
+          f"the queue and config files shipped whole the rest")
+    print(f"\nexporter: {len(brokers)} broker runs, {cpu:.1f} s CPU in all = {cpu / max(msgs, 1) * 1e6:.2f} s per "
+          f"million messages (target <= 2); per run {per_run:.2f} s + {per_million:.2f} s per million messages "
+          f"(a process with no segment to decode: {fixed['cpu_s']} s); largest peak RSS {rss / MiB:.0f} MiB "
+          f"(target < 300)")
+    if "ingest" in figs:
+        print("\n| ingest of | wall s | CPU s | peak RSS |")
+        print("|---|---|---|---|")
+        for name, r in figs["ingest"].items():
+            print(f"| {name} | {r['wall_s']:.1f} | {r['cpu_s']} | {r['peak_rss'] / MiB:,.0f} MiB |")
+    ok = True
+    if "differing_rows" in figs:
+        bad = {t: n for t, n in figs["differing_rows"].items() if n}
+        ok = not bad
+        print(f"\nlakes: {'the same rows' if ok else 'DIFFER: ' + json.dumps(bad)} "
+              f"({len(figs['differing_rows'])} tables compared)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
