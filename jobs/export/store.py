@@ -225,6 +225,8 @@ def _export_commitlog(root: Path, out: Path, folder: str, st: state.HostState, t
         lambda _s, p: listing_problems.append({"source_path": p.source_path, "position": p.position,
                                                "reason": p.reason}),
         chunk_bytes=CHUNK_BYTES, batch_rows=BATCH_ROWS, trace_batch_rows=BATCH_ROWS)
+    for i, u in enumerate(units):
+        u["unit"] = unit_id(ts, i)
     newest = max((u["segment"] for u in units), default=None)
     parts = _Parts(out)
     new_state: dict[str, dict[str, Any]] = {}
@@ -237,6 +239,15 @@ def _export_commitlog(root: Path, out: Path, folder: str, st: state.HostState, t
     return {"segments": [{"name": f.rel.rsplit("/", 1)[-1], "start": f.start, "size": f.size} for f in segs],
             "listing_problems": listing_problems, "parts": parts.done, "counts": parts.counts, "state": new_state,
             "bytes_read": bytes_read}
+
+
+def unit_id(ts: dt.datetime, index: int) -> int:
+    """A decode unit's number in an export: its snapshot time in seconds, then its index. Unique across the folders an
+    ingest run stages together, above the run's own units (jobs.ingest.decode.EXPORT_UNIT_MIN), and in snapshot
+    order, which is the order the ingest applies the segments' progress in."""
+    if not 0 <= index < 1 << 16:
+        raise ValueError(f"{index + 1} commitlog segments in one export: more than this layout numbers")
+    return (int(ts.timestamp()) << 16) + index
 
 
 class _Parts:

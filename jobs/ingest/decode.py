@@ -136,11 +136,7 @@ def decode_commitlogs(spark: Any, lake: str, snaps: list[Snapshot], state: dict[
         batches.extend(small)
     exports = [s for s in snaps if s.is_export]
     if exports:
-        batches.extend(_stage_exports(spark, exports, staged, len(units), append=bool(todo)))
-        # a record two folders of one broker in the run hold (a store copy and an export, or two exports with the
-        # host's state lost between them) is staged twice: the loads keep the first copy (Decoded.read)
-        brokers = [(s.cluster, s.broker) for s in snaps if not s.is_clients]
-        staged.overlap = any(brokers.count((s.cluster, s.broker)) > 1 for s in exports)
+        batches.extend(_stage_exports(spark, exports, staged, append=bool(todo)))
     _apply_progress(batches, state, out, now, staged)
     return staged
 
@@ -193,38 +189,29 @@ def _read_back(spark: Any, folder: str, where: Any = None) -> tuple[list[pa.Reco
     return rows.combine_chunks().to_batches(), counts
 
 
-# an export's decode units are numbered from 0 in each folder: in the staging folder each folder's are moved past
-# the run's own units and the other folders' (a broker keeps far fewer segments than this)
-EXPORT_UNIT_STRIDE = 1 << 32
+# an export numbers its decode units from its snapshot time (jobs.export.store.unit_id): far above the run's own, and
+# in snapshot order
+EXPORT_UNIT_MIN = 1 << 32
 
 
-def _stage_exports(spark: Any, exports: list[Snapshot], staged: Decoded, base: int, *,
+def _stage_exports(spark: Any, exports: list[Snapshot], staged: Decoded, *,
                    append: bool) -> list[pa.RecordBatch]:
     """The export folders' decoded rows (``rmq-recon export``, jobs.export) into the staging folder beside the
-    run's own decode, their units numbered after it; their problem and progress rows, as a decode pass gives them.
+    run's own decode, in one read; their problem and progress rows, as a decode pass gives them.
 
     The host decoded them with the same code from the same bytes (jobs.ingest.decode_tasks.decode_unit): what
     follows (the loads, the queue checks, the segment ledger) does not tell the layouts apart."""
-    from functools import reduce
-
     from pyspark.sql import functions as F
 
     from jobs.ingest import decode_tasks
 
-    frames = []
-    for i, snap in enumerate(exports):
-        uris = [f.uri for f in snap.files if f.kind == "export_part"]
-        if uris:
-            frames.append(spark.read.schema(decode_tasks.output_ddl()).parquet(*uris)
-                          .withColumn("unit", F.col("unit") + F.lit(base + (i + 1) * EXPORT_UNIT_STRIDE)))
-    if not frames:
+    uris = [f.uri for snap in exports for f in snap.files if f.kind == "export_part"]
+    if not uris:
         return []
-    log.info("ingest: %d export folder(s) to stage (%d part(s))", len(exports),
-             sum(len(snap.manifest.get("parts", [])) for snap in exports if snap.manifest))
-    first = base + EXPORT_UNIT_STRIDE
-    reduce(lambda a, b: a.unionByName(b), frames).write.mode("append" if append else "overwrite").parquet(
-        staged.staging)
-    small, counts = _read_back(spark, staged.staging, F.col("unit") >= F.lit(first))
+    log.info("ingest: %d export folder(s) to stage (%d part(s))", len(exports), len(uris))
+    (spark.read.schema(decode_tasks.output_ddl()).parquet(*uris)
+     .write.mode("append" if append else "overwrite").parquet(staged.staging))
+    small, counts = _read_back(spark, staged.staging, F.col("unit") >= F.lit(EXPORT_UNIT_MIN))
     staged.messages += counts.get(decode_tasks.MESSAGE, 0)
     staged.trace += counts.get(decode_tasks.TRACE, 0)
     staged.pop_checkpoints += counts.get(decode_tasks.POP_CK, 0)
@@ -280,6 +267,7 @@ def _apply_progress(batches: list[pa.RecordBatch], state: dict[tuple[str, str, s
                 progress.append((cols["unit"][i], cols["cluster"][i], cols["broker"][i], json.loads(cols["info"][i])))
     for _, _, p in sorted(problems, key=lambda x: (x[0], x[1])):
         out.problem(p["cluster"], p["broker"], p["snapshot_ts"], Problem(p["source_path"], p["position"], p["reason"]))
+    decoded: dict[tuple[str, str], list[tuple[int, int]]] = {}
     for _, cluster, broker, info in sorted(progress, key=lambda x: x[0]):
         s = info["state"]
         ts = dt.datetime.fromisoformat(s["snapshot_ts"]) if s["snapshot_ts"] else None
@@ -301,3 +289,10 @@ def _apply_progress(batches: list[pa.RecordBatch], state: dict[tuple[str, str, s
         for _, lo, hi in info["decoded"]:
             old = staged.spans.get((cluster, broker))
             staged.spans[(cluster, broker)] = (min(lo, old[0]), max(hi, old[1])) if old else (lo, hi)
+            if hi > lo:
+                decoded.setdefault((cluster, broker), []).append((lo, hi))
+    # A store copy's segments are read from where the last copy stopped, an export from where the host's last export
+    # did: the bytes two folders of the run gave overlap only where a broker moved from copies to exports, or its
+    # host lost its state. Then a record is staged twice, and the loads keep its first copy (Decoded.read).
+    staged.overlap = any(b[0] < a[1] for ranges in decoded.values()
+                         for a, b in zip(sorted(ranges), sorted(ranges)[1:]))
