@@ -15,7 +15,10 @@ def _print_json(obj: Any) -> None:
 
 
 def _progress(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    # one write with its newline: print() writes the text and the newline apart, and a signal between the two left
+    # the stop message on the progress line (CI, stop 52)
+    sys.stderr.write(f"{line}\n")
+    sys.stderr.flush()
 
 
 def cmd_simulate(a: argparse.Namespace) -> int:
