@@ -52,21 +52,32 @@ def read_stable(path: str | Path, *, tries: int = TRIES, pause_s: float = PAUSE_
                    "again)")
 
 
-def copy_dir_stable(src: str | Path, dst: str | Path, *, tries: int = TRIES, pause_s: float = PAUSE_S) -> int:
+def _is_info_log(name: str) -> bool:
+    """RocksDB's info log (``LOG``, ``LOG.old.<time>``): it grows while the broker runs, and nothing reads it."""
+    return name == "LOG" or name.startswith("LOG.old.")
+
+
+def _db_files(src: Path, flat: bool) -> list[Path]:
+    found = src.iterdir() if flat else src.rglob("*")
+    return sorted(p for p in found if p.is_file() and not _is_info_log(p.name))
+
+
+def copy_dir_stable(src: str | Path, dst: str | Path, *, flat: bool = False, tries: int = TRIES,
+                    pause_s: float = PAUSE_S) -> int:
     """Copy the directory ``src`` (a RocksDB database) to ``dst`` as one version: copied again whole when a file
-    vanished or changed during the copy (compaction replaced it). Returns the number of files."""
+    vanished or changed during the copy (compaction replaced it). ``flat``: only the files directly in ``src`` (the
+    RocksDB consume queue's files sit beside the file queue's topic folders). Returns the number of files."""
     src, dst = Path(src), Path(dst)
     for _ in range(tries):
         shutil.rmtree(dst, ignore_errors=True)
         try:
-            names = sorted(p for p in src.rglob("*") if p.is_file())
+            names = _db_files(src, flat)
             stamps = {p: _stamp(p.stat()) for p in names}
             for p in names:
                 target = dst / p.relative_to(src)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(p, target)
-            if all(_stamp(p.stat()) == stamps[p] for p in names) and \
-                    sorted(p for p in src.rglob("*") if p.is_file()) == names:
+            if all(_stamp(p.stat()) == stamps[p] for p in names) and _db_files(src, flat) == names:
                 return len(names)
         except FileNotFoundError:
             pass

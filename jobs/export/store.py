@@ -97,7 +97,8 @@ def _export(root: Path, to: str, cluster: str, broker: str, ts: dt.datetime, fol
                 "snapshot_ts": ts.strftime("%Y-%m-%dT%H:%M:%SZ"), "segments": commitlog["segments"],
                 "listing_problems": commitlog["listing_problems"], "parts": commitlog["parts"],
                 "counts": commitlog["counts"], "files": shipped,
-                "store_dirs": sorted(p.name for p in root.iterdir() if p.is_dir()), "cpu_s": round(time.process_time() - started, 3)}
+                "store_dirs": sorted(p.name for p in root.iterdir() if p.is_dir()),
+                "cpu_s": round(time.process_time() - started, 3)}
     st.pending["segments"] = commitlog["state"]
     st.save()
     storage.write_bytes(storage.join(target, layout.MANIFEST), json.dumps(manifest, indent=1).encode())
@@ -170,10 +171,8 @@ def _ship_files(root: Path, out: Path, say: Callable[[str], None]) -> list[dict[
         shipped.append({"rel": rel, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
     for db in sorted(dbs):
         src = root / db.removeprefix("store/")
-        if db == "store/consumequeue":  # the RocksDB consume queue's files sit beside the topic folders
-            n = _copy_flat_db(src, out / db)
-        else:
-            n = stable.copy_dir_stable(src, out / db)
+        # the RocksDB consume queue's files sit beside the topic folders
+        n = stable.copy_dir_stable(src, out / db, flat=db == "store/consumequeue")
         shipped.append({"rel": db + "/", "files": n})
     return shipped
 
@@ -183,24 +182,6 @@ def _read_whole(path: Path) -> bytes | None:
         return path.read_bytes()
     except FileNotFoundError:
         return None
-
-
-def _copy_flat_db(src: Path, dst: Path) -> int:
-    """The RocksDB consume queue: the files directly in ``consumequeue/`` (not its topic folders), as one version."""
-    for _ in range(stable.TRIES):
-        try:
-            names = sorted(p for p in src.iterdir() if p.is_file())
-            stamps = {p: stable._stamp(p.stat()) for p in names}
-            dst.mkdir(parents=True, exist_ok=True)
-            for p in names:
-                (dst / p.name).write_bytes(p.read_bytes())
-            if all(stable._stamp(p.stat()) == stamps[p] for p in names):
-                return len(names)
-        except FileNotFoundError:
-            pass
-        time.sleep(stable.PAUSE_S)
-    raise stable.TornRead(f"{src}: the RocksDB consume queue changed during each of {stable.TRIES} copies; not "
-                          "exported (run the export again)")
 
 
 def _export_commitlog(root: Path, out: Path, folder: str, st: state.HostState, ts: dt.datetime, cluster: str,
@@ -243,8 +224,8 @@ def _export_commitlog(root: Path, out: Path, folder: str, st: state.HostState, t
 
 def unit_id(ts: dt.datetime, index: int) -> int:
     """A decode unit's number in an export: its snapshot time in seconds, then its index. Unique across the folders an
-    ingest run stages together, above the run's own units (jobs.ingest.decode.EXPORT_UNIT_MIN), and in snapshot
-    order, which is the order the ingest applies the segments' progress in."""
+    ingest run stages together, far above the run's own units (counted from 0), and in snapshot order, which is the
+    order the ingest applies the segments' progress in."""
     if not 0 <= index < 1 << 16:
         raise ValueError(f"{index + 1} commitlog segments in one export: more than this layout numbers")
     return (int(ts.timestamp()) << 16) + index

@@ -156,15 +156,15 @@ def _decode_pass(spark: Any, work: list[dict[str, Any]], staged: Decoded, segmen
      .write.mode("overwrite").parquet(staged.staging))
     # One folder, not one per kind: Spark sorts a task's rows by the partition columns before a partitioned
     # write, which on a small executor cost more than the decode.
-    small, counts = _read_back(spark, staged.staging)
+    small, counts = _read_back(spark.read.schema(decode_tasks.output_ddl()).parquet(staged.staging))
     staged.messages, staged.trace = counts.get(decode_tasks.MESSAGE, 0), counts.get(decode_tasks.TRACE, 0)
     staged.pop_checkpoints, staged.pop_acks = counts.get(decode_tasks.POP_CK, 0), counts.get(decode_tasks.POP_ACK, 0)
     return small
 
 
-def _read_back(spark: Any, folder: str, where: Any = None) -> tuple[list[pa.RecordBatch], dict[str, int]]:
-    """The problem and progress rows of the staged rows in ``folder`` (``where``: of those rows only), and how many
-    rows of each kind it holds.
+def _read_back(staged_rows: Any) -> tuple[list[pa.RecordBatch], dict[str, int]]:
+    """The problem and progress rows of the decoded rows ``staged_rows`` (a frame of decode_tasks.output_ddl()), and
+    how many rows of each kind it holds.
 
     The engine counts the kinds and picks out the problem and progress rows, in one query: reading them here, even
     streamed a row group at a time, held ~0.35 GiB in the driver at 10 M records (1 M-row row groups)."""
@@ -175,9 +175,6 @@ def _read_back(spark: Any, folder: str, where: Any = None) -> tuple[list[pa.Reco
 
     small_cols = ["kind", "unit", "seq", "cluster", "broker", "snapshot_ts", "source_path", "position", "reason",
                   "info"]
-    staged_rows = spark.read.schema(decode_tasks.output_ddl()).parquet(folder)
-    if where is not None:
-        staged_rows = staged_rows.where(where)
     got = (staged_rows.where(F.col("kind").isin(decode_tasks.PROBLEM, decode_tasks.PROGRESS)).select(*small_cols)
            .withColumn("rows", F.lit(None).cast("bigint"))  # null: a problem or progress row; else a kind's count
            .unionByName(staged_rows.groupBy("kind").agg(F.count(F.lit(1)).alias("rows")), allowMissingColumns=True)
@@ -189,11 +186,6 @@ def _read_back(spark: Any, folder: str, where: Any = None) -> tuple[list[pa.Reco
     return rows.combine_chunks().to_batches(), counts
 
 
-# an export numbers its decode units from its snapshot time (jobs.export.store.unit_id): far above the run's own, and
-# in snapshot order
-EXPORT_UNIT_MIN = 1 << 32
-
-
 def _stage_exports(spark: Any, exports: list[Snapshot], staged: Decoded, *,
                    append: bool) -> list[pa.RecordBatch]:
     """The export folders' decoded rows (``rmq-recon export``, jobs.export) into the staging folder beside the
@@ -201,17 +193,15 @@ def _stage_exports(spark: Any, exports: list[Snapshot], staged: Decoded, *,
 
     The host decoded them with the same code from the same bytes (jobs.ingest.decode_tasks.decode_unit): what
     follows (the loads, the queue checks, the segment ledger) does not tell the layouts apart."""
-    from pyspark.sql import functions as F
-
     from jobs.ingest import decode_tasks
 
     uris = [f.uri for snap in exports for f in snap.files if f.kind == "export_part"]
     if not uris:
         return []
     log.info("ingest: %d export folder(s) to stage (%d part(s))", len(exports), len(uris))
-    (spark.read.schema(decode_tasks.output_ddl()).parquet(*uris)
-     .write.mode("append" if append else "overwrite").parquet(staged.staging))
-    small, counts = _read_back(spark, staged.staging, F.col("unit") >= F.lit(EXPORT_UNIT_MIN))
+    parts = spark.read.schema(decode_tasks.output_ddl()).parquet(*uris)
+    parts.write.mode("append" if append else "overwrite").parquet(staged.staging)
+    small, counts = _read_back(parts)  # the parts, not the staging folder: the run's own decode is counted already
     staged.messages += counts.get(decode_tasks.MESSAGE, 0)
     staged.trace += counts.get(decode_tasks.TRACE, 0)
     staged.pop_checkpoints += counts.get(decode_tasks.POP_CK, 0)

@@ -52,6 +52,36 @@ def test_a_file_that_changes_during_every_read_is_not_shipped_torn(tmp_path: pat
     assert len(calls) == 10
 
 
+def test_a_rocksdb_copy_skips_the_info_log_and_is_taken_again_when_compaction_replaces_a_file(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from jobs.export import stable
+
+    db = tmp_path / "consumequeue"
+    (db / "TopicA" / "0").mkdir(parents=True)  # a file queue's topic folder beside the database's files
+    (db / "TopicA" / "0" / "00000000000000000000").write_bytes(b"q" * 20)
+    for name, data in {"CURRENT": b"MANIFEST-000005\n", "MANIFEST-000005": b"m", "000004.sst": b"s" * 7,
+                       "LOG": b"info", "LOG.old.1700000000000000": b"older info", "OPTIONS-000007": b"o"}.items():
+        (db / name).write_bytes(data)
+    real, copies = shutil.copyfile, []
+
+    def compacted_once(src, dst, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202 - the first copy races compaction
+        copies.append(pathlib.Path(src).name)
+        if copies == ["000004.sst"]:
+            (db / "000004.sst").unlink()
+            (db / "000009.sst").write_bytes(b"t" * 9)
+        return real(src, dst, *a, **k)
+
+    monkeypatch.setattr(stable.shutil, "copyfile", compacted_once)
+    out = tmp_path / "out"
+    assert stable.copy_dir_stable(db, out, flat=True, pause_s=0.001) == 4
+    assert sorted(p.name for p in out.rglob("*")) == ["000009.sst", "CURRENT", "MANIFEST-000005", "OPTIONS-000007"]
+    assert (out / "000009.sst").read_bytes() == b"t" * 9
+    assert copies[0] == "000004.sst" and copies.count("000009.sst") == 1  # the torn copy was thrown away whole
+    assert stable.copy_dir_stable(db, tmp_path / "deep", pause_s=0.001) == 5  # not flat: the topic folder too
+
+
 def _snap(tmp_path: pathlib.Path, rels: dict[str, bytes]):  # noqa: ANN202
     from jobs.ingest import landing
 
