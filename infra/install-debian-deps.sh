@@ -6,6 +6,8 @@
 #   curl                          readiness probes in infra/ceph-rgw.sh
 #   chromium                      the headless browser of the dashboard tests (tests/test_dashboard_browser.py)
 #   prometheus-pushgateway        the Pushgateway the metrics test pushes to and reads back (tests/jobs/test_metrics.py)
+#   openssh-server                the broker host the snapshot DAG exports from over SSH (infra/sshd.sh; its own
+#                                 sshd on 127.0.0.1, never the system's service)
 #
 # Works unattended (CI=true, no stdin). Needs root, or sudo without a password, only when something is missing.
 set -euo pipefail
@@ -17,6 +19,7 @@ command -v ceph-osd >/dev/null 2>&1 || missing+=(ceph-osd)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v prometheus-pushgateway >/dev/null 2>&1 || missing+=(prometheus-pushgateway)
+[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 if ! java -version 2>&1 | grep -qE 'version "(1[7-9]|2[0-9])'; then
     missing+=(openjdk-17-jre-headless)
 fi

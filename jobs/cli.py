@@ -43,14 +43,12 @@ def cmd_export(a: argparse.Namespace) -> int:
 
     ts = None
     if a.snapshot_ts:  # (not reconcile's parser: the host needs no pandas or Spark)
-        import datetime as dt
+        from jobs.export import layout
 
         try:
-            ts = (dt.datetime.strptime(a.snapshot_ts, "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.timezone.utc)
-                  if re.fullmatch(r"\d{8}T\d{6}Z", a.snapshot_ts) else dt.datetime.fromisoformat(a.snapshot_ts))
+            ts = layout.parse_snapshot_ts(a.snapshot_ts)
         except ValueError:
             raise UsageError(f"--snapshot-ts {a.snapshot_ts!r}: expected ISO-8601 UTC or YYYYMMDDTHHMMSSZ") from None
-        ts = ts if ts.tzinfo else ts.replace(tzinfo=dt.timezone.utc)
     if bool(a.store) == bool(a.client_offsets):
         raise UsageError("export: give --store <broker store folder> (with --broker) or --client-offsets <folder>")
     if a.store:

@@ -12,11 +12,24 @@
 """
 from __future__ import annotations
 
+import datetime as dt
+import re
 from typing import Any
 
 FOLDER = "store-export"
 MANIFEST = f"{FOLDER}/manifest.json"
 LAYOUT = "rmq-recon-export/1"
+
+
+def parse_snapshot_ts(value: str) -> dt.datetime:
+    """``--snapshot-ts``: ISO-8601 (UTC when it names no zone) or the folders' YYYYMMDDTHHMMSSZ.
+
+    Raises:
+        ValueError: neither.
+    """
+    t = (dt.datetime.strptime(value, "%Y%m%dT%H%M%SZ") if re.fullmatch(r"\d{8}T\d{6}Z", value)
+         else dt.datetime.fromisoformat(value))
+    return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
 
 
 def part_name(lo: int, hi: int) -> str:

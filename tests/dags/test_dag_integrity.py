@@ -32,7 +32,9 @@ def test_parsing_looks_up_no_connection(path: pathlib.Path) -> None:
 
 
 @pytest.mark.parametrize("dag_id, structure", [
-    ("rocketmq_snapshot", {"ingest": ["landed_anything", "validate_silver"], "validate_silver": [],
+    ("rocketmq_snapshot", {"snapshot_time": ["export"], "broker_hosts": ["export"],
+                           "export": ["an_export_failed", "ingest"], "an_export_failed": [],
+                           "ingest": ["landed_anything", "validate_silver"], "validate_silver": [],
                            "landed_anything": ["publish"], "publish": []}),
     ("rocketmq_reconcile", {"reconcile": ["alert", "push_metrics", "validate_gold"],
                             "validate_gold": ["alert", "dashboard", "push_metrics"],
