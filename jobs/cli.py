@@ -307,7 +307,7 @@ def _logging(verbose: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _logging(args.verbose)
-    from jobs.lake._spark import RUST_LOG_DEFAULT
+    from jobs.lake.engine_config import RUST_LOG_DEFAULT
 
     os.environ.setdefault("RUST_LOG", RUST_LOG_DEFAULT)
     from jobs.lake import interrupts

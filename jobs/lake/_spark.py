@@ -20,15 +20,15 @@ from typing import TYPE_CHECKING, Callable, Iterator, Literal
 
 from pyspark.sql import SparkSession
 
+from jobs.lake import engine_config
+
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
 
 Engine = Literal["sail", "connect", "classic", "submit"]
 log = logging.getLogger(__name__)
 
-# Sail's log: warnings, but not the one its actor system writes on every orderly shutdown ("aborting N task(s) for
-# SessionManagerActor"), which Airflow showed as a red ERROR line in every task log.
-RUST_LOG_DEFAULT = "warn,sail_common::actor=error"
+RUST_LOG_DEFAULT = engine_config.RUST_LOG_DEFAULT
 _QUIET_ACTOR = "sail_common::actor=error"
 
 

@@ -5,6 +5,11 @@ import datetime as dt
 import os
 from typing import Any
 
+# Sail's log: warnings, but not the one its actor system writes on every orderly shutdown ("aborting N task(s) for
+# SessionManagerActor"), which Airflow showed as a red ERROR line in every task log. (Here, not in _spark: the CLI
+# sets it before any command, and the exporter on a broker host imports no pyspark.)
+RUST_LOG_DEFAULT = "warn,sail_common::actor=error"
+
 
 def apply_spark_connection(conn_id: str | None) -> None:
     """Point the jobs at the Spark Connect server of an Airflow ``spark_connect`` connection (none: embedded Sail)."""
