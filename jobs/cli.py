@@ -51,19 +51,28 @@ def cmd_export(a: argparse.Namespace) -> int:
             raise UsageError(f"--snapshot-ts {a.snapshot_ts!r}: expected ISO-8601 UTC or YYYYMMDDTHHMMSSZ") from None
     if bool(a.store) == bool(a.client_offsets):
         raise UsageError("export: give --store <broker store folder> (with --broker) or --client-offsets <folder>")
-    if a.store:
-        if not a.broker:
-            raise UsageError("export --store: --broker <brokerName> is required")
-        from jobs.export import store
+    if a.store and not a.broker:
+        raise UsageError("export --store: --broker <brokerName> is required")
 
-        m = store.export_store(a.store, a.to, cluster=a.cluster, broker=a.broker, snapshot_ts=ts, state_dir=a.state,
-                               say=_progress)
-        _print_json({k: m[k] for k in ("cluster", "broker", "snapshot_ts", "counts", "parts", "cpu_s")})
-    else:
+    def export_at(at: Any) -> dict[str, Any]:
+        if a.store:
+            from jobs.export import store
+
+            m = store.export_store(a.store, a.to, cluster=a.cluster, broker=a.broker, snapshot_ts=at,
+                                   state_dir=a.state, say=_progress)
+            return {k: m[k] for k in ("cluster", "broker", "snapshot_ts", "counts", "parts", "cpu_s")}
         from jobs.export import clients
 
-        _print_json(clients.export_clients(a.client_offsets, a.to, cluster=a.cluster, snapshot_ts=ts,
-                                           say=_progress))
+        return clients.export_clients(a.client_offsets, a.to, cluster=a.cluster, snapshot_ts=at, say=_progress)
+
+    if a.every is None:
+        _print_json(export_at(ts))
+        return 0
+    from jobs.export import loop
+
+    if ts is not None:
+        raise UsageError("export --every: the loop names each folder by its tick; leave out --snapshot-ts")
+    loop.run_every(export_at, loop.parse_every(a.every), say=_progress)
     return 0
 
 
@@ -214,6 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                        "YYYYMMDDTHHMMSSZ): replays a copied store history in order")
     s.add_argument("--state", default=None, help="the host state folder (default RMQ_RECON_EXPORT_STATE or "
                                                  "~/.local/state/rmq-recon/export)")
+    s.add_argument("--every", default=None, help="keep running: export at every multiple of this interval (900, "
+                                                 "15m, 1h; UTC), the start-up paid once")
     s.set_defaults(func=cmd_export)
 
     s = sub.add_parser("reconcile", help="silver -> gold tables and a report folder")

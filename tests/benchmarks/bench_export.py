@@ -69,6 +69,56 @@ def export_all(source: Path, dest: Path, state: Path) -> list[dict[str, Any]]:
     return runs
 
 
+def loop_all(source: Path, dest: Path, state: Path) -> list[dict[str, Any]]:
+    """Each broker's folders replayed in one long-lived process, as ``rmq-recon export --every`` runs them
+    (jobs.export.loop: ``export_store`` at each tick in one process): per broker the process's CPU seconds and peak
+    RSS (``os.wait4``) and each run's CPU seconds (process time around the call)."""
+    import os
+    import subprocess
+
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.rmtree(state, ignore_errors=True)
+    by_broker: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for ts, folder in sorted(bench_soak.snapshot_folders(source), key=lambda x: (x[0], str(x[1]))):
+        if folder.parent.name != "clients":
+            key = (folder.parent.parent.name.removeprefix("cluster="), folder.parent.name.removeprefix("broker="))
+            by_broker.setdefault(key, []).append((ts.strftime("%Y%m%dT%H%M%SZ"), str(folder / "store")))
+    out = []
+    for (cluster, broker), items in sorted(by_broker.items()):
+        spec = json.dumps({"cluster": cluster, "broker": broker, "to": str(dest), "state": str(state),
+                           "items": items})
+        proc = subprocess.Popen([sys.executable, __file__, "--replay", spec], cwd=str(ROOT), stdout=subprocess.PIPE,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        lines = proc.stdout.read().decode().splitlines() if proc.stdout else []
+        _, status, usage = os.wait4(proc.pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise SystemExit(f"replay of {broker} failed")
+        runs = [json.loads(ln) for ln in lines]
+        out.append({"broker": broker, "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+                    "peak_rss": usage.ru_maxrss * 1024, "runs": runs})
+        say(f"loop of {broker}: {len(runs)} runs, {out[-1]['cpu_s']} s CPU in all, "
+            f"peak RSS {out[-1]['peak_rss'] / MiB:.0f} MiB, {sum(r['messages'] for r in runs):,} messages")
+    return out
+
+
+def replay(spec: str) -> int:
+    """(In the child of :func:`loop_all`.) One broker's store copies through ``export_store`` in this process."""
+    import datetime as dt
+    import time
+
+    from jobs.export import store
+
+    a = json.loads(spec)
+    for stamp, path in a["items"]:
+        t0 = time.process_time()
+        at = dt.datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.timezone.utc)
+        m = store.export_store(path, a["to"], cluster=a["cluster"], broker=a["broker"], snapshot_ts=at,
+                               state_dir=a["state"], say=lambda _: None)
+        print(json.dumps({"ts": stamp, "cpu_s": round(time.process_time() - t0, 3),
+                          "messages": m["counts"].get("message", 0)}), flush=True)
+    return 0
+
+
 def idle_cost(work: Path, source: Path, state: Path) -> dict[str, Any]:
     """An export with nothing new to decode: the last broker folder exported again a minute later, from a copy of
     the host state its export left (the listing, the configs and the queue files, no commitlog record)."""
@@ -139,8 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--every", type=int, default=15, choices=[15, 30])
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--workdir", default="/tmp/rmq-bench-export")
-    p.add_argument("--stages", default="simulate,export,ingest,compare")
+    p.add_argument("--stages", default="simulate,export,loop,ingest,compare")
+    p.add_argument("--replay", default=None, help=argparse.SUPPRESS)  # (loop_all's child)
     a = p.parse_args(argv)
+    if a.replay:
+        return replay(a.replay)
     sys.path.insert(0, str(ROOT / "tests"))
     work = bench_soak.workdir(a.workdir)
     source = work / "source"
@@ -151,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     if "export" in stages:
         figs["runs"] = export_all(source, work / "exported", work / "state")
         figs["idle"] = idle_cost(work, source, work / "state")
+    if "loop" in stages:
+        figs["loop"] = loop_all(source, work / "exported-loop", work / "state-loop")
     if "ingest" in stages:
         figs["ingest"] = {name: ingest(work, landing, name)
                           for name, landing in (("copies", source), ("exports", work / "exported"))}
@@ -189,6 +244,18 @@ def report(figs: dict[str, Any], a: argparse.Namespace) -> int:
           f"million messages (target <= 2); per run {per_run:.2f} s + {per_million:.2f} s per million messages "
           f"(a run with nothing new to decode: {idle['cpu_s']} s); largest peak RSS {rss / MiB:.0f} MiB "
           f"(target < 300)")
+    if "loop" in figs:
+        lp = figs["loop"]
+        lcpu, lmsgs = sum(b["cpu_s"] for b in lp), sum(r["messages"] for b in lp for r in b["runs"])
+        each = [r for b in lp for r in b["runs"]]
+        lm = np.array([r["messages"] for r in each], float) / 1e6
+        l_run, l_million = np.linalg.lstsq(np.vstack([np.ones_like(lm), lm]).T,
+                                           np.array([r["cpu_s"] for r in each]), rcond=None)[0]
+        start = lcpu - sum(r["cpu_s"] for r in each)
+        print(f"exporter as one long-lived process per broker (--every): {len(lp)} processes, {len(each)} runs, "
+              f"{lcpu:.1f} s CPU in all = {lcpu / max(lmsgs, 1) * 1e6:.2f} s per million messages (target <= 2), "
+              f"of which start-up {start:.1f} s; per run {l_run:.2f} s + {l_million:.2f} s per million; largest peak "
+              f"RSS {max(b['peak_rss'] for b in lp) / MiB:.0f} MiB (target < 300)")
     if "ingest" in figs:
         print("\n| ingest of | wall s | CPU s | peak RSS |")
         print("|---|---|---|---|")

@@ -165,6 +165,7 @@ def test_the_deployment_examples_run_a_valid_export_command(name: str) -> None:
     args = build_parser().parse_args([a.replace("${STATE_DIRECTORY}", "/var/lib/x") for a in argv])
     assert (args.command, args.cluster, args.broker) == ("export", "DefaultCluster", "broker-a")
     assert args.store and args.to.startswith("s3://") and args.state
+    assert args.every == ("15m" if name.endswith(".yaml") else None)  # the sidecar is one long-lived process
 
 
 def test_the_exporter_on_a_broker_host_loads_no_spark(tmp_path: pathlib.Path) -> None:
@@ -186,3 +187,55 @@ def test_the_exporter_on_a_broker_host_loads_no_spark(tmp_path: pathlib.Path) ->
                        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
     assert p.stderr.splitlines()[-1] == "0 []", p.stderr[-2000:]
     assert json.loads(p.stdout)["counts"]["message"] > 0
+
+
+def test_the_loop_exports_a_growing_store_at_each_tick_and_goes_on_after_a_failed_run(tmp_path: pathlib.Path) -> None:
+    """``--every``: one process, a run at each multiple of the interval, named by its tick; a failed run is one
+    line and the next tick exports what it missed; a refused option stops the loop."""
+    import shutil
+
+    from jobs import simulate
+    from jobs.export import loop, store
+    from jobs.problems import UsageError
+
+    simulate.run("blocked-head", str(tmp_path / "copies"), seed=7)
+    history = sorted((tmp_path / "copies").glob("cluster=*/broker=*/snapshot_ts=*"))
+    live, to = tmp_path / "store", tmp_path / "to"
+    now = [dt.datetime(2026, 12, 3, 10, 7, 30, tzinfo=UTC).timestamp()]
+    lines: list[str] = []
+
+    def sleep(s: float) -> None:  # the broker writes while the loop sleeps: the next store copy
+        now[0] += s
+        shutil.rmtree(live, ignore_errors=True)
+        shutil.copytree(history[len(lines) - 1] / "store", live)  # before the k-th run: the k-th copy
+
+    def export_at(at: dt.datetime) -> None:
+        if at.minute == 30:
+            raise OSError("s3://landing: connection reset")
+        store.export_store(str(live), str(to), cluster="C", broker="broker-a", snapshot_ts=at,
+                           state_dir=str(tmp_path / "state"), say=lambda _: None)
+        now[0] += 20  # the run takes 20 s
+
+    assert loop.run_every(export_at, loop.parse_every("15m"), say=lines.append, clock=lambda: now[0], sleep=sleep,
+                          runs=4) == 1
+    assert [re.sub(r"\(\d+\.\d\d s CPU\)", "(CPU)", ln) for ln in lines] == [
+        "export: every 900 s, the first at 2026-12-03T10:15:00Z",
+        "export 2026-12-03T10:15:00Z: done (CPU)",
+        "export 2026-12-03T10:30:00Z: failed (OSError: s3://landing: connection reset); the next run exports what it "
+        "missed",
+        "export 2026-12-03T10:45:00Z: done (CPU)",
+        "export 2026-12-03T11:00:00Z: done (CPU)"]
+    folders = sorted(p.name for p in (to / "cluster=C" / "broker=broker-a").iterdir())
+    assert folders == ["snapshot_ts=20261203T101500Z", "snapshot_ts=20261203T104500Z", "snapshot_ts=20261203T110000Z"]
+    # every record of the last store copy was exported once, over the three runs
+    manifests = [json.loads((to / "cluster=C" / "broker=broker-a" / f / "store-export/manifest.json").read_text())
+                 for f in folders]
+    assert sum(m["counts"].get("message", 0) for m in manifests) == 2641
+    with pytest.raises(UsageError, match="--every '30s': expected an interval of at least 60 s"):
+        loop.parse_every("30s")
+
+    def refused(at: dt.datetime) -> None:
+        raise UsageError("--store /gone: no commitlog/ or config/ folder")
+
+    with pytest.raises(UsageError):
+        loop.run_every(refused, 60, say=lambda _: None, clock=lambda: now[0], sleep=lambda s: None)
