@@ -216,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(figs: dict[str, Any], a: argparse.Namespace) -> int:
-    runs, idle = figs["runs"], figs["idle"]
+    runs = figs["runs"]
+    idle = f"{figs['idle']['cpu_s']} s" if "idle" in figs else "not measured"
     copies = sum(r["copy_bytes"] for r in runs)
     exports = sum(r["bytes"] for r in runs)
     msgs = sum(r["messages"] for r in runs)
@@ -242,7 +243,7 @@ def report(figs: dict[str, Any], a: argparse.Namespace) -> int:
           f"the queue and config files shipped whole the rest")
     print(f"\nexporter: {len(brokers)} broker runs, {cpu:.1f} s CPU in all = {cpu / max(msgs, 1) * 1e6:.2f} s per "
           f"million messages (target <= 2); per run {per_run:.2f} s + {per_million:.2f} s per million messages "
-          f"(a run with nothing new to decode: {idle['cpu_s']} s); largest peak RSS {rss / MiB:.0f} MiB "
+          f"(a run with nothing new to decode: {idle}); largest peak RSS {rss / MiB:.0f} MiB "
           f"(target < 300)")
     if "loop" in figs:
         lp = figs["loop"]
