@@ -9,7 +9,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$ROOT/var/airflow}"
 BIN="${AIRFLOW_BIN:-$ROOT/.venv/bin}"
 RUN="$AIRFLOW_HOME/run"
-freeport() { "$BIN/python" -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+freeport() { "$BIN/python" "$ROOT/infra/freeport.py"; }
 
 stop() {
   [ -d "$RUN" ] || return 0

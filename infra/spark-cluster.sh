@@ -39,7 +39,7 @@ show_logs() {
         grep -v ' INFO ' "$f" | tail -n 40 >&2 || true
     done
 }
-freeport() { "$PY" -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+freeports() { "$PY" "$ROOT/infra/freeport.py" "$1"; }
 now() { date +%s.%N; }
 elapsed() { "$PY" -c "import sys;print(round($(now)-float(sys.argv[1]),1))" "$1"; }
 
@@ -146,7 +146,9 @@ start_once() {
     ls "$SPARK_HOME/jars" | grep -q '^spark-connect_' \
         || { echo "no spark-connect jar in $SPARK_HOME/jars: install pyspark (not only pyspark-client)"; return 1; }
     rm -rf "$DIR"; mkdir -p "$DIR"/{log,conf,work,tmp}
-    mport=$(freeport); mui=$(freeport); wport=$(freeport); wui=$(freeport); cport=$(freeport)
+    local ports
+    ports=$(freeports 3) || { echo "no free ports"; return 1; }
+    mport=$(sed -n 1p <<<"$ports"); mui=$(sed -n 2p <<<"$ports"); cport=$(sed -n 3p <<<"$ports")
     cat > "$DIR/conf/spark-defaults.conf" <<CONF
 spark.master.rest.enabled        false
 spark.ui.enabled                 false
@@ -181,7 +183,8 @@ CONF
     local w name
     for ((w = 1; w <= WORKERS; w++)); do
         name=worker; [ "$w" -gt 1 ] && name="worker$w"
-        wport=$(freeport); wui=$(freeport)
+        ports=$(freeports 2) || { echo "no free ports"; return 1; }
+        wport=$(sed -n 1p <<<"$ports"); wui=$(sed -n 2p <<<"$ports")
         mkdir -p "$DIR/work/$name"
         launch "$name" "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.worker.Worker \
             --host 127.0.0.1 --port "$wport" --webui-port "$wui" --cores "$CORES" --memory "$MEM" \
