@@ -53,13 +53,16 @@ def cmd_export(a: argparse.Namespace) -> int:
         raise UsageError("export: give --store <broker store folder> (with --broker) or --client-offsets <folder>")
     if a.store and not a.broker:
         raise UsageError("export --store: --broker <brokerName> is required")
+    from jobs.export import loop
+
+    reship_after_s = loop.parse_every(a.reship_after, "--reship-after")
 
     def export_at(at: Any) -> dict[str, Any]:
         if a.store:
             from jobs.export import store
 
             m = store.export_store(a.store, a.to, cluster=a.cluster, broker=a.broker, snapshot_ts=at,
-                                   state_dir=a.state, say=_progress)
+                                   state_dir=a.state, reship_after_s=reship_after_s, say=_progress)
             return {k: m[k] for k in ("cluster", "broker", "snapshot_ts", "counts", "parts", "cpu_s")}
         from jobs.export import clients
 
@@ -68,8 +71,6 @@ def cmd_export(a: argparse.Namespace) -> int:
     if a.every is None:
         _print_json(export_at(ts))
         return 0
-    from jobs.export import loop
-
     if ts is not None:
         raise UsageError("export --every: the loop names each folder by its tick; leave out --snapshot-ts")
     loop.run_every(export_at, loop.parse_every(a.every), say=_progress)
@@ -225,6 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "~/.local/state/rmq-recon/export)")
     s.add_argument("--every", default=None, help="keep running: export at every multiple of this interval (900, "
                                                  "15m, 1h; UTC), the start-up paid once")
+    s.add_argument("--reship-after", default="24h",
+                   help="ship a consume queue file whole again once its oldest piece is this old (default 24h): keep "
+                        "a broker's landing folders at least this long, the later ones read pieces of them")
     s.set_defaults(func=cmd_export)
 
     s = sub.add_parser("reconcile", help="silver -> gold tables and a report folder")

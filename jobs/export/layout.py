@@ -1,13 +1,16 @@
 """The export layout: what ``rmq-recon export`` writes in a snapshot folder besides RocketMQ's own files.
 
 ``cluster=C/broker=B/snapshot_ts=T/``
-  ``store/config/...``, ``store/consumequeue/...``, ``store/batchconsumequeue/...``: the files the ingest reads, as
-  they are on the host (no commitlog segment);
+  ``store/config/...``, ``store/batchconsumequeue/...``: the files the ingest reads, as they are on the host (no
+  commitlog segment, no consume queue file);
   ``store-export/records-<lo>-<hi>.parquet``: the commitlog's records decoded since the previous export, rows of
   :data:`jobs.ingest.decode_tasks.OUTPUT_ARROW` (messages, trace records, POP checkpoints and acks, the decode's
   problems and one progress row per retained segment), ``lo``/``hi`` the physical offsets (20 digits) of the bytes
   they were decoded from;
-  ``store-export/manifest.json``: :func:`manifest` (the host's commitlog listing, the parts, the files);
+  ``store-export/queues.bin``: the consume queue files' bytes appended since the previous export
+  (:mod:`jobs.export.queues`); the manifest's ``queues`` lists each queue file of the store as pieces of this and
+  earlier folders' packs, which the ingest reads back as the file (:func:`jobs.ingest.landing.read_file`);
+  ``store-export/manifest.json``: the host's commitlog listing, the parts, the queue files, the other files;
   ``_SUCCESS``: written last.
 """
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 
 FOLDER = "store-export"
 MANIFEST = f"{FOLDER}/manifest.json"
+PACK = f"{FOLDER}/queues.bin"
 LAYOUT = "rmq-recon-export/1"
 
 

@@ -22,8 +22,8 @@ UTC = dt.timezone.utc
 _UNITS = {"s": 1, "m": 60, "h": 3600}
 
 
-def parse_every(value: str) -> int:
-    """``--every``: seconds, or a number with s, m or h (``900``, ``15m``, ``1h``); at least 60 s.
+def parse_every(value: str, option: str = "--every") -> int:
+    """``--every`` (``--reship-after``): seconds, or a number with s, m or h (``900``, ``15m``, ``1h``); at least 60 s.
 
     Raises:
         UsageError: anything else.
@@ -31,7 +31,7 @@ def parse_every(value: str) -> int:
     m = re.fullmatch(r"(\d+)([smh]?)", value.strip())
     seconds = int(m[1]) * _UNITS[m[2] or "s"] if m else 0
     if seconds < 60:
-        raise UsageError(f"--every {value!r}: expected an interval of at least 60 s (900, 15m, 1h)")
+        raise UsageError(f"{option} {value!r}: expected an interval of at least 60 s (900, 15m, 1h)")
     return seconds
 
 

@@ -26,12 +26,15 @@ class HostState:
     last_ts: dt.datetime | None = None
     # segment name -> {start_offset, decoded_to, segment_size, complete, snapshot_ts} (decode_tasks' unit state)
     segments: dict[str, dict[str, Any]] = field(default_factory=dict)
-    pending: dict[str, Any] | None = None  # {"folder": uri, "ts": iso, "segments": {...}}
+    # consume queue file rel -> what was shipped of it (jobs.export.queues.Packer: size, mtime_ns, end, tail_sha,
+    # since, pieces)
+    queues: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pending: dict[str, Any] | None = None  # {"folder": uri, "ts": iso, "segments": {...}, "queues": {...}}
 
     def save(self) -> None:
         doc = {"version": VERSION, "cluster": self.cluster, "broker": self.broker,
                "last_ts": self.last_ts.isoformat() if self.last_ts else None, "segments": self.segments,
-               "pending": self.pending}
+               "queues": self.queues, "pending": self.pending}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         with open(tmp, "w") as fh:
@@ -70,7 +73,7 @@ def load(state_dir: str | Path, cluster: str, broker: str) -> HostState:
             raise ValueError(f"version {doc.get('version')!r}, expected {VERSION}")
         return HostState(path, cluster, broker,
                          dt.datetime.fromisoformat(doc["last_ts"]) if doc.get("last_ts") else None,
-                         dict(doc.get("segments") or {}), doc.get("pending"))
+                         dict(doc.get("segments") or {}), dict(doc.get("queues") or {}), doc.get("pending"))
     except (ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{path}: unreadable export state ({exc}); move it away to export the store from its start "
                          "again (the ingest drops the records it already holds)") from exc

@@ -21,7 +21,7 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.export import layout, stable, state
+from jobs.export import layout, queues, stable, state
 from jobs.ingest import decode_tasks, landing
 from jobs.lake import failpoints, storage
 from jobs.problems import UsageError
@@ -34,7 +34,7 @@ PART_ROWS = 1_000_000  # rows of a part before the next one starts
 TAIL_TRIES, TAIL_PAUSE_S = 3, 0.2
 # the kinds of files the ingest reads besides the commitlog, shipped as they are
 SHIPPED = {"consumer_offsets", "subscription_groups", "topics", "delay_offsets", "order_info", "backup", "tiered",
-           "consumequeue", "batch_consumequeue"}
+           "batch_consumequeue"}
 REWRITTEN = {"consumer_offsets", "subscription_groups", "topics", "delay_offsets", "order_info", "backup", "tiered"}
 
 
@@ -45,9 +45,11 @@ def default_state_dir() -> str:
 
 
 def export_store(store: str, to: str, *, cluster: str, broker: str, snapshot_ts: dt.datetime | None = None,
-                 state_dir: str | None = None, say: Callable[[str], None] = print) -> dict[str, Any]:
+                 state_dir: str | None = None, reship_after_s: float = queues.RESHIP_AFTER_S,
+                 say: Callable[[str], None] = print) -> dict[str, Any]:
     """Write ``cluster=C/broker=B/snapshot_ts=T/`` below ``to`` from the broker store folder ``store`` (the one
-    holding ``commitlog/``, ``consumequeue/`` and ``config/``); returns the manifest.
+    holding ``commitlog/``, ``consumequeue/`` and ``config/``); returns the manifest. ``reship_after_s``: a consume
+    queue file ships whole again once its oldest piece is that old (:mod:`jobs.export.queues`).
 
     Raises:
         UsageError: no store there, a snapshot time not after the previous export's, or the folder already exists.
@@ -63,11 +65,11 @@ def export_store(store: str, to: str, *, cluster: str, broker: str, snapshot_ts:
     target = storage.join(to, folder)
     state_dir = state_dir or default_state_dir()
     with state.locked(state_dir, cluster, broker):
-        return _export(root, to, cluster, broker, ts, folder, target, state_dir, say)
+        return _export(root, to, cluster, broker, ts, folder, target, state_dir, reship_after_s, say)
 
 
 def _export(root: Path, to: str, cluster: str, broker: str, ts: dt.datetime, folder: str, target: str,
-            state_dir: str, say: Callable[[str], None]) -> dict[str, Any]:
+            state_dir: str, reship_after_s: float, say: Callable[[str], None]) -> dict[str, Any]:
     st = state.load(state_dir, cluster, broker)
     _recover(st, say)
     if ts == st.last_ts and storage.exists(storage.join(target, landing.MARKER)):  # a rerun of the last export
@@ -78,7 +80,7 @@ def _export(root: Path, to: str, cluster: str, broker: str, ts: dt.datetime, fol
                          f"({st.last_ts:%Y-%m-%dT%H:%M:%SZ}); exports of a store are taken in time order")
     if storage.exists(storage.join(target, landing.MARKER)):
         raise UsageError(f"{target} already holds a complete snapshot; choose another --snapshot-ts")
-    st.pending = {"folder": target, "ts": ts.isoformat(), "segments": None}
+    st.pending = {"folder": target, "ts": ts.isoformat(), "segments": None, "queues": None}
     st.save()  # from here a killed run's folder is deleted by the next run
     storage.delete_tree(target)
     started = time.process_time()
@@ -87,7 +89,11 @@ def _export(root: Path, to: str, cluster: str, broker: str, ts: dt.datetime, fol
     scratch.mkdir(parents=True)
     with tempfile.TemporaryDirectory(dir=scratch) as tmp:
         out = Path(tmp)
-        shipped = _ship_files(root, out, say)
+        packer = queues.Packer(out, ts, st.queues, reship_after_s)
+        try:
+            shipped = _ship_files(root, out, packer)
+        finally:
+            packer.close()
         failpoints.hit("export.after_files")
         commitlog = _export_commitlog(root, out, folder, st, ts, cluster, broker, say)
         failpoints.hit("export.after_decode")
@@ -96,10 +102,11 @@ def _export(root: Path, to: str, cluster: str, broker: str, ts: dt.datetime, fol
     manifest = {"layout": layout.LAYOUT, "cluster": cluster, "broker": broker,
                 "snapshot_ts": ts.strftime("%Y-%m-%dT%H:%M:%SZ"), "segments": commitlog["segments"],
                 "listing_problems": commitlog["listing_problems"], "parts": commitlog["parts"],
-                "counts": commitlog["counts"], "files": shipped,
+                "counts": commitlog["counts"], "files": shipped, "queues": packer.files,
+                "queue_bytes": {"shipped": packer.shipped, "read": packer.read},
                 "store_dirs": sorted(p.name for p in root.iterdir() if p.is_dir()),
                 "cpu_s": round(time.process_time() - started, 3)}
-    st.pending["segments"] = commitlog["state"]
+    st.pending["segments"], st.pending["queues"] = commitlog["state"], packer.state
     st.save()
     storage.write_bytes(storage.join(target, layout.MANIFEST), json.dumps(manifest, indent=1).encode())
     failpoints.hit("export.before_marker")
@@ -109,7 +116,7 @@ def _export(root: Path, to: str, cluster: str, broker: str, ts: dt.datetime, fol
     c = commitlog["counts"]
     say(f"export: {target}: {c.get('message', 0)} message(s), {c.get('trace', 0)} trace record(s), "
         f"{c.get('problem', 0)} problem(s) from {commitlog['bytes_read']} new commitlog byte(s); "
-        f"{len(shipped)} other file(s)")
+        f"{len(packer.files)} queue file(s), {packer.shipped} new queue byte(s); {len(shipped)} other file(s)")
     return manifest
 
 
@@ -121,7 +128,8 @@ def _recover(st: state.HostState, say: Callable[[str], None]) -> None:
     if p.get("segments") is not None and storage.exists(storage.join(p["folder"], landing.MARKER)):
         say(f"export: the previous run ended after {p['folder']} was complete: its state kept")
         st.pending = None
-        st.segments, st.last_ts = p["segments"], dt.datetime.fromisoformat(p["ts"])
+        st.segments, st.queues = p["segments"], p.get("queues") or {}
+        st.last_ts = dt.datetime.fromisoformat(p["ts"])
     else:
         say(f"export: the previous run stopped before {p['folder']} was complete: deleted, its range exported again")
         storage.delete_tree(p["folder"])
@@ -131,14 +139,15 @@ def _recover(st: state.HostState, say: Callable[[str], None]) -> None:
 
 def _commit(st: state.HostState) -> None:
     p = st.pending or {}
-    st.segments, st.last_ts, st.pending = p["segments"], dt.datetime.fromisoformat(p["ts"]), None
+    st.segments, st.queues = p["segments"], p.get("queues") or {}
+    st.last_ts, st.pending = dt.datetime.fromisoformat(p["ts"]), None
     st.save()
 
 
-def _ship_files(root: Path, out: Path, say: Callable[[str], None]) -> list[dict[str, Any]]:
+def _ship_files(root: Path, out: Path, packer: queues.Packer) -> list[dict[str, Any]]:
     """Copy the files the ingest reads besides the commitlog into ``out/store/``: configs as one version each
-    (:func:`jobs.export.stable.read_stable`), RocksDB databases whole (``copy_dir_stable``), queue files as they are.
-    Returns their (rel, size, sha256)."""
+    (:func:`jobs.export.stable.read_stable`), RocksDB databases whole (``copy_dir_stable``), batch queue files as they
+    are; the consume queue files' new bytes go to ``packer``. Returns the copies' (rel, size, sha256)."""
     shipped: list[dict[str, Any]] = []
     dbs: set[str] = set()
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
@@ -148,7 +157,11 @@ def _ship_files(root: Path, out: Path, say: Callable[[str], None]) -> list[dict[
             parts = rel.split("/")
             dbs.add("/".join(parts[:3]) if kind == "rocksdb" else "store/consumequeue")
             continue
-        if kind not in SHIPPED:
+        if kind == "consumequeue" and not (landing.misplaced(rel, clients=False) or landing._bad_name_in(
+                rel, clients=False)):  # (a name the ingest refuses ships as a file, to be refused as a copy's is)
+            packer.add(path, rel)
+            continue
+        if kind not in SHIPPED and kind != "consumequeue":
             continue
         try:
             before = path.stat()

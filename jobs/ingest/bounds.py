@@ -18,7 +18,7 @@ from jobs.ingest import cq_ledger
 from jobs.ingest.decode import Decoded
 from jobs.ingest.extracted import Extracted
 from jobs.ingest.known_records import KnownRecords, _SnapshotRecords, _Spilled, lake_records, staged_records
-from jobs.ingest.landing import LandingFile, Snapshot
+from jobs.ingest.landing import LandingFile, Snapshot, read_file
 from jobs.lake import storage
 from jobs.problems import ConfigParseError, Problem
 from schemas import files, queue_bounds
@@ -213,7 +213,7 @@ def _tail_agrees(f: LandingFile, e: "cq_ledger.Entry") -> bool:
         return True
     unit = 20  # bytes of a consume queue entry
     try:
-        tail = storage.read_bytes(f.uri, max(s.entries - 1, 0) * unit, (s.entries + 1) * unit) or b""
+        tail = read_file(f, max(s.entries - 1, 0) * unit, (s.entries + 1) * unit) or b""
     except OSError:
         return False  # read as a whole: the error is quarantined there
     if s.entries:
@@ -256,12 +256,12 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
         if inside:  # every queue's oldest file until the broker deletes it: searched, not read (~13 reads of 8 bytes)
             try:
                 found[f.rel] = (oldest, consumequeue.search(
-                    lambda a, b, f=f: storage.read_bytes(f.uri, a, b) or b"", s.entries, oldest))
+                    lambda a, b, f=f: read_file(f, a, b) or b"", s.entries, oldest))
             except OSError:
                 continue  # read whole below: its error is quarantined there
         stand_in[f.rel] = e
     try:
-        raw = {f.rel: storage.read_bytes(f.uri) or b"" for f in fs if f.rel not in stand_in}
+        raw = {f.rel: read_file(f) or b"" for f in fs if f.rel not in stand_in}
     except OSError as exc:
         out.problem(snap.cluster, snap.broker, snap.ts, Problem(
             fs[0].path, 0, f"a file of queue {topic}/{qid} is unreadable ({configs.unreadable(exc)}): the queue's "
@@ -417,8 +417,8 @@ def _queue_bounds_by_broker(by_broker: dict[tuple[str, str], list[Snapshot]], la
         as known now), while this one is worked: a cold page cache cost 2.6 against 1.0 s at scale 8."""
         if local and i < len(order):
             snap, prior = order[i], ledger.of(order[i].cluster, order[i].broker)
-            storage.prefetch(f.uri for f in snap.of_kind("consumequeue")
-                             if read_all or (e := prior.get(f.rel)) is None or not e.stands_for(f))
+            storage.prefetch(f.uri for f in snap.of_kind("consumequeue") if f.pieces is None
+                             and (read_all or (e := prior.get(f.rel)) is None or not e.stands_for(f)))
 
     i = 0
     prefetch(0)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Any, Callable, Literal
 
 from jobs.export import layout as export_layout
 from jobs.formats import names
@@ -47,7 +47,7 @@ CONFIG_FILES = {
 FileKind = Literal[
     "consumer_offsets", "subscription_groups", "topics", "delay_offsets", "client_offsets", "order_info",
     "commitlog", "consumequeue", "batch_consumequeue", "rocksdb_cq", "export", "backup", "rocksdb", "tiered", "marker",
-    "export_manifest", "export_part", "other",
+    "export_manifest", "export_part", "export_pack", "other",
 ]
 EXPORT_MANIFEST = export_layout.MANIFEST
 
@@ -105,6 +105,9 @@ class LandingFile:
     group: str | None = None
     mtime: float = 0.0  # modification time (epoch s): when the sync job last wrote it
     etag: str = ""  # the S3 listing's ETag ("" for local files)
+    # An export's consume queue file (jobs.export.queues): no object of its own but pieces of the broker's export
+    # packs, (pack uri, offset in it, length, position in the file); zeros elsewhere. None: the object at ``uri``.
+    pieces: tuple[tuple[str, int, int, int], ...] | None = None
 
     def fingerprint(self) -> tuple[int, str] | tuple[int, float]:
         """What says the file is unchanged from an earlier copy: (size, ETag) when the store gives one (an upload
@@ -254,6 +257,8 @@ def classify(rel: str, *, clients: bool) -> dict[str, object]:
         return {"kind": "batch_consumequeue", "topic": parts[2], "queue_id": int(parts[3]), "start": int(name)}
     if rel == EXPORT_MANIFEST:  # the export layout (rmq-recon export, jobs.export.layout)
         return {"kind": "export_manifest"}
+    if rel == export_layout.PACK:
+        return {"kind": "export_pack"}
     if export_layout.is_part(rel):
         return {"kind": "export_part"}
     if len(parts) >= 2 and parts[0] == "export" and name.endswith((".parquet", ".jsonl", ".json")):
@@ -429,6 +434,47 @@ def looks_like_a_landing_zone(root: str) -> bool:
     return any(t.startswith("cluster=") for t in top) and not any(t in ("bronze", "silver", "gold") for t in top)
 
 
+def _queue_files(snap: Snapshot, manifest_uri: str, queues: list[dict[str, Any]]) -> list[LandingFile]:
+    """The consume queue files an export's manifest lists, each as its pieces (:mod:`jobs.export.queues`): a piece
+    names the broker's export folder whose pack holds it by its snapshot time."""
+    broker_dir = manifest_uri[: -len(f"{snap.folder.rsplit('/', 1)[-1]}/{EXPORT_MANIFEST}")]
+    out = []
+    for q in queues:
+        rel = q["rel"]
+        pieces = tuple((f"{broker_dir}snapshot_ts={tag}/{export_layout.PACK}", int(at), int(n), int(pos))
+                       for tag, at, n, pos in q["pieces"])
+        out.append(LandingFile(uri=f"{manifest_uri[: -len(EXPORT_MANIFEST)]}{rel}", path=f"{snap.folder}/{rel}",
+                               rel=rel, size=int(q["size"]), mtime=float(q["mtime"]), etag=q["id"], pieces=pieces,
+                               **classify(rel, clients=False)))  # type: ignore[arg-type]
+    return out
+
+
+def read_file(f: LandingFile, start: int = 0, end: int | None = None) -> bytes | None:
+    """The bytes ``[start, end)`` of a landing file (:func:`jobs.lake.storage.read_bytes`): an export's consume queue
+    file is put together from its pieces.
+
+    Raises:
+        OSError: a piece is missing (the folder holding it was deleted: the landing zone keeps a broker's export
+            folders for less than ``rmq-recon export --reship-after``) or shorter than the manifest says.
+    """
+    if f.pieces is None:
+        return storage.read_bytes(f.uri, start, end)
+    end = f.size if end is None else min(end, f.size)
+    if end <= start:
+        return b""
+    buf = bytearray(end - start)
+    for uri, at, n, pos in f.pieces:
+        lo, hi = max(pos, start), min(pos + n, end)
+        if lo >= hi:
+            continue
+        data = storage.read_bytes(uri, at + lo - pos, at + hi - pos)
+        if data is None or len(data) != hi - lo:
+            raise OSError(f"{uri}: {'missing' if data is None else 'shorter than its manifest says'} (a piece of "
+                          f"{f.path}); keep a broker's export folders longer than the exporter's --reship-after")
+        buf[lo - start:hi - start] = data
+    return bytes(buf)
+
+
 def read_manifests(snaps: list[Snapshot], problem: Callable[[Snapshot, Problem], None]) -> list[Snapshot]:
     """``snaps`` with each export folder's manifest read (``Snapshot.manifest``); an export whose manifest is
     unreadable or names parts the folder lacks is quarantined and left out (the next run tries it again), and the
@@ -462,6 +508,7 @@ def read_manifests(snaps: list[Snapshot], problem: Callable[[Snapshot, Problem],
                                   "run rmq-recon export again on the host for a new folder"))
             continue
         snap.manifest = doc
+        snap.files.extend(_queue_files(snap, f.uri, doc.get("queues", [])))
         for p in doc.get("listing_problems", []):
             problem(snap, Problem(p["source_path"], int(p["position"]), p["reason"]))
         kept.append(snap)

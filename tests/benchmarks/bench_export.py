@@ -61,12 +61,19 @@ def export_all(source: Path, dest: Path, state: Path) -> list[dict[str, Any]]:
         counts = (r["result"] or {}).get("counts", {}) if broker else {}
         runs.append({"broker": broker, "ts": stamp, "cpu_s": r["cpu_s"], "wall_s": r["wall_s"],
                      "peak_rss": r["peak_rss"], "messages": counts.get("message", 0), "bytes": folder_bytes(out),
-                     "part_bytes": folder_bytes(out / "store-export") if broker else 0,
+                     "part_bytes": folder_bytes(out / "store-export") - pack_bytes(out) if broker else 0,
+                     "pack_bytes": pack_bytes(out) if broker else 0,
                      "copy_bytes": folder_bytes(folder)})
         if i % 10 == 0 or i == len(folders) - 1:
             say(f"export {i + 1}/{len(folders)}: {out.name} of {broker or 'clients'}: {r['cpu_s']} s CPU, "
                 f"peak RSS {r['peak_rss'] / MiB:.0f} MiB, {counts.get('message', 0):,} messages")
     return runs
+
+
+def pack_bytes(folder: Path) -> int:
+    """The consume queue bytes an export shipped (``store-export/queues.bin``, jobs.export.queues)."""
+    p = folder / "store-export" / "queues.bin"
+    return p.stat().st_size if p.exists() else 0
 
 
 def loop_all(source: Path, dest: Path, state: Path) -> list[dict[str, Any]]:
@@ -232,6 +239,7 @@ def report(figs: dict[str, Any], a: argparse.Namespace) -> int:
     per_run, per_million = np.linalg.lstsq(np.vstack([np.ones_like(m), m]).T,
                                            np.array([r["cpu_s"] for r in brokers]), rcond=None)[0]
     parts = sum(r.get("part_bytes", 0) for r in runs)
+    packs = sum(r.get("pack_bytes", 0) for r in runs)
     print(f"\n{a.hours} h at {a.rate:,} messages an hour, a snapshot every {a.every} min: {len(runs)} folders, "
           f"{msgs:,} messages exported")
     print("\n| layout | bytes shipped | per hour | share |")
@@ -239,8 +247,9 @@ def report(figs: dict[str, Any], a: argparse.Namespace) -> int:
     print(f"| store copies | {copies / MiB:,.0f} MiB | {copies / a.hours / MiB:,.0f} MiB | 100% |")
     print(f"| exports | {exports / MiB:,.0f} MiB | {exports / a.hours / MiB:,.0f} MiB | "
           f"{100 * exports / copies:.1f}% (target <= 10%) |")
-    print(f"of the exports: the decoded records {parts / MiB:,.0f} MiB ({100 * parts / copies:.1f}% of the copies), "
-          f"the queue and config files shipped whole the rest")
+    print(f"of the exports: the decoded records and manifests {parts / MiB:,.0f} MiB ({100 * parts / copies:.1f}% of "
+          f"the copies), the consume queues' new bytes {packs / MiB:,.0f} MiB ({100 * packs / copies:.1f}%), the "
+          f"config files the rest ({(exports - parts - packs) / MiB:,.0f} MiB)")
     print(f"\nexporter: {len(brokers)} broker runs, {cpu:.1f} s CPU in all = {cpu / max(msgs, 1) * 1e6:.2f} s per "
           f"million messages (target <= 2); per run {per_run:.2f} s + {per_million:.2f} s per million messages "
           f"(a run with nothing new to decode: {idle}); largest peak RSS {rss / MiB:.0f} MiB "

@@ -1,0 +1,162 @@
+"""Consume queue files in the export layout: each export ships only the bytes a queue file gained since the last one.
+
+A queue file is preallocated at its full size and filled by appending 20-byte entries, so an export packs, per file,
+the bytes from where the last export stopped to the file's last non-zero byte into one object of its folder
+(``store-export/queues.bin``). The manifest lists every queue file of the store as *pieces* (the folder holding
+them, offset and length in its pack, position in the file) with its size and modification time; the ingest reads
+the pieces back as the file, zero-filled to its size (:func:`jobs.ingest.landing.read_file`), so it sees the bytes a
+store copy holds.
+
+RocketMQ rewrites a queue file's entries only at its tail (recovery's ``ConsumeQueue.truncateDirtyLogicFiles`` moves
+the write position back over the entries past the recovered commitlog): before appending, the exporter compares the
+last :data:`CHECKED_TAIL` bytes it shipped with the file's, and ships the whole file again when they differ, when the
+file shrank or changed size, after :data:`MAX_PIECES` pieces, and once its oldest piece is older than the reship age
+(``--reship-after``, default :data:`RESHIP_AFTER_S`): a broker's export folders are read back that long, so the
+landing zone must keep them at least that long.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from jobs.export import layout
+
+PACK = layout.PACK
+CHECKED_TAIL = 64 << 10  # bytes before the shipped end compared on the host before appending
+MAX_PIECES = 32
+RESHIP_AFTER_S = 24 * 3600
+_SCAN = 1 << 20
+
+
+def data_end(fd: int, start: int, size: int) -> int:
+    """One past the last non-zero byte of ``[start, size)`` (``start`` when all are zero). Holes of a sparse file (a
+    broker's preallocated files usually are) are skipped unread."""
+    end, pos = start, start
+    while pos < size:
+        try:
+            pos = os.lseek(fd, pos, os.SEEK_DATA)
+            stop = min(os.lseek(fd, pos, os.SEEK_HOLE), size)
+        except OSError:  # ENXIO: no data past pos (or no SEEK_DATA here: then read it all)
+            if pos == start and not _has_seek_data(fd):
+                stop = size
+            else:
+                break
+        while pos < stop:
+            chunk = os.pread(fd, min(_SCAN, stop - pos), pos)
+            if not chunk:
+                return end
+            nz = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8))
+            if nz.size:
+                end = pos + int(nz[-1]) + 1
+            pos += len(chunk)
+    return end
+
+
+def _has_seek_data(fd: int) -> bool:
+    try:
+        os.lseek(fd, 0, os.SEEK_DATA)
+        return True
+    except OSError as exc:
+        return exc.errno == 6  # ENXIO: supported, the file holds no data
+
+
+def _last_nonzero(buf: bytes) -> int:
+    """One past the last non-zero byte of ``buf`` (0 when all are zero)."""
+    nz = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8))
+    return int(nz[-1]) + 1 if nz.size else 0
+
+
+def _sha(buf: bytes | memoryview) -> str:
+    return hashlib.sha256(buf).hexdigest()
+
+
+class Packer:
+    """The queue files of one export: their manifest entries, the new state, and the pack (written as it goes)."""
+
+    def __init__(self, out: Path, ts: dt.datetime, prior: dict[str, dict[str, Any]], reship_after_s: float) -> None:
+        self.path = out / PACK
+        self.ts = ts
+        self.tag = ts.strftime("%Y%m%dT%H%M%SZ")
+        self.prior = prior
+        self.reship_after_s = reship_after_s
+        self.state: dict[str, dict[str, Any]] = {}
+        self.files: list[dict[str, Any]] = []
+        self.shipped = 0
+        self.read = 0
+        self._pack: BinaryIO | None = None
+
+    def add(self, path: Path, rel: str) -> None:
+        """One queue file of the store (gone since the listing: left out, as a copy would)."""
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            st = os.fstat(fd)
+            size, mtime_ns = st.st_size, st.st_mtime_ns
+            prev = self.prior.get(rel)
+            entry = None
+            if prev is not None and self._keeps(prev, size):
+                entry = prev if prev["mtime_ns"] == mtime_ns else self._appended(fd, prev, mtime_ns)
+            if entry is None:  # new, changed in size, rewritten at its tail, or due to ship whole
+                entry = {"size": size, "mtime_ns": mtime_ns, "since": self.tag, "pieces": [], "end": 0}
+                entry.update(self._read_on(fd, 0, 0, data_end(fd, 0, size), entry["pieces"]))
+            if os.fstat(fd).st_mtime_ns != mtime_ns:  # written while read: its stamp must not vouch for these bytes
+                entry = dict(entry, mtime_ns=-1)
+        finally:
+            os.close(fd)
+        self.state[rel] = entry
+        self.files.append({"rel": rel, "size": entry["size"], "mtime": entry["mtime_ns"] / 1e9,
+                           "id": piece_id(entry), "pieces": entry["pieces"]})
+
+    def _appended(self, fd: int, prev: dict[str, Any], mtime_ns: int) -> dict[str, Any] | None:
+        """The entry of a file that grew past ``prev["end"]``; None when the bytes shipped before its end changed."""
+        end = max(data_end(fd, prev["end"], prev["size"]), prev["end"])
+        pieces = list(prev["pieces"])
+        got = self._read_on(fd, prev["end"], max(0, prev["end"] - CHECKED_TAIL), end, pieces, prev["tail_sha"])
+        return None if got is None else dict(prev, mtime_ns=mtime_ns, pieces=pieces, **got)
+
+    def _read_on(self, fd: int, lo: int, tail_lo: int, hi: int, pieces: list[list[Any]],
+                 tail_sha: str | None = None) -> dict[str, Any] | None:
+        """Read ``[tail_lo, hi)`` once: check its part before ``lo`` against ``tail_sha``, pack what it holds past
+        ``lo`` up to its last non-zero byte (a piece appended to ``pieces``); the new end and tail digest."""
+        buf = memoryview(os.pread(fd, hi - tail_lo, tail_lo)) if hi > tail_lo else memoryview(b"")
+        self.read += len(buf)
+        if tail_sha is not None and _sha(buf[:lo - tail_lo]) != tail_sha:
+            return None
+        end = max(tail_lo + _last_nonzero(buf), lo)
+        if end > lo:
+            pieces.append(self._pack_bytes(buf[lo - tail_lo:end - tail_lo], lo))
+        return {"end": end, "tail_sha": _sha(buf[max(tail_lo, end - CHECKED_TAIL) - tail_lo:end - tail_lo])}
+
+    def _keeps(self, prev: dict[str, Any], size: int) -> bool:
+        """Whether the file's pieces so far can be appended to (else it ships whole)."""
+        age = (self.ts - dt.datetime.strptime(prev["since"], "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.timezone.utc))
+        return prev["size"] == size and len(prev["pieces"]) < MAX_PIECES and age.total_seconds() < self.reship_after_s
+
+    def _pack_bytes(self, data: memoryview, lo: int) -> list[Any]:
+        """Append a file's bytes from ``lo`` to the pack; the piece: [folder time, offset in the pack, length, lo]."""
+        if self._pack is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._pack = open(self.path, "wb")
+        at = self.shipped
+        self._pack.write(data)
+        self.shipped += len(data)
+        return [self.tag, at, len(data), lo]
+
+    def close(self) -> None:
+        if self._pack is not None:
+            self._pack.close()
+            self._pack = None
+
+
+def piece_id(entry: dict[str, Any]) -> str:
+    """What names the file's bytes: equal ids, equal bytes (the pieces are immutable objects). The ingest's queue file
+    ledger compares it as a store copy's ETag."""
+    h = hashlib.sha256(repr((entry["size"], entry["pieces"])).encode()).hexdigest()
+    return f"pieces-{h[:32]}"

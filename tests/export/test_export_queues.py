@@ -1,0 +1,143 @@
+"""Issue 37: an export ships only the bytes a consume queue file gained (jobs.export.queues), and the ingest reads
+the pieces back as the file (jobs.ingest.landing.read_file): the exact bytes of the file on the host."""
+from __future__ import annotations
+
+import datetime as dt
+import os
+import pathlib
+import struct
+
+import pytest
+
+from jobs.export import layout, queues
+from jobs.ingest import landing
+
+UTC = dt.timezone.utc
+T0 = dt.datetime(2024, 3, 1, tzinfo=UTC)
+REL = "store/consumequeue/TopicA/0/00000000000000000000"
+SIZE = 2000  # 100 entries, preallocated
+
+
+def entry(i: int) -> bytes:
+    return struct.pack(">qiq", 1000 + 100 * i, 100, 7 if i % 3 else 0)  # tags code 0: an entry ending in 8 zeros
+
+
+class Host:
+    """A queue file on a host, exported into sibling snapshot folders of one broker as the exporter would."""
+
+    def __init__(self, tmp: pathlib.Path) -> None:
+        self.file = tmp / "host" / REL
+        self.file.parent.mkdir(parents=True)
+        self.file.write_bytes(bytes(SIZE))
+        self.landing = tmp / "landing"
+        self.state: dict = {}
+        self.ts = T0
+
+    def write(self, at: int, data: bytes) -> None:
+        with open(self.file, "r+b") as fh:
+            fh.seek(at)
+            fh.write(data)
+        st = self.file.stat()
+        os.utime(self.file, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+
+    def export(self, *, minutes: int = 15,
+               reship_after_s: float = queues.RESHIP_AFTER_S) -> tuple[dict, landing.LandingFile]:
+        ts = self.ts
+        self.ts += dt.timedelta(minutes=minutes)
+        folder = f"cluster=c/broker=b/snapshot_ts={landing.format_snapshot_ts(ts)}"
+        out = self.landing / folder
+        packer = queues.Packer(out, ts, self.state, reship_after_s)
+        packer.add(self.file, REL)
+        packer.close()
+        self.state = packer.state
+        snap = landing.Snapshot("c", "b", ts, folder)
+        [f] = landing._queue_files(snap, str(out / layout.MANIFEST), packer.files)
+        return {"shipped": packer.shipped, "pieces": packer.files[0]["pieces"]}, f
+
+
+def test_each_export_ships_the_appended_bytes_and_the_pieces_read_back_as_the_file(tmp_path: pathlib.Path) -> None:
+    host = Host(tmp_path)
+    host.write(0, entry(1) + entry(2) + entry(3))  # entry 3 ends in zeros: the first piece stops at byte 52
+    got, f = host.export()
+    assert got["shipped"] == 52 and got["pieces"] == [["20240301T000000Z", 0, 52, 0]]
+    assert landing.read_file(f) == host.file.read_bytes() and f.size == SIZE and f.kind == "consumequeue"
+    assert (f.topic, f.queue_id, f.start, f.path) == ("TopicA", 0, 0, f"{f.path.rsplit('/store/', 1)[0]}/{REL}")
+
+    host.write(60, entry(4) + entry(5))
+    got, f2 = host.export()
+    assert got["shipped"] == 100 - 52 and got["pieces"][1] == ["20240301T001500Z", 0, 48, 52]
+    assert landing.read_file(f2) == host.file.read_bytes()
+    assert landing.read_file(f2, 40, 70) == host.file.read_bytes()[40:70]  # a range across the two pieces
+    assert landing.read_file(f2, SIZE - 20) == bytes(20)  # past the data: the preallocated zeros
+    assert f2.etag != f.etag and f2.etag.startswith("pieces-")
+
+    got, f3 = host.export()  # nothing written: nothing shipped, the same id
+    assert got["shipped"] == 0 and f3.etag == f2.etag and landing.read_file(f3) == host.file.read_bytes()
+    assert not (host.landing / f3.path.split("/store/")[0] / layout.PACK).exists()
+
+
+def test_a_rewritten_tail_a_new_size_or_too_many_pieces_ship_the_file_whole(tmp_path: pathlib.Path) -> None:
+    host = Host(tmp_path)
+    host.write(0, entry(0) + entry(1))
+    host.export()
+    host.write(20, entry(9) + entry(2))  # recovery rewrote entry 1 (truncateDirtyLogicFiles), then one appended
+    got, f = host.export()
+    assert got["shipped"] == 60 and got["pieces"] == [["20240301T001500Z", 0, 60, 0]]
+    assert landing.read_file(f) == host.file.read_bytes()
+    assert host.state[REL]["since"] == "20240301T001500Z"
+
+    with open(host.file, "ab") as fh:  # a file that is not the preallocated size it had
+        fh.write(bytes(20))
+    got, f = host.export()
+    assert got["shipped"] == 60 and len(got["pieces"]) == 1 and landing.read_file(f) == host.file.read_bytes()
+
+    for i in range(3, 3 + queues.MAX_PIECES - 1):
+        host.write(20 * i, entry(i))
+        got, f = host.export(minutes=1)
+    assert len(got["pieces"]) == queues.MAX_PIECES and landing.read_file(f) == host.file.read_bytes()
+    host.write(20 * (3 + queues.MAX_PIECES), entry(1))
+    got, f = host.export(minutes=1)
+    assert len(got["pieces"]) == 1 and got["shipped"] == 20 * (4 + queues.MAX_PIECES) and f.size == SIZE + 20
+    assert landing.read_file(f) == host.file.read_bytes()
+
+
+def test_a_file_ships_whole_again_once_its_oldest_piece_is_due(tmp_path: pathlib.Path) -> None:
+    host = Host(tmp_path)
+    host.write(0, entry(1))
+    host.export(reship_after_s=3600)
+    host.write(20, entry(2))
+    got, _ = host.export(reship_after_s=3600)
+    assert len(got["pieces"]) == 2
+    for _ in range(2):  # 45 minutes after the first: still its pieces, nothing new shipped
+        got, _ = host.export(reship_after_s=3600)
+        assert got["shipped"] == 0 and len(got["pieces"]) == 2
+    got, _ = host.export(reship_after_s=3600)  # an hour after the first: whole again, though unchanged
+    assert got["shipped"] == 40 and got["pieces"] == [["20240301T010000Z", 0, 40, 0]]
+
+
+def test_a_piece_whose_folder_is_gone_is_an_error_naming_it(tmp_path: pathlib.Path) -> None:
+    host = Host(tmp_path)
+    host.write(0, entry(1))
+    host.export()
+    host.write(20, entry(2))
+    _, f = host.export()
+    (host.landing / f"cluster=c/broker=b/snapshot_ts=20240301T000000Z/{layout.PACK}").unlink()
+    with pytest.raises(OSError,
+                       match=r"snapshot_ts=20240301T000000Z/store-export/queues.bin: missing .*--reship-after"):
+        landing.read_file(f)
+    assert landing.read_file(f, 20) == host.file.read_bytes()[20:]  # the later piece alone is still there
+
+
+def test_data_end_skips_the_holes_of_a_sparse_file(tmp_path: pathlib.Path) -> None:
+    p = tmp_path / "sparse"
+    with open(p, "wb") as fh:
+        fh.truncate(8 << 20)
+        fh.seek(3 << 20)
+        fh.write(b"\x01\x00\x02")
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        assert queues.data_end(fd, 0, 8 << 20) == (3 << 20) + 3
+        assert queues.data_end(fd, (3 << 20) + 3, 8 << 20) == (3 << 20) + 3
+        assert queues.data_end(fd, 0, 1 << 20) == 0
+    finally:
+        os.close(fd)
