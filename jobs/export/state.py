@@ -38,7 +38,7 @@ class HostState:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         with open(tmp, "w") as fh:
-            json.dump(doc, fh, indent=1, sort_keys=True)
+            fh.write(json.dumps(doc, sort_keys=True, separators=(",", ":")))  # (dumps, no indent: the C encoder)
             fh.flush()
             os.fsync(fh.fileno())
         tmp.replace(self.path)
