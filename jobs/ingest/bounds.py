@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from jobs.formats import configs, fastjson, names
 from jobs.formats.consumequeue import CQ_STORE_UNIT_SIZE
-from jobs.ingest import cq_ledger
+from jobs.ingest import cq_ledger, landing
 from jobs.ingest.decode import Decoded
 from jobs.ingest.extracted import Extracted
 from jobs.ingest.known_records import KnownRecords, _SnapshotRecords, _Spilled, lake_records, staged_records
@@ -378,6 +378,7 @@ def extract_all_queue_bounds(snaps: list[Snapshot], landing_root: str, lake: str
     from concurrent.futures import ThreadPoolExecutor
 
     ledger = ledger if ledger is not None else cq_ledger.CQLedger()
+    landing.PACKS.clear()
     by_broker: dict[tuple[str, str], list[Snapshot]] = {}
     for snap in snaps:
         if not snap.is_clients:

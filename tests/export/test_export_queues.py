@@ -141,3 +141,31 @@ def test_data_end_skips_the_holes_of_a_sparse_file(tmp_path: pathlib.Path) -> No
         assert queues.data_end(fd, 0, 1 << 20) == 0
     finally:
         os.close(fd)
+
+
+def test_the_pieces_of_many_files_in_one_pack_cost_one_read(tmp_path: pathlib.Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from jobs.lake import storage
+
+    hosts = []
+    for q in range(3):
+        h = Host(tmp_path / f"q{q}")
+        h.write(0, entry(q + 1))
+        hosts.append(h)
+    packer = queues.Packer(tmp_path / "landing" / "cluster=c/broker=b/snapshot_ts=20240301T000000Z", T0, {}, 3600)
+    for q, h in enumerate(hosts):
+        packer.add(h.file, REL.replace("/0/", f"/{q}/"))
+    packer.close()
+    snap = landing.Snapshot("c", "b", T0, "cluster=c/broker=b/snapshot_ts=20240301T000000Z")
+    fs = landing._queue_files(snap, str(tmp_path / "landing" / snap.folder / layout.MANIFEST), packer.files)
+    reads: list[tuple] = []
+    real = storage.read_bytes
+    monkeypatch.setattr(storage, "read_bytes", lambda *a: reads.append(a) or real(*a))
+    landing.PACKS.clear()
+    assert [landing.read_file(f) for f in fs] == [h.file.read_bytes() for h in hosts]
+    assert [r[1:] for r in reads] == [(0, landing.PackWindows.WINDOW)]  # the three pieces from one window
+    with open(fs[0].pieces[0][0], "r+b") as fh:  # (a pack is never rewritten; a new step starts from a clean slate)
+        fh.write(b"\xff")
+    assert landing.read_file(fs[0])[:1] != b"\xff"
+    landing.PACKS.clear()
+    assert landing.read_file(fs[0])[:1] == b"\xff"
