@@ -45,10 +45,7 @@ def cmd_export(a: argparse.Namespace) -> int:
     if a.snapshot_ts:  # (not reconcile's parser: the host needs no pandas or Spark)
         from jobs.export import layout
 
-        try:
-            ts = layout.parse_snapshot_ts(a.snapshot_ts)
-        except ValueError:
-            raise UsageError(f"--snapshot-ts {a.snapshot_ts!r}: expected ISO-8601 UTC or YYYYMMDDTHHMMSSZ") from None
+        ts = layout.snapshot_ts_option(a.snapshot_ts)
     if bool(a.store) == bool(a.client_offsets):
         raise UsageError("export: give --store <broker store folder> (with --broker) or --client-offsets <folder>")
     if a.store and not a.broker:

@@ -36,6 +36,20 @@ def parse_snapshot_ts(value: str) -> dt.datetime:
     return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
 
 
+def snapshot_ts_option(value: str) -> dt.datetime:
+    """:func:`parse_snapshot_ts` of the ``--snapshot-ts`` option (the CLI's, the snapshot DAG's Param).
+
+    Raises:
+        UsageError: neither form.
+    """
+    from jobs.problems import UsageError
+
+    try:
+        return parse_snapshot_ts(value)
+    except ValueError:
+        raise UsageError(f"--snapshot-ts {value!r}: expected ISO-8601 UTC or YYYYMMDDTHHMMSSZ") from None
+
+
 def part_name(lo: int, hi: int) -> str:
     return f"{FOLDER}/records-{lo:020d}-{hi:020d}.parquet"
 

@@ -284,5 +284,4 @@ def _apply_progress(batches: list[pa.RecordBatch], state: dict[tuple[str, str, s
     # A store copy's segments are read from where the last copy stopped, an export from where the host's last export
     # did: the bytes two folders of the run gave overlap only where a broker moved from copies to exports, or its
     # host lost its state. Then a record is staged twice, and the loads keep its first copy (Decoded.read).
-    staged.overlap = any(b[0] < a[1] for ranges in decoded.values()
-                         for a, b in zip(sorted(ranges), sorted(ranges)[1:]))
+    staged.overlap = any(b[0] < a[1] for ranges in map(sorted, decoded.values()) for a, b in zip(ranges, ranges[1:]))

@@ -55,10 +55,9 @@ def hosts(value: Any) -> list[dict[str, str]]:
             raise UsageError(f"--export-hosts entry {i}: expected an object with {', '.join(FIELDS)}")
         missing = [k for k in FIELDS if not (isinstance(h.get(k), str) and h[k])]
         unknown = sorted(set(h) - set(FIELDS + OPTIONAL))
-        if missing or unknown:
-            raise UsageError(f"--export-hosts entry {i}: " + "; ".join(
-                ([f"missing {', '.join(missing)}"] if missing else []) + ([f"unknown {', '.join(unknown)}"]
-                                                                          if unknown else [])))
+        why = [f"{label} {', '.join(keys)}" for label, keys in (("missing", missing), ("unknown", unknown)) if keys]
+        if why:
+            raise UsageError(f"--export-hosts entry {i}: {'; '.join(why)}")
         key = (h["cluster"], h["broker"])
         if key in seen:
             raise UsageError(f"--export-hosts entry {i}: cluster {key[0]} broker {key[1]} is listed twice")
@@ -73,10 +72,7 @@ def snapshot_stamp(value: str = "", now: dt.datetime | None = None) -> str:
     if value:
         from jobs.export import layout
 
-        try:
-            now = layout.parse_snapshot_ts(value)
-        except ValueError:
-            raise UsageError(f"--snapshot-ts {value!r}: expected ISO-8601 UTC or YYYYMMDDTHHMMSSZ") from None
+        now = layout.snapshot_ts_option(value)
     return (now or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
