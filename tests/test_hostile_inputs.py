@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from jobs.formats import fastjson
+from jobs.lake._delta import arrow_filesystem
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BROKER = "cluster=DefaultCluster/broker=broker-a"
@@ -74,7 +75,7 @@ def worlds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pathlib.Path]:
 def _table(lake: pathlib.Path, name: str, drop: tuple[str, ...] = ()) -> pd.DataFrame:
     from deltalake import DeltaTable
 
-    df = DeltaTable(str(lake / name)).to_pandas()
+    df = DeltaTable(str(lake / name)).to_pandas(filesystem=arrow_filesystem(str(lake / name)))
     df = df.drop(columns=[c for c in ("ingested_at", "detected_at", *drop) if c in df.columns])
     return df.sort_values(list(df.columns[:6])).reset_index(drop=True)
 

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from jobs.formats import fastjson, rocksdb_config
+from jobs.lake._delta import arrow_filesystem
 
 SNAP = "cluster=DefaultCluster/broker=broker-a/snapshot_ts={}"
 
@@ -127,7 +128,8 @@ def lakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pathlib.Path]:
 def _offsets(lake: pathlib.Path) -> list[tuple]:
     from deltalake import DeltaTable
 
-    df = DeltaTable(str(lake / "silver/consumer_offsets")).to_pandas()
+    path = str(lake / "silver/consumer_offsets")
+    df = DeltaTable(path).to_pandas(filesystem=arrow_filesystem(path))
     return sorted((str(r.snapshot_ts)[11:16], r.topic, r.queue_id, r.committed_offset, r.source_file.split("/")[-1])
                   for r in df.itertuples())
 
@@ -146,7 +148,8 @@ def test_a_damaged_db_gives_no_offsets_rather_than_the_stale_ones(lakes: dict[st
 
     rows = _offsets(lakes["damaged"])
     assert {r[0] for r in rows} == {"00:04", "00:07", "00:10"}  # none at 00:13: the DB cannot be read
-    q = DeltaTable(str(lakes["damaged"] / "bronze/quarantine")).to_pandas()
+    path = str(lakes["damaged"] / "bronze/quarantine")
+    q = DeltaTable(path).to_pandas(filesystem=arrow_filesystem(path))
     assert [(p.split("snapshot_ts=")[1], r.split(" (")[0] + ", " + r.split("): ")[-1])
             for p, r in zip(q["source_path"], q["reason"])] == [
         ("20260105T001300Z/store/config/rdb", "RocksDB config, its rows are not taken from this snapshot")]

@@ -80,3 +80,46 @@ def test_rows_reach_the_engine_as_a_file_with_the_table_s_types(spark, tmp_path:
     assert sorted(tuple(r) for r in df.collect()) == sorted(
         tuple(naive if r.get(c) is T else r.get(c) for c in files.TABLE.columns) for r in rows)
     assert [p.suffix for p in folder.iterdir()] == [".parquet"]
+
+
+def test_delta_rs_reads_go_through_a_native_arrow_filesystem(tmp_path: pathlib.Path, monkeypatch) -> None:  # noqa: ANN001
+    """CI at stop 54: a CLI that read a table with delta-rs printed its answer, then died with SIGABRT ("terminate
+    called without an active exception") at interpreter exit. delta-rs's default is a Python filesystem over its own
+    store, whose Arrow I/O threads can outlive the interpreter (delta-io/delta-rs#2184): every read passes a native
+    pyarrow filesystem rooted at the table instead, and still reads the same rows."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+    from pyarrow import fs as pa_fs
+
+    lake = str(tmp_path)
+    write_deltalake(OLD.path(lake), pa.table({"k": pa.array([1, 2, 3], pa.int64()), "v": ["a", "b", "c"]}))
+    seen: list[object] = []
+    original = DeltaTable.to_pyarrow_dataset
+
+    def spy(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        seen.append(kwargs.get("filesystem"))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaTable, "to_pyarrow_dataset", spy)
+    assert _delta.read_pandas_columns(lake, OLD, ["v", "k"], filters=[("k", ">=", 2)]).values.tolist() == [
+        ["b", 2], ["c", 3]]
+    assert sorted(_delta.read_pandas(lake, OLD).itertuples(index=False, name=None)) == [(1, "a"), (2, "b"), (3, "c")]
+    assert [b.to_pylist() for b in _delta.scan_batches(lake, OLD, ["k"], filters=[("v", "=", "a")])] == [[{"k": 1}]]
+    assert len(seen) == 3
+    for fs in seen:
+        assert isinstance(fs, pa_fs.SubTreeFileSystem) and isinstance(fs.base_fs, pa_fs.LocalFileSystem)
+        assert fs.base_path.rstrip("/") == str(tmp_path / "bronze" / "t")
+
+
+def test_an_s3_lake_is_read_through_arrow_s3_with_the_project_s_endpoint_and_keys(monkeypatch) -> None:  # noqa: ANN001
+    from pyarrow import fs as pa_fs
+
+    monkeypatch.setenv("AWS_ENDPOINT", "http://127.0.0.1:7480")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "ak")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "sk")
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    fs = _delta.arrow_filesystem("s3://lake-bucket/prod/silver/messages")
+    assert isinstance(fs, pa_fs.SubTreeFileSystem) and isinstance(fs.base_fs, pa_fs.S3FileSystem)
+    assert fs.base_path.rstrip("/") == "lake-bucket/prod/silver/messages"
+    assert fs.base_fs.region == "us-east-1"

@@ -57,7 +57,8 @@ def _table(tmp_path: pathlib.Path, *files: list[tuple[str, int]]) -> str:
 
 
 def _content(lake: str) -> list[tuple]:
-    t = DeltaTable(messages.TABLE.path(lake)).to_pyarrow_table()
+    path = messages.TABLE.path(lake)
+    t = DeltaTable(path).to_pyarrow_table(filesystem=_delta.arrow_filesystem(path))
     return sorted((r["broker"], r["physical_offset"], r["uniq_key"], r["store_ts"], tuple(r["properties"]))
                   for r in t.to_pylist())
 

@@ -37,7 +37,7 @@ def _existing(lake: str) -> list:
 def _rows(lake: str, table: Any, version: int | None = None) -> list[tuple]:
     from deltalake import DeltaTable
 
-    df = DeltaTable(table.path(lake), version=version).to_pandas()
+    df = DeltaTable(table.path(lake), version=version).to_pandas(filesystem=_delta.arrow_filesystem(table.path(lake)))
     drop = _delta.VOLATILE_COLUMNS | {"started_at"}
     df = df[[c for c in table.columns if c in df.columns and c not in drop]]
     return sorted(tuple(repr(v) for v in r) for r in df.itertuples(index=False, name=None))
