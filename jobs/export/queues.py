@@ -17,6 +17,7 @@ landing zone must keep them at least that long.
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import functools
 import hashlib
 import os
@@ -27,7 +28,6 @@ import numpy as np
 
 from jobs.export import layout
 
-PACK = layout.PACK
 CHECKED_TAIL = 64 << 10  # bytes before the shipped end compared on the host before appending
 MAX_PIECES = 32
 RESHIP_AFTER_S = 24 * 3600
@@ -63,7 +63,7 @@ def _has_seek_data(fd: int) -> bool:
         os.lseek(fd, 0, os.SEEK_DATA)
         return True
     except OSError as exc:
-        return exc.errno == 6  # ENXIO: supported, the file holds no data
+        return exc.errno == errno.ENXIO  # supported, the file holds no data
 
 
 def _last_nonzero(buf: bytes | memoryview) -> int:
@@ -88,7 +88,7 @@ class Packer:
     """The queue files of one export: their manifest entries, the new state, and the pack (written as it goes)."""
 
     def __init__(self, out: Path, ts: dt.datetime, prior: dict[str, dict[str, Any]], reship_after_s: float) -> None:
-        self.path = out / PACK
+        self.path = out / layout.PACK
         self.ts = ts
         self.tag = ts.strftime("%Y%m%dT%H%M%SZ")
         self.prior = prior

@@ -134,17 +134,16 @@ def _recover(st: state.HostState, say: Callable[[str], None]) -> None:
         return
     if p.get("segments") is not None and storage.exists(storage.join(p["folder"], landing.MARKER)):
         say(f"export: the previous run ended after {p['folder']} was complete: its state kept")
-        st.pending = None
-        st.segments, st.queues = p["segments"], p.get("queues") or {}
-        st.last_ts = dt.datetime.fromisoformat(p["ts"])
-    else:
-        say(f"export: the previous run stopped before {p['folder']} was complete: deleted, its range exported again")
-        storage.delete_tree(p["folder"])
-        st.pending = None
+        _commit(st)
+        return
+    say(f"export: the previous run stopped before {p['folder']} was complete: deleted, its range exported again")
+    storage.delete_tree(p["folder"])
+    st.pending = None
     st.save()
 
 
 def _commit(st: state.HostState) -> None:
+    """Adopt the pending export's state: its folder is complete (``_SUCCESS`` written)."""
     p = st.pending or {}
     st.segments, st.queues = p["segments"], p.get("queues") or {}
     st.last_ts, st.pending = dt.datetime.fromisoformat(p["ts"]), None
@@ -164,7 +163,7 @@ def _ship_files(root: Path, out: Path, packer: queues.Packer) -> list[dict[str, 
             parts = rel.split("/")
             dbs.add("/".join(parts[:3]) if kind == "rocksdb" else "store/consumequeue")
             continue
-        if kind == "consumequeue" and not (landing.misplaced(rel, clients=False) or landing._bad_name_in(
+        if kind == "consumequeue" and not (landing.misplaced(rel, clients=False) or landing.bad_name_in(
                 rel, clients=False)):  # (a name the ingest refuses ships as a file, to be refused as a copy's is)
             packer.add(path, rel)
             continue

@@ -300,7 +300,7 @@ def _bad_folder_name(cluster: str, broker: str) -> str | None:
     return f"broker folder name 'broker={names.shown(broker)}' {why}" if why else None
 
 
-def _bad_name_in(rel: str, *, clients: bool) -> str | None:
+def bad_name_in(rel: str, *, clients: bool) -> str | None:
     """Why a name a path inside a snapshot carries (a consume queue's topic, a client id and group) cannot be one
     RocketMQ writes, or None: such a file is quarantined and never reaches the reports."""
     parts = rel.split("/")
@@ -401,7 +401,7 @@ def discover(landing: str, sealed: Callable[[str], bool] | None = None,
         key = (cluster, broker, m["ts"])
         wrong = (None if info.regular else "not a regular file (a symbolic link, a device or a pipe): not read; the "
                  "sync job must copy the file, not link it") or misplaced(m["rest"], clients=m["clients"] is not None) \
-            or _bad_name_in(m["rest"], clients=m["clients"] is not None)
+            or bad_name_in(m["rest"], clients=m["clients"] is not None)
         snap = snapshots.setdefault(key, Snapshot(cluster, broker, ts, folder))
         if wrong:
             problems.append(Problem(path, 0, wrong))
