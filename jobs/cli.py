@@ -39,7 +39,10 @@ def cmd_ingest(a: argparse.Namespace) -> int:
 
 def cmd_export(a: argparse.Namespace) -> int:
     """One snapshot folder in the export layout, written from the host's own store (issue 37)."""
+    from jobs import export
     from jobs.problems import UsageError
+
+    export.host_process()
 
     ts = None
     if a.snapshot_ts:  # (not reconcile's parser: the host needs no pandas or Spark)

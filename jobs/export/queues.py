@@ -98,6 +98,7 @@ class Packer:
         self.shipped = 0
         self.read = 0
         self._pack: BinaryIO | None = None
+        self._buf = bytearray()
 
     def add(self, path: Path, rel: str) -> None:
         """One queue file of the store (gone since the listing: left out, as a copy would)."""
@@ -109,12 +110,14 @@ class Packer:
             st = os.fstat(fd)
             size, mtime_ns = st.st_size, st.st_mtime_ns
             prev = self.prior.get(rel)
+            # a file with holes has its data found by seeking; any other is read to its end, once
+            sparse = st.st_blocks * 512 < size
             entry = None
             if prev is not None and self._keeps(prev, size):
-                entry = prev if prev["mtime_ns"] == mtime_ns else self._appended(fd, prev, mtime_ns)
+                entry = prev if prev["mtime_ns"] == mtime_ns else self._appended(fd, prev, mtime_ns, sparse)
             if entry is None:  # new, changed in size, rewritten at its tail, or due to ship whole
                 entry = {"size": size, "mtime_ns": mtime_ns, "since": self.tag, "pieces": [], "end": 0}
-                entry.update(self._read_on(fd, 0, 0, data_end(fd, 0, size), entry["pieces"]))
+                entry.update(self._read_on(fd, 0, 0, data_end(fd, 0, size) if sparse else size, entry["pieces"]))
             if os.fstat(fd).st_mtime_ns != mtime_ns:  # written while read: its stamp must not vouch for these bytes
                 entry = dict(entry, mtime_ns=-1)
         finally:
@@ -123,9 +126,9 @@ class Packer:
         self.files.append({"rel": rel, "size": entry["size"], "mtime": entry["mtime_ns"] / 1e9,
                            "id": piece_id(entry), "pieces": entry["pieces"]})
 
-    def _appended(self, fd: int, prev: dict[str, Any], mtime_ns: int) -> dict[str, Any] | None:
+    def _appended(self, fd: int, prev: dict[str, Any], mtime_ns: int, sparse: bool) -> dict[str, Any] | None:
         """The entry of a file that grew past ``prev["end"]``; None when the bytes shipped before its end changed."""
-        end = max(data_end(fd, prev["end"], prev["size"]), prev["end"])
+        end = max(data_end(fd, prev["end"], prev["size"]), prev["end"]) if sparse else prev["size"]
         pieces = list(prev["pieces"])
         got = self._read_on(fd, prev["end"], max(0, prev["end"] - CHECKED_TAIL), end, pieces, prev["tail_sha"])
         return None if got is None else dict(prev, mtime_ns=mtime_ns, pieces=pieces, **got)
@@ -134,7 +137,7 @@ class Packer:
                  tail_sha: str | None = None) -> dict[str, Any] | None:
         """Read ``[tail_lo, hi)`` once: check its part before ``lo`` against ``tail_sha``, pack what it holds past
         ``lo`` up to its last non-zero byte (a piece appended to ``pieces``); the new end and tail digest."""
-        buf = memoryview(os.pread(fd, hi - tail_lo, tail_lo)) if hi > tail_lo else memoryview(b"")
+        buf = self._pread(fd, tail_lo, hi)
         self.read += len(buf)
         if tail_sha is not None and _sha(buf[:lo - tail_lo]) != tail_sha:
             return None
@@ -142,6 +145,15 @@ class Packer:
         if end > lo:
             pieces.append(self._pack_bytes(buf[lo - tail_lo:end - tail_lo], lo))
         return {"end": end, "tail_sha": _sha(buf[max(tail_lo, end - CHECKED_TAIL) - tail_lo:end - tail_lo])}
+
+    def _pread(self, fd: int, lo: int, hi: int) -> memoryview:
+        """``[lo, hi)`` of the file in the packer's buffer, reused from file to file: a new bytes object for each read
+        costs its allocation's page faults again (about half of reading a 117 KiB file from the page cache)."""
+        n = max(0, hi - lo)
+        if len(self._buf) < n:
+            self._buf = bytearray(max(n, 2 * len(self._buf)))
+        view = memoryview(self._buf)[:n]
+        return view[:os.preadv(fd, [view], lo)] if n else view
 
     def _keeps(self, prev: dict[str, Any], size: int) -> bool:
         """Whether the file's pieces so far can be appended to (else it ships whole)."""

@@ -113,6 +113,9 @@ def replay(spec: str) -> int:
     import datetime as dt
     import time
 
+    from jobs import export
+
+    export.host_process()  # as `rmq-recon export` sets up its process
     from jobs.export import store
 
     a = json.loads(spec)

@@ -143,6 +143,39 @@ def test_data_end_skips_the_holes_of_a_sparse_file(tmp_path: pathlib.Path) -> No
         os.close(fd)
 
 
+def test_a_sparse_file_and_a_dense_one_with_the_same_bytes_ship_the_same_pieces(tmp_path: pathlib.Path) -> None:
+    """A file with holes has its data found by seeking (data_end); a dense one is read to its end in one read: both
+    give the same pieces, pack bytes and state at every export, also when a write lands past a hole."""
+    size = 20 * 52_429  # 1 MiB and a bit: holes of whole blocks
+    (tmp_path / "host").mkdir()
+    files = {"dense": tmp_path / "host" / "dense", "sparse": tmp_path / "host" / "sparse"}
+    files["dense"].write_bytes(bytes(size))
+    with open(files["sparse"], "wb") as fh:
+        fh.truncate(size)
+    assert files["sparse"].stat().st_blocks * 512 < size <= files["dense"].stat().st_blocks * 512
+    writes = [[(0, entry(1) + entry(2) + entry(3))], [(60, entry(4)), (20 * 40_000, entry(5))], [],
+              [(20 * 40_001, entry(6))]]
+    state: dict = {"dense": {}, "sparse": {}}
+    for i, batch in enumerate(writes):
+        got = {}
+        for name, path in files.items():
+            with open(path, "r+b") as fh:
+                for at, data in batch:
+                    fh.seek(at)
+                    fh.write(data)
+            os.utime(path, ns=(0, (i + 1) * 1_000_000_000))
+            out = tmp_path / name / str(i)
+            packer = queues.Packer(out, T0 + dt.timedelta(minutes=15 * i), state[name], queues.RESHIP_AFTER_S)
+            packer.add(path, REL)
+            packer.close()
+            state[name] = packer.state
+            pack = out / layout.PACK
+            got[name] = (packer.files, packer.shipped, pack.read_bytes() if pack.exists() else b"", packer.state)
+        assert got["dense"] == got["sparse"]
+    # (entry 3 ends in zeros: the first piece stops at byte 52; the next runs to entry 5's last non-zero byte)
+    assert [p[1:] for p in state["dense"][REL]["pieces"]] == [[0, 52, 0], [0, 799_968, 52], [0, 12, 800_020]]
+
+
 def test_the_pieces_of_many_files_in_one_pack_cost_one_read(tmp_path: pathlib.Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     from jobs.lake import storage
