@@ -240,3 +240,29 @@ def test_the_loop_exports_a_growing_store_at_each_tick_and_goes_on_after_a_faile
 
     with pytest.raises(UsageError):
         loop.run_every(refused, 60, say=lambda _: None, clock=lambda: now[0], sleep=lambda s: None)
+
+
+def test_small_batches_are_written_together_as_one_row_group(tmp_path: pathlib.Path) -> None:
+    """A run gives a progress row for each segment, exported before or not: written a row group each, they cost a
+    small broker's exporter two thirds of its CPU (stop 55). Held until GROUP_ROWS, in order, then written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from jobs.export import store
+    from jobs.ingest import decode_tasks
+
+    def batch(first: int, n: int) -> pa.RecordBatch:
+        return pa.RecordBatch.from_pylist([{"kind": "progress", "unit": first + i} for i in range(n)],
+                                          schema=decode_tasks.OUTPUT_ARROW)
+
+    parts = store._Parts(tmp_path)
+    for i in range(50):
+        parts._write(batch(i, 1))
+    parts._write(batch(50, 1500))  # past GROUP_ROWS: written with the 50 held before it
+    parts._write(batch(1550, 3))
+    parts._lo, parts._hi = 0, 10
+    parts.close()
+    [done] = parts.done
+    f = pq.ParquetFile(tmp_path / done["name"])
+    assert (done["rows"], f.metadata.num_row_groups, f.metadata.row_group(0).num_rows) == (1553, 2, 1550)
+    assert f.read(columns=["unit"]).column("unit").to_pylist() == list(range(1553))
