@@ -149,12 +149,16 @@ def _merge_plan(files: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 
 
 def _filesystem(lake: str, table: "Table") -> Any:
+    """Where the rewrite reads and writes the table's files. A local lake: pyarrow's own filesystem, rooted at the
+    table (delta-rs's Python one can abort the process at exit: :func:`jobs.lake._delta.arrow_filesystem`). On S3,
+    delta-rs's object store: Arrow's S3 multipart uploads are refused by Ceph RGW (HTTP 411, MissingContentLength)."""
+    path = table.path(lake)
+    if not _delta._is_s3(path):
+        return _delta.arrow_filesystem(path)
     import pyarrow.fs as pafs
     from deltalake.fs import DeltaStorageHandler
 
-    path = table.path(lake)
-    return pafs.PyFileSystem(DeltaStorageHandler(path, options=_delta.storage_options() if _delta._is_s3(path)
-                                                 else None))
+    return pafs.PyFileSystem(DeltaStorageHandler(path, options=_delta.storage_options()))
 
 
 def _name(kind: str, bin_: list[dict[str, Any]], n: int) -> str:
