@@ -40,6 +40,10 @@ COMPRESSION = "zstd"
 DICTIONARY_COLUMNS = ["kind", "cluster", "broker", "snapshot_ts", "topic", "tags", "born_host", "store_host", "segment",
                       "first_snapshot_ts", "client_host", "type", "group", "stored_topic", "consumer_group",
                       "broker_name", "source_path", "reason"]
+# Integer columns delta-encoded (offsets and sequence numbers climb): parts 20% smaller and written 5% faster than
+# plain + zstd (264,325 messages of bench_export's bulk broker, stop 56). Spark's and Sail's readers decode it.
+DELTA_COLUMNS = [f.name for f in decode_tasks.OUTPUT_ARROW
+                 if pa.types.is_integer(f.type) and f.name not in DICTIONARY_COLUMNS]
 # the active segment's tail can hold a record the broker is writing: a problem there is read again before it ships
 TAIL_TRIES, TAIL_PAUSE_S = 3, 0.2
 # the kinds of files the ingest reads besides the commitlog, shipped as they are
@@ -159,8 +163,8 @@ def _ship_files(root: Path, out: Path, packer: queues.Packer) -> list[dict[str, 
     are; the consume queue files' new bytes go to ``packer``. Returns the copies' (rel, size, sha256)."""
     shipped: list[dict[str, Any]] = []
     dbs: set[str] = set()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        rel = "store/" + path.relative_to(root).as_posix()
+    for sub in _files_below(root):
+        path, rel = root / sub, "store/" + sub
         kind = landing.classify(rel, clients=False)["kind"]
         if kind in ("rocksdb", "rocksdb_cq"):  # a database: its folder is copied as one version
             parts = rel.split("/")
@@ -197,6 +201,26 @@ def _ship_files(root: Path, out: Path, packer: queues.Packer) -> list[dict[str, 
         n = stable.copy_dir_stable(src, out / db, flat=db == "store/consumequeue")
         shipped.append({"rel": db + "/", "files": n})
     return shipped
+
+
+def _files_below(root: Path) -> list[str]:
+    """The store's files (``is_file``: symbolic links to files too) relative to it, in ``Path`` order (by their
+    parts). Entries' types come from the directory listing: a bulk broker's ``rglob`` with a ``stat`` per entry cost
+    14 ms a run, a third of a run with nothing new (stop 56)."""
+    out: list[str] = []
+    todo = [("", str(root))]
+    while todo:
+        prefix, d = todo.pop()
+        try:
+            entries = list(os.scandir(d))
+        except (FileNotFoundError, NotADirectoryError):  # removed since its parent was listed
+            continue
+        for e in entries:
+            if e.is_dir(follow_symlinks=False):
+                todo.append((prefix + e.name + "/", e.path))
+            elif e.is_file():
+                out.append(prefix + e.name)
+    return sorted(out, key=lambda rel: rel.split("/"))
 
 
 def _read_whole(path: Path) -> bytes | None:
@@ -319,7 +343,8 @@ class _Parts:
         if self._writer is None:
             self._tmp.parent.mkdir(parents=True, exist_ok=True)
             self._writer = pq.ParquetWriter(str(self._tmp), decode_tasks.OUTPUT_ARROW, compression=COMPRESSION,
-                                            use_dictionary=DICTIONARY_COLUMNS, write_statistics=False)
+                                            use_dictionary=DICTIONARY_COLUMNS, write_statistics=False,
+                                            column_encoding=dict.fromkeys(DELTA_COLUMNS, "DELTA_BINARY_PACKED"))
         self._writer.write_table(pa.Table.from_batches(self._held, decode_tasks.OUTPUT_ARROW))
         self._held, self._held_rows = [], 0
 

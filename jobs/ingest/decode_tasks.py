@@ -288,12 +288,18 @@ class _Out:
 
 
 def _messages(tbl: pa.Table, cluster: str, broker: str, ts: dt.datetime, unit: int) -> Iterator[pa.RecordBatch]:
-    n = tbl.num_rows
-    cols = {name: tbl.column(name).combine_chunks() for name, _ in _MESSAGE_FIELDS if name in tbl.column_names}
-    cols["cluster"] = pa.repeat(pa.scalar(cluster, _STR), n)
-    cols["broker"] = pa.repeat(pa.scalar(broker, _STR), n)
-    cols["first_snapshot_ts"] = cols["snapshot_ts"] = pa.repeat(pa.scalar(ts, _TS), n)
-    yield _batch(MESSAGE, unit, n, cols)
+    """A batch per chunk of ``tbl`` (each a decoded read window's records), not one combined batch: combining copied
+    every column once more, the properties maps above all (0.12 s per million messages, an exporter's profile)."""
+    names = [name for name, _ in _MESSAGE_FIELDS if name in tbl.column_names]
+    for rb in tbl.select(names).to_batches():
+        n = rb.num_rows
+        if not n:
+            continue
+        cols = dict(zip(names, rb.columns))
+        cols["cluster"] = pa.repeat(pa.scalar(cluster, _STR), n)
+        cols["broker"] = pa.repeat(pa.scalar(broker, _STR), n)
+        cols["first_snapshot_ts"] = cols["snapshot_ts"] = pa.repeat(pa.scalar(ts, _TS), n)
+        yield _batch(MESSAGE, unit, n, cols)
 
 
 def _without(tbl: pa.Table, rows: np.ndarray) -> pa.Table:

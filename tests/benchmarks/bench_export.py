@@ -222,10 +222,12 @@ def main(argv: list[str] | None = None) -> int:
     if "compare" in stages:
         figs["differing_rows"] = compare(work)
     (work / "figures.json").write_text(json.dumps(figs, indent=2, default=str))
-    return report(figs, a) if "runs" in figs else 0
+    return report(figs, a)
 
 
-def report(figs: dict[str, Any], a: argparse.Namespace) -> int:
+def _report_runs(figs: dict[str, Any], a: argparse.Namespace) -> None:
+    import numpy as np
+
     runs = figs["runs"]
     idle = f"{figs['idle']['cpu_s']} s" if "idle" in figs else "not measured"
     copies = sum(r["copy_bytes"] for r in runs)
@@ -236,8 +238,6 @@ def report(figs: dict[str, Any], a: argparse.Namespace) -> int:
     rss = max(r["peak_rss"] for r in runs)
     # a run's CPU = what every run pays (start-up, the decoder's compiled kernels, the listing and the files) + a
     # cost per message: a least-squares line through the broker runs
-    import numpy as np
-
     m = np.array([r["messages"] for r in brokers], float) / 1e6
     per_run, per_million = np.linalg.lstsq(np.vstack([np.ones_like(m), m]).T,
                                            np.array([r["cpu_s"] for r in brokers]), rcond=None)[0]
@@ -257,6 +257,13 @@ def report(figs: dict[str, Any], a: argparse.Namespace) -> int:
           f"million messages (target <= 2); per run {per_run:.2f} s + {per_million:.2f} s per million messages "
           f"(a run with nothing new to decode: {idle}); largest peak RSS {rss / MiB:.0f} MiB "
           f"(target < 300)")
+
+
+def report(figs: dict[str, Any], a: argparse.Namespace) -> int:
+    import numpy as np
+
+    if "runs" in figs:
+        _report_runs(figs, a)
     if "loop" in figs:
         lp = figs["loop"]
         lcpu, lmsgs = sum(b["cpu_s"] for b in lp), sum(r["messages"] for b in lp for r in b["runs"])
@@ -269,6 +276,21 @@ def report(figs: dict[str, Any], a: argparse.Namespace) -> int:
               f"{lcpu:.1f} s CPU in all = {lcpu / max(lmsgs, 1) * 1e6:.2f} s per million messages (target <= 2), "
               f"of which start-up {start:.1f} s; per run {l_run:.2f} s + {l_million:.2f} s per million; largest peak "
               f"RSS {max(b['peak_rss'] for b in lp) / MiB:.0f} MiB (target < 300)")
+        # per broker: a --every process runs for months, so its start-up (imports) and first run (the decoder's
+        # kernels loaded from their cache) are paid once; what recurs is the steady state, runs 2..n
+        print("\n| broker (--every) | messages | CPU s | start-up + first run s | steady s per million | "
+              "steady s per run with nothing new | peak RSS |")
+        print("|---|---|---|---|---|---|---|")
+        for b in lp:
+            rs = b["runs"]
+            n = sum(r["messages"] for r in rs[1:])
+            steady = sum(r["cpu_s"] for r in rs[1:])
+            idle = [r["cpu_s"] for r in rs[1:] if not r["messages"]]
+            once = b["cpu_s"] - steady
+            print(f"| {b['broker']} | {sum(r['messages'] for r in rs):,} | {b['cpu_s']:.2f} | {once:.2f} | "
+                  f"{steady / n * 1e6:.2f} | {min(idle) if idle else float('nan'):.3f} | "
+                  f"{b['peak_rss'] / MiB:.0f} MiB |" if n else
+                  f"| {b['broker']} | 0 | {b['cpu_s']:.2f} | {once:.2f} | - | - | {b['peak_rss'] / MiB:.0f} MiB |")
     if "ingest" in figs:
         print("\n| ingest of | wall s | CPU s | peak RSS |")
         print("|---|---|---|---|")
