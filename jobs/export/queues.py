@@ -31,39 +31,27 @@ from jobs.export import layout
 CHECKED_TAIL = 64 << 10  # bytes before the shipped end compared on the host before appending
 MAX_PIECES = 32
 RESHIP_AFTER_S = 24 * 3600
-_SCAN = 1 << 20
 
 
-def data_end(fd: int, start: int, size: int) -> int:
-    """One past the last non-zero byte of ``[start, size)`` (``start`` when all are zero). Holes of a sparse file (a
-    broker's preallocated files usually are) are skipped unread."""
-    end, pos = start, start
+def data_extent_end(fd: int, lo: int, size: int) -> int:
+    """One past the last byte of ``[lo, size)`` that lies in a data extent (``lo`` when none does), by seeking only.
+    Holes are what a sparse file has not written, and also a file's allocated but unwritten blocks (``fallocate``:
+    the JDK extends a file it maps that way since 8u162, ``FileDispatcherImpl.allocate0``; ext4 and xfs report them
+    as holes, while ``st_blocks`` counts them, so a broker's preallocated queue files look dense by their size on
+    disk). A filesystem without ``SEEK_DATA`` gives ``size``: every byte is read."""
+    end, pos = lo, lo
     while pos < size:
         try:
             pos = os.lseek(fd, pos, os.SEEK_DATA)
-            stop = min(os.lseek(fd, pos, os.SEEK_HOLE), size)
-        except OSError:  # ENXIO: no data past pos (or no SEEK_DATA here: then read it all)
-            if pos == start and not _has_seek_data(fd):
-                stop = size
-            else:
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # no data at or past pos
                 break
-        while pos < stop:
-            chunk = os.pread(fd, min(_SCAN, stop - pos), pos)
-            if not chunk:
-                return end
-            kept = _last_nonzero(chunk)
-            if kept:
-                end = pos + kept
-            pos += len(chunk)
-    return end
-
-
-def _has_seek_data(fd: int) -> bool:
-    try:
-        os.lseek(fd, 0, os.SEEK_DATA)
-        return True
-    except OSError as exc:
-        return exc.errno == errno.ENXIO  # supported, the file holds no data
+            return size
+        if pos >= size:
+            break
+        pos = min(os.lseek(fd, pos, os.SEEK_HOLE), size)
+        end = pos
+    return max(end, lo)
 
 
 def _last_nonzero(buf: bytes | memoryview) -> int:
@@ -110,14 +98,12 @@ class Packer:
             st = os.fstat(fd)
             size, mtime_ns = st.st_size, st.st_mtime_ns
             prev = self.prior.get(rel)
-            # a file with holes has its data found by seeking; any other is read to its end, once
-            sparse = st.st_blocks * 512 < size
             entry = None
             if prev is not None and self._keeps(prev, size):
-                entry = prev if prev["mtime_ns"] == mtime_ns else self._appended(fd, prev, mtime_ns, sparse)
+                entry = prev if prev["mtime_ns"] == mtime_ns else self._appended(fd, prev, mtime_ns)
             if entry is None:  # new, changed in size, rewritten at its tail, or due to ship whole
                 entry = {"size": size, "mtime_ns": mtime_ns, "since": self.tag, "pieces": [], "end": 0}
-                entry.update(self._read_on(fd, 0, 0, data_end(fd, 0, size) if sparse else size, entry["pieces"]))
+                entry.update(self._read_on(fd, 0, 0, data_extent_end(fd, 0, size), entry["pieces"]))
             if os.fstat(fd).st_mtime_ns != mtime_ns:  # written while read: its stamp must not vouch for these bytes
                 entry = dict(entry, mtime_ns=-1)
         finally:
@@ -126,9 +112,9 @@ class Packer:
         self.files.append({"rel": rel, "size": entry["size"], "mtime": entry["mtime_ns"] / 1e9,
                            "id": piece_id(entry), "pieces": entry["pieces"]})
 
-    def _appended(self, fd: int, prev: dict[str, Any], mtime_ns: int, sparse: bool) -> dict[str, Any] | None:
+    def _appended(self, fd: int, prev: dict[str, Any], mtime_ns: int) -> dict[str, Any] | None:
         """The entry of a file that grew past ``prev["end"]``; None when the bytes shipped before its end changed."""
-        end = max(data_end(fd, prev["end"], prev["size"]), prev["end"]) if sparse else prev["size"]
+        end = data_extent_end(fd, prev["end"], prev["size"])
         pieces = list(prev["pieces"])
         got = self._read_on(fd, prev["end"], max(0, prev["end"] - CHECKED_TAIL), end, pieces, prev["tail_sha"])
         return None if got is None else dict(prev, mtime_ns=mtime_ns, pieces=pieces, **got)

@@ -128,19 +128,67 @@ def test_a_piece_whose_folder_is_gone_is_an_error_naming_it(tmp_path: pathlib.Pa
     assert landing.read_file(f, 20) == host.file.read_bytes()[20:]  # the later piece alone is still there
 
 
-def test_data_end_skips_the_holes_of_a_sparse_file(tmp_path: pathlib.Path) -> None:
+def test_data_extent_end_finds_the_data_by_seeking_only(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     p = tmp_path / "sparse"
     with open(p, "wb") as fh:
         fh.truncate(8 << 20)
         fh.seek(3 << 20)
         fh.write(b"\x01\x00\x02")
+    monkeypatch.setattr(os, "pread", None)  # (no read)
+    monkeypatch.setattr(os, "preadv", None)
     fd = os.open(p, os.O_RDONLY)
     try:
-        assert queues.data_end(fd, 0, 8 << 20) == (3 << 20) + 3
-        assert queues.data_end(fd, (3 << 20) + 3, 8 << 20) == (3 << 20) + 3
-        assert queues.data_end(fd, 0, 1 << 20) == 0
+        assert (3 << 20) + 3 <= queues.data_extent_end(fd, 0, 8 << 20) <= 4 << 20  # (the end of its block)
+        assert queues.data_extent_end(fd, 5 << 20, 8 << 20) == 5 << 20  # no data past 5 MiB
+        assert queues.data_extent_end(fd, 0, 1 << 20) == 0  # none in the first MiB
     finally:
         os.close(fd)
+
+
+def test_a_preallocated_file_is_read_to_its_written_blocks_not_its_end(tmp_path: pathlib.Path) -> None:
+    """A broker's queue file is preallocated: the JDK extends a file it maps with fallocate (allocated, unwritten
+    blocks, which st_blocks counts). Its unwritten blocks are not read, and it ships what a dense file with the same
+    bytes ships (before, a file that looked dense by st_blocks was read to its end at every export: 5.7 MiB for a
+    real broker's queue file)."""
+    size = 300_000 * 20  # a broker's queue file: 300,000 entries
+    (tmp_path / "host").mkdir()
+    files = {"dense": tmp_path / "host" / "dense", "prealloc": tmp_path / "host" / "prealloc"}
+    files["dense"].write_bytes(bytes(size))
+    fd = os.open(files["prealloc"], os.O_RDWR | os.O_CREAT)
+    try:
+        os.posix_fallocate(fd, 0, size)
+        os.pwrite(fd, entry(1), 0)
+        os.fsync(fd)
+        block = os.lseek(fd, 0, os.SEEK_HOLE)  # the end of the written block
+        if block >= size:
+            pytest.skip("this filesystem reports unwritten extents as data")
+    finally:
+        os.close(fd)
+    assert files["prealloc"].stat().st_blocks * 512 >= size  # dense by its size on disk
+    writes = [[(0, entry(1))], [(20, entry(2) + entry(3))], [(20 * 100_000, entry(4))]]
+    state: dict = {"dense": {}, "prealloc": {}}
+    read: dict = {"dense": [], "prealloc": []}
+    for i, batch in enumerate(writes):
+        got = {}
+        for name, path in files.items():
+            with open(path, "r+b") as fh:
+                for at, data in batch:
+                    fh.seek(at)
+                    fh.write(data)
+            os.utime(path, ns=(0, (i + 1) * 1_000_000_000))
+            out = tmp_path / name / str(i)
+            packer = queues.Packer(out, T0 + dt.timedelta(minutes=15 * i), state[name], queues.RESHIP_AFTER_S)
+            packer.add(path, REL)
+            packer.close()
+            state[name], read[name] = packer.state, read[name] + [packer.read]
+            pack = out / layout.PACK
+            got[name] = (packer.files, packer.shipped, pack.read_bytes() if pack.exists() else b"", packer.state)
+        assert got["dense"] == got["prealloc"]
+    assert [p[1:] for p in state["dense"][REL]["pieces"]] == [[0, 20, 0], [0, 32, 20], [0, 1_999_968, 52]]
+    assert read["dense"] == [size, size, size]  # to its end at every export
+    # the written blocks only: the first one twice (the 64 KiB checked before the end start at 0), then up to the
+    # end of entry 4's block (the hole between is read as zeros)
+    assert read["prealloc"] == [block, block, -(-2_000_020 // block) * block]
 
 
 def test_a_sparse_file_and_a_dense_one_with_the_same_bytes_ship_the_same_pieces(tmp_path: pathlib.Path) -> None:

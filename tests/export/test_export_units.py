@@ -243,7 +243,8 @@ def test_the_loop_exports_a_growing_store_at_each_tick_and_goes_on_after_a_faile
         loop.run_every(refused, 60, say=lambda _: None, clock=lambda: now[0], sleep=lambda s: None)
 
 
-def test_small_batches_are_written_together_as_one_row_group(tmp_path: pathlib.Path) -> None:
+def test_small_batches_are_written_together_as_one_row_group(tmp_path: pathlib.Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """A run gives a progress row for each segment, exported before or not: written a row group each, they cost a
     small broker's exporter two thirds of its CPU (stop 55). Held until GROUP_ROWS, in order, then written."""
     import pyarrow as pa
@@ -256,6 +257,7 @@ def test_small_batches_are_written_together_as_one_row_group(tmp_path: pathlib.P
         return pa.RecordBatch.from_pylist([{"kind": "progress", "unit": first + i} for i in range(n)],
                                           schema=decode_tasks.OUTPUT_ARROW)
 
+    monkeypatch.setattr(store, "GROUP_ROWS", 1_000)
     parts = store._Parts(tmp_path)
     for i in range(50):
         parts._write(batch(i, 1))
