@@ -11,6 +11,8 @@ broker) into a second landing zone. Printed:
 * the exporter's CPU seconds and peak RSS per run (``os.wait4``), per million messages (target <= 2 s), a line fitted
   through the runs (per run + per million), and a run with nothing new to decode; the largest peak RSS (target <
   300 MiB);
+* the same as one long-lived process per broker (``--every``), and per broker its start-up and first run (paid once
+  by a process that runs for months) apart from its steady state: CPU per million messages, a run with nothing new;
 * one ingest of each landing zone: wall and CPU seconds, peak RSS (target for the exports: <= 10 s on 10 M messages);
 * whether the two lakes hold the same rows (silver tables, trace records, quarantine; by the engine, both ways).
 
