@@ -49,9 +49,8 @@ def data_extent_end(fd: int, lo: int, size: int) -> int:
             return size
         if pos >= size:
             break
-        pos = min(os.lseek(fd, pos, os.SEEK_HOLE), size)
-        end = pos
-    return max(end, lo)
+        pos = end = min(os.lseek(fd, pos, os.SEEK_HOLE), size)
+    return end
 
 
 def _last_nonzero(buf: bytes | memoryview) -> int:

@@ -290,7 +290,7 @@ def report(figs: dict[str, Any], a: argparse.Namespace) -> int:
             idle = [r["cpu_s"] for r in rs[1:] if not r["messages"]]
             once = b["cpu_s"] - steady
             print(f"| {b['broker']} | {sum(r['messages'] for r in rs):,} | {b['cpu_s']:.2f} | {once:.2f} | "
-                  f"{steady / n * 1e6:.2f} | {min(idle) if idle else float('nan'):.3f} | "
+                  f"{steady / n * 1e6:.2f} | {format(min(idle), '.3f') if idle else '-'} | "
                   f"{b['peak_rss'] / MiB:.0f} MiB |" if n else
                   f"| {b['broker']} | 0 | {b['cpu_s']:.2f} | {once:.2f} | - | - | {b['peak_rss'] / MiB:.0f} MiB |")
     if "ingest" in figs:

@@ -128,7 +128,36 @@ def test_a_piece_whose_folder_is_gone_is_an_error_naming_it(tmp_path: pathlib.Pa
     assert landing.read_file(f, 20) == host.file.read_bytes()[20:]  # the later piece alone is still there
 
 
-def test_data_extent_end_finds_the_data_by_seeking_only(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _export_each(tmp_path: pathlib.Path, files: dict[str, pathlib.Path], writes: list[list[tuple[int, bytes]]]
+                 ) -> tuple[dict[str, dict], dict[str, list[int]]]:
+    """Apply each batch of writes to every file, then export each file as a queue file of its own host (a packer
+    per export, the state carried); at every export all files ship the same pieces, pack bytes and state. Returns
+    the last states and the bytes each export read."""
+    state: dict[str, dict] = {name: {} for name in files}
+    read: dict[str, list[int]] = {name: [] for name in files}
+    for i, batch in enumerate(writes):
+        got = {}
+        for name, path in files.items():
+            with open(path, "r+b") as fh:
+                for at, data in batch:
+                    fh.seek(at)
+                    fh.write(data)
+            os.utime(path, ns=(0, (i + 1) * 1_000_000_000))
+            out = tmp_path / name / str(i)
+            packer = queues.Packer(out, T0 + dt.timedelta(minutes=15 * i), state[name], queues.RESHIP_AFTER_S)
+            packer.add(path, REL)
+            packer.close()
+            state[name] = packer.state
+            read[name].append(packer.read)
+            pack = out / layout.PACK
+            got[name] = (packer.files, packer.shipped, pack.read_bytes() if pack.exists() else b"", packer.state)
+        first, *others = got.values()
+        assert all(g == first for g in others), f"export {i}: {list(files)} differ"
+    return state, read
+
+
+def test_data_extent_end_finds_the_data_by_seeking_only(tmp_path: pathlib.Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     p = tmp_path / "sparse"
     with open(p, "wb") as fh:
         fh.truncate(8 << 20)
@@ -166,24 +195,7 @@ def test_a_preallocated_file_is_read_to_its_written_blocks_not_its_end(tmp_path:
         os.close(fd)
     assert files["prealloc"].stat().st_blocks * 512 >= size  # dense by its size on disk
     writes = [[(0, entry(1))], [(20, entry(2) + entry(3))], [(20 * 100_000, entry(4))]]
-    state: dict = {"dense": {}, "prealloc": {}}
-    read: dict = {"dense": [], "prealloc": []}
-    for i, batch in enumerate(writes):
-        got = {}
-        for name, path in files.items():
-            with open(path, "r+b") as fh:
-                for at, data in batch:
-                    fh.seek(at)
-                    fh.write(data)
-            os.utime(path, ns=(0, (i + 1) * 1_000_000_000))
-            out = tmp_path / name / str(i)
-            packer = queues.Packer(out, T0 + dt.timedelta(minutes=15 * i), state[name], queues.RESHIP_AFTER_S)
-            packer.add(path, REL)
-            packer.close()
-            state[name], read[name] = packer.state, read[name] + [packer.read]
-            pack = out / layout.PACK
-            got[name] = (packer.files, packer.shipped, pack.read_bytes() if pack.exists() else b"", packer.state)
-        assert got["dense"] == got["prealloc"]
+    state, read = _export_each(tmp_path, files, writes)
     assert [p[1:] for p in state["dense"][REL]["pieces"]] == [[0, 20, 0], [0, 32, 20], [0, 1_999_968, 52]]
     assert read["dense"] == [size, size, size]  # to its end at every export
     # the written blocks only: the first one twice (the 64 KiB checked before the end start at 0), then up to the
@@ -192,8 +204,8 @@ def test_a_preallocated_file_is_read_to_its_written_blocks_not_its_end(tmp_path:
 
 
 def test_a_sparse_file_and_a_dense_one_with_the_same_bytes_ship_the_same_pieces(tmp_path: pathlib.Path) -> None:
-    """A file with holes has its data found by seeking (data_end); a dense one is read to its end in one read: both
-    give the same pieces, pack bytes and state at every export, also when a write lands past a hole."""
+    """A file with holes is read to the end of its last data extent; a dense one to its end: both give the same
+    pieces, pack bytes and state at every export, also when a write lands past a hole."""
     size = 20 * 52_429  # 1 MiB and a bit: holes of whole blocks
     (tmp_path / "host").mkdir()
     files = {"dense": tmp_path / "host" / "dense", "sparse": tmp_path / "host" / "sparse"}
@@ -203,23 +215,7 @@ def test_a_sparse_file_and_a_dense_one_with_the_same_bytes_ship_the_same_pieces(
     assert files["sparse"].stat().st_blocks * 512 < size <= files["dense"].stat().st_blocks * 512
     writes = [[(0, entry(1) + entry(2) + entry(3))], [(60, entry(4)), (20 * 40_000, entry(5))], [],
               [(20 * 40_001, entry(6))]]
-    state: dict = {"dense": {}, "sparse": {}}
-    for i, batch in enumerate(writes):
-        got = {}
-        for name, path in files.items():
-            with open(path, "r+b") as fh:
-                for at, data in batch:
-                    fh.seek(at)
-                    fh.write(data)
-            os.utime(path, ns=(0, (i + 1) * 1_000_000_000))
-            out = tmp_path / name / str(i)
-            packer = queues.Packer(out, T0 + dt.timedelta(minutes=15 * i), state[name], queues.RESHIP_AFTER_S)
-            packer.add(path, REL)
-            packer.close()
-            state[name] = packer.state
-            pack = out / layout.PACK
-            got[name] = (packer.files, packer.shipped, pack.read_bytes() if pack.exists() else b"", packer.state)
-        assert got["dense"] == got["sparse"]
+    state, _ = _export_each(tmp_path, files, writes)
     # (entry 3 ends in zeros: the first piece stops at byte 52; the next runs to entry 5's last non-zero byte)
     assert [p[1:] for p in state["dense"][REL]["pieces"]] == [[0, 52, 0], [0, 799_968, 52], [0, 12, 800_020]]
 

@@ -181,7 +181,8 @@ def test_the_exporter_on_a_broker_host_loads_no_spark(tmp_path: pathlib.Path) ->
     simulate.run("blocked-head", str(tmp_path / "copies"), seed=7)
     store = sorted((tmp_path / "copies").glob("cluster=*/broker=*/snapshot_ts=*"))[0] / "store"
     code = ("import sys; from jobs import cli; rc = cli.main(sys.argv[1:]); "
-            "print(rc, sorted({m.split('.')[0] for m in sys.modules} & {'pyspark', 'pysail', 'delta', 'deltalake', 'pandas'}), "
+            "print(rc, sorted({m.split('.')[0] for m in sys.modules} "
+            "& {'pyspark', 'pysail', 'delta', 'deltalake', 'pandas'}), "
             "__import__('pyarrow').default_memory_pool().backend_name, file=sys.stderr)")
     p = subprocess.run([sys.executable, "-c", code, "export", "--store", str(store), "--broker", "broker-a",
                         "--cluster", "C", "--to", str(tmp_path / "to"), "--state", str(tmp_path / "state"),
