@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.lake import _delta, _spark, lookups, storage
+from jobs.lake import _delta, _spark, lookups, point_index, storage
 from schemas import consumer_offsets, deliveries, key_index, messages, trace_records
 
 DELIVERIES_STAGING = "_staging/deliveries"  # the rows silver/deliveries gains or changes, computed once
@@ -82,7 +82,8 @@ def build_deliveries(spark: Any, lake: str, since: dict[str, int] | None = None)
         if requests is not None and lookups.index_enabled() and _delta.exists(lake, key_index.TABLE):
             # the copies of the touched requests' keys, found through silver/key_index (up to date: the ingest
             # updates it first) and read by position, not by a scan of every message's key
-            msgs = lookups.copies_of(msgs, keys, _delta.read(spark, lake, key_index.TABLE), small, "copies")
+            msgs = lookups.copies_of(msgs, keys, point_index.PointIndex.of_delta(spark, lake, key_index.TABLE, None),
+                                     small, "copies")
         else:  # every request: every message's copies are read anyway
             msgs = keys.join(msgs, ["cluster", "uniq_key"], "inner")
         df = deliveries_job.deliveries(trace, msgs, client_ids)

@@ -48,7 +48,7 @@ from jobs.ingest.load import load_decoded, load_pop, load_small, load_trace
 from jobs.ingest.plan import LATE_WINDOW_ENV
 from jobs.ingest.segment_ledger import load_segments_state, save_segments_state
 from jobs.ingest.snapshot_configs import extract_all_configs
-from jobs.lake import _delta, _spark, layout, ledger, storage
+from jobs.lake import _delta, _spark, layout, ledger, point_index, storage
 from jobs.problems import UsageError
 from schemas import (
     consumer_offsets,
@@ -259,6 +259,11 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
                 spark, lake, previous["table_versions"] if previous else None, say)
             say(f"ingest: silver/key_index up to date ({_since(t_decode)} since the decode began)")
             failpoints.hit("ingest.after_key_index")
+        # its segments for the point look-ups that follow (and the reconcile's)
+        if written := point_index.warm(lake, max_merge_rows=point_index.INGEST_MERGE_ROWS,
+                                       say=lambda line: say(f"ingest: {line}")):
+            say(f"ingest: silver/key_index segments up to date, {written:,} rows written ({_since(t_decode)} since "
+                f"the decode began)")
         # Derived tables are rebuilt from what the lake holds whenever their inputs moved since the last completed
         # run, not only when this run loaded something: rows a killed run loaded are taken in here.
         if deliveries_stale(lake, previous):

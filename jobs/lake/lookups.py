@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from jobs.lake.point_index import PointIndex
+
 # silver/messages' key (an INNER_BATCH record's messages share its physical offset); it is clustered by the first three
 RECORD_KEY = ["cluster", "broker", "physical_offset", "queue_offset"]
 SPAN_GAP = 8 << 20  # bytes of commitlog between two hits read as one span (records_at)
@@ -99,8 +101,9 @@ def copies_of(messages: Any, keys: Any, index: Any, small: Any, name: str) -> An
     """The records of ``messages`` whose (cluster, uniq_key) is one of ``keys``, every column of ``messages``.
 
     With ``index`` (silver/key_index at the version ``messages`` was read at, or later: rows it names that
-    ``messages`` does not hold are simply not found): a join on the key's hash over five narrow columns finds their
-    positions, then :func:`records_at` reads them, and a hash that matched another key is dropped by the key itself.
+    ``messages`` does not hold are simply not found): its sorted runs searched in the driver for the keys' hashes
+    (a :class:`~jobs.lake.point_index.PointIndex`; up to ``point_index.MAX_KEYS`` keys), or a join on the hash over
+    its five narrow columns (a DataFrame, or more keys), finds their positions, then :func:`records_at` reads them, and a hash that matched another key is dropped by the key itself.
     Without (a Parquet lake, a ledger row from before the index): a join on the key over every record's key column.
     ``keys`` is small (computed once by ``small``)."""
     from pyspark.sql import functions as F
@@ -110,6 +113,10 @@ def copies_of(messages: Any, keys: Any, index: Any, small: Any, name: str) -> An
         hits = keys.join(messages.select(*RECORD_KEY, "uniq_key"), on=["cluster", "uniq_key"], how="inner")
         return records_at(messages, hits, small, name)
     hashed = small(keys.select("cluster", key_hash(F.col("uniq_key")).alias("key_hash")).distinct(), f"{name}_hashes")
-    hits = hashed.join(index.select("cluster", "key_hash", *RECORD_KEY[1:]), on=["cluster", "key_hash"], how="inner")
+    hits = index.hits(hashed) if isinstance(index, PointIndex) else None
+    if hits is None:  # a DataFrame, or too many keys for the driver's search: the engine's join
+        frame = index.frame if isinstance(index, PointIndex) else index
+        hits = hashed.join(frame.select("cluster", "key_hash", *RECORD_KEY[1:]), on=["cluster", "key_hash"],
+                           how="inner")
     found = records_at(messages, hits, small, f"{name}_found")
     return found.join(keys, on=["cluster", "uniq_key"], how="left_semi").select(*messages.columns)

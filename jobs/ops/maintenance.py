@@ -42,7 +42,7 @@ from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any, Callable
 
 from jobs import progress as progress_lines
-from jobs.lake import _delta, storage
+from jobs.lake import _delta, point_index, storage
 from jobs.problems import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -244,6 +244,8 @@ def run(lake: str, *, retention_h: float | None = None, keep_runs: int = KEEP_RE
         protected = protected_versions(lake, keep_runs=keep_runs)
         _vacuum_all(lake, [t for t in tables if t.qualified in out["tables"]], out["tables"], protected, setting,
                     say)
+        # the point look-ups' segments: a compaction adds no rows, so this only carries the chain to its version
+        out["lookup_rows_written"] = point_index.warm(lake, say=lambda line: say(f"maintain: {line}"))
         if consistent:
             after = ledger.versions(lake, ingest.LEDGER_TABLES)
             if after != previous["table_versions"]:

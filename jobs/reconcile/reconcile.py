@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pandas as pd
 
 from jobs import progress as progress_lines
-from jobs.lake import _delta, failpoints, lookups, storage
+from jobs.lake import _delta, failpoints, lookups, point_index, storage
 from jobs.reconcile import offset_state, reports, verdict
 from jobs.rules import snapshots
 from jobs.problems import UsageError
@@ -206,8 +206,8 @@ def extract(spark: Any, lake: str, groups: list[str] | None, versions: dict[str,
     # silver/key_index as the ledger row names it (that ingest brought it up to date with messages); None without
     # one (a Parquet lake, a row from before the index, no ledger): look-ups by key then scan the key column
     indexed = lookups.index_enabled() and versions is not None and versions.get(key_index.TABLE.qualified) is not None
-    frames["key_index"] = _delta.read(spark, lake, key_index.TABLE, at=versions[key_index.TABLE.qualified]) \
-        if indexed else None
+    frames["key_index"] = point_index.PointIndex.of_delta(spark, lake, key_index.TABLE,
+                                                          versions[key_index.TABLE.qualified]) if indexed else None
     # RocketMQ's own groups and topics are never reported as findings (spec §4.2): their offsets (a revive or
     # transaction checker's progress, TOOLS_CONSUMER's) are not a user's, nor are messages in their DLQs
     system = topics.is_system_group_col(F.col("consumer_group"))

@@ -66,6 +66,19 @@ def lake_rows(lake: pathlib.Path, layers: tuple[str, ...] = ("bronze", "silver")
     return out
 
 
+def segment_rows(lake: pathlib.Path) -> list[tuple]:
+    """The rows of the key index's segment chain (jobs.lake.point_index), as (cluster, hash, broker, physical offset,
+    queue offset)."""
+    from jobs.lake import point_index
+
+    out = []
+    for seg in point_index.chain(point_index.cache_dir(str(lake)), None):
+        for r in seg.runs:
+            out += [(r.cluster, h, seg.brokers[b], p, q) for h, b, p, q in
+                    zip(r.hashes.tolist(), r.brokers.tolist(), r.physical.tolist(), r.queue.tolist())]
+    return sorted(out)
+
+
 def report_files(folder: pathlib.Path, lake: pathlib.Path) -> dict[str, str]:
     """A report folder's files, with the lake's path (named in summary.json and index.html) made neutral."""
     return {str(p.relative_to(folder)): p.read_text().replace(str(lake), "<lake>")
@@ -113,10 +126,17 @@ def test_the_clean_runs_are_what_the_scenario_holds(world: dict[str, Any]) -> No
     assert (len(rows["silver/messages"]), len(rows["bronze/trace_records"]), len(rows["silver/deliveries"]),
             len(rows["silver/key_index"])) == (2641, 6802, 2301, 2641)
     assert world["half_report"] != world["full_report"]
+    from jobs.lake import _delta
+    from schemas import key_index
+
+    index = _delta.read_pandas(str(world["full"]), key_index.TABLE)
+    assert segment_rows(world["full"]) == sorted(index[list(key_index.TABLE.columns)].itertuples(index=False,
+                                                                                                  name=None))
 
 
 @pytest.mark.parametrize("point", ["ingest.after_snapshot@1", "ingest.after_trace", "ingest.after_configs",
-                                   "ingest.after_segments", "ingest.after_key_index", "ingest.after_deliveries"])
+                                   "ingest.after_segments", "ingest.after_key_index", "key_segments.merged",
+                                   "ingest.after_deliveries"])
 def test_ingest_killed_then_rerun_leaves_what_a_clean_run_leaves(world: dict[str, Any], point: str) -> None:
     lake = _fresh(world, f"lake-{point}")
     code, _, err = ingest(world["landing"], lake, failpoint=point)
@@ -130,6 +150,7 @@ def test_ingest_killed_then_rerun_leaves_what_a_clean_run_leaves(world: dict[str
     code, _, err = ingest(world["landing"], lake)
     assert code == 0, err
     assert lake_rows(lake) == world["full_rows"]
+    assert segment_rows(lake) == segment_rows(world["full"])
     code, _, err = reconcile(lake, reports)
     assert code == 0, err
     assert report_files(reports / RUN_ID, lake) == world["full_report"]

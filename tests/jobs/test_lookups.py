@@ -45,11 +45,15 @@ def test_records_at_reads_the_hits_whole_and_nothing_else(spark: Any, monkeypatc
     assert lookups.records_at(df, hits.where("broker = 'c'"), lambda d, _name: d, "t").count() == 0
 
 
-@pytest.mark.parametrize("indexed", [True, False], ids=["through the index", "without an index"])
-def test_copies_of_reads_every_copy_of_the_keys_and_no_other_record(spark: Any, indexed: bool) -> None:
+@pytest.mark.parametrize("indexed", ["point", "join", None],
+                         ids=["through the index's sorted runs", "through a join with the index", "without an index"])
+def test_copies_of_reads_every_copy_of_the_keys_and_no_other_record(spark: Any, tmp_path: Any,
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    indexed: str | None) -> None:
     """copies_of: every stored copy of the looked-up keys (on two brokers, two inner messages of one record), none of
     a key not looked up, nothing for a key never stored; a record the index names under a looked-up key's hash but
-    whose UNIQ_KEY differs (what a hash collision gives) is dropped; the same rows without the index."""
+    whose UNIQ_KEY differs (what a hash collision gives) is dropped; the same rows through the index's sorted runs
+    (runs of 2 rows), a join with it, and without it."""
     from pyspark.sql import functions as F
 
     from jobs.lake import lookups
@@ -66,6 +70,15 @@ def test_copies_of_reads_every_copy_of_the_keys_and_no_other_record(spark: Any, 
     k1 = index.where((F.col("broker") == "a") & (F.col("physical_offset") == 0)).select("key_hash").first()[0]
     index = index.unionByName(spark.createDataFrame([("C", k1, "a", 100, 10)], key_index.TABLE.schema))
     keys = spark.createDataFrame([("C", "K1"), ("C", "K4"), ("C", "K9"), ("D", "K3")], "cluster string, uniq_key string")
+
+    if indexed == "point":
+        from jobs.lake import point_index
+
+        monkeypatch.setattr(point_index, "RUN_ROWS", 2)
+        index.write.parquet(str(tmp_path / "index"))
+        point_index.build(tmp_path / "runs", -1, 0, [str(p) for p in sorted((tmp_path / "index").glob("*.parquet"))],
+                          "t")
+        index = point_index.PointIndex(None, tmp_path / "runs", 0)  # no frame: the segments alone must find them
 
     got = lookups.copies_of(df, keys, index if indexed else None, lambda d, _name: d, "t")
 

@@ -1,0 +1,204 @@
+"""jobs.lake.point_index: silver/key_index's segments, searched in the driver: exact rows, merged like an LSM tree,
+carried through compactions, built again when damaged or when what they were built from is gone."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+
+def _arrow(rows: list[tuple]) -> Any:
+    import pyarrow as pa
+
+    return pa.table({c: [r[i] for r in rows] for i, c in enumerate(
+        ("cluster", "key_hash", "broker", "physical_offset", "queue_offset"))},
+        schema=pa.schema([("cluster", pa.string()), ("key_hash", pa.int64()), ("broker", pa.string()),
+                          ("physical_offset", pa.int64()), ("queue_offset", pa.int64())]))
+
+
+# two files, unsorted; hash 7 stored three times in C (two brokers) and once in D; nulls; hashes at the extremes
+FILE_A = [("C", 7, "a", 100, 1), ("C", -5, "b", 200, 2), ("D", 7, "a", 300, 3), ("C", 2**63 - 1, "a", 400, 4),
+          ("C", 7, "b", 500, 5), ("C", 9, None, 600, 6), ("C", 11, "a", None, 7)]
+FILE_B = [("C", -2**63, "c", 10, 1), ("C", 7, "c", 20, 2), (None, 7, "a", 30, 3), ("C", 3, "a", 40, 4)]
+SEVENS = [("C", "a", 100, 1), ("C", "b", 500, 5), ("C", "c", 20, 2)]
+
+
+def _rows(got: dict[str, list[np.ndarray]] | None) -> list[tuple] | None:
+    if got is None:
+        return None
+    cols = [np.concatenate(got[c]).tolist() if got[c] else []
+            for c in ("cluster", "broker", "physical_offset", "queue_offset")]
+    return sorted(zip(*cols))
+
+
+def _segments(tmp_path: Path, *files: list[tuple]) -> Any:
+    import pyarrow.parquet as pq
+
+    from jobs.lake import point_index
+
+    paths = []
+    for i, rows in enumerate(files):
+        paths.append(str(tmp_path / f"f{i}.parquet"))
+        pq.write_table(_arrow(rows), paths[-1], row_group_size=2)
+    point_index.build(tmp_path / "segs", -1, 0, paths, "t")
+    return point_index.PointIndex(None, tmp_path / "segs", 0)
+
+
+@pytest.mark.parametrize(("run_rows", "fence", "chunk"), [(2, 2, 2), (3, 4, 1), (1 << 21, 512, 1 << 21)],
+                         ids=["batches of 2, fences of 2", "batches of 3, fences of 4", "one batch"])
+def test_a_lookup_finds_exactly_the_rows_of_a_join_on_cluster_and_hash(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        run_rows: int, fence: int, chunk: int) -> None:
+    """Every stored row of a wanted (cluster, hash), none of another cluster's same hash; rows with a null cluster,
+    broker or position are not kept (no join on a record's key matches them); the extreme hashes are found; a hash
+    stored nowhere and a cluster never stored find nothing. Built from batches merged in steps (and one batch),
+    with fences of a few rows, so that keys fall on page bounds."""
+    from jobs.lake import point_index
+
+    monkeypatch.setattr(point_index, "RUN_ROWS", run_rows)
+    monkeypatch.setattr(point_index, "FENCE", fence)
+    monkeypatch.setattr(point_index, "MERGE_CHUNK", chunk)
+    index = _segments(tmp_path, FILE_A, FILE_B)
+
+    got = index.lookup({"C": np.array([7, 7, -2**63, 2**63 - 1, 9, 11, 12, -6, 8], np.int64),
+                        "E": np.array([7], np.int64)})
+
+    assert _rows(got) == sorted([*SEVENS, ("C", "a", 400, 4), ("C", "c", 10, 1)])
+    assert _rows(index.lookup({"D": np.array([7, 3], np.int64)})) == [("D", "a", 300, 3)]
+    assert _rows(index.lookup({"C": np.array([3, -5], np.int64)})) == [("C", "a", 40, 4), ("C", "b", 200, 2)]
+    assert _rows(index.lookup({})) == []
+    seg = index.segments()[0]
+    assert [(r.cluster, r.hashes.tolist(), r.fences.tolist()) for r in seg.runs] == [
+        ("C", [-2**63, -5, 3, 7, 7, 7, 2**63 - 1], [-2**63, -5, 3, 7, 7, 7, 2**63 - 1][::fence]), ("D", [7], [7])]
+    assert sorted(p.name for p in (tmp_path / "segs").iterdir()) == ["seg--1-0.kix"]
+
+
+def test_many_copies_of_one_key_across_pages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hash stored in more rows than a page holds (fences of 2, 9 copies among others): every copy is found."""
+    from jobs.lake import point_index
+
+    monkeypatch.setattr(point_index, "FENCE", 2)
+    rows = [("C", 5, "a", i, i) for i in range(9)] + [("C", h, "b", 100 + h, 0) for h in (1, 2, 3, 8, 9)]
+    index = _segments(tmp_path, rows)
+    assert _rows(index.lookup({"C": np.array([5, 3], np.int64)})) == sorted(
+        [("C", "a", i, i) for i in range(9)] + [("C", "b", 103, 0)])
+
+
+def test_hits_through_the_engine_and_more_keys_than_the_driver_searches(spark: Any, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """PointIndex.hits: the positions of a DataFrame's (cluster, key_hash) as a DataFrame of the session; with more
+    distinct keys than MAX_KEYS, or no segments, None (the caller joins in the engine)."""
+    from jobs.lake import point_index
+
+    index = _segments(tmp_path, FILE_A, FILE_B)
+    hashed = spark.createDataFrame([("C", 7), ("D", 7), ("C", 3), ("C", 99), (None, 7)], "cluster string, key_hash long")
+
+    got = index.hits(hashed)
+
+    assert sorted(tuple(r) for r in got.collect()) == sorted([*SEVENS, ("C", "a", 40, 4), ("D", "a", 300, 3)])
+    assert point_index.PointIndex(None, tmp_path / "none", 0).hits(hashed) is None
+    monkeypatch.setattr(point_index, "MAX_KEYS", 4)
+    assert index.hits(hashed) is None
+
+
+def _append(path: str, rows: list[tuple]) -> None:
+    from deltalake import write_deltalake
+
+    write_deltalake(path, _arrow(rows), mode="append")
+
+
+def _names(cache: Path) -> list[str]:
+    return sorted(p.name for p in cache.iterdir())
+
+
+def test_the_chain_follows_the_table_merges_and_survives_compaction_and_kills(tmp_path: Path) -> None:
+    """warm: a segment of the commits since the chain's end, a tail merged into the segment before it once it holds
+    as many rows; a compaction (no new rows) carries the last segment to its version; a reader of an
+    older version finds the same rows through the newer chain; what a killed merge left (its inputs beside its
+    output) and a killed build's old temporary file are deleted, a recent one kept; a damaged segment, a chain of
+    another table (the lake created again) and a commit's file vacuumed before its segment was built make the chain
+    be built again from the table's files."""
+    from deltalake import DeltaTable
+
+    from jobs.lake import point_index
+    from schemas import key_index
+
+    lake = str(tmp_path / "lake")
+    path = key_index.TABLE.path(lake)
+    cache = point_index.cache_dir(lake)
+    assert cache == tmp_path / "lake" / "_lookup" / "key_index"
+    _append(path, FILE_B)  # version 0: 3 rows kept
+    assert point_index.warm(lake) == 3
+    _append(path, FILE_A)  # version 1: 5 rows >= 3: merged
+    assert point_index.warm(lake) == 5 + 8
+    assert _names(cache) == ["seg--1-1.kix"]
+    _append(path, [("C", 1, "x", 1, 1)])  # version 2: 1 row < 8: a segment of its own
+    assert (point_index.warm(lake), point_index.warm(lake)) == (1, 0)
+    assert _names(cache) == ["seg--1-1.kix", "seg-1-2.kix"]
+
+    DeltaTable(path).optimize.compact()  # version 3: no new rows
+    assert point_index.warm(lake) == 0
+    assert _names(cache) == ["seg--1-1.kix", "seg-1-3.kix"]
+    old = point_index.PointIndex(None, cache, 1, lake=lake, table=key_index.TABLE)
+    assert _rows(old.lookup({"C": np.array([7, 1], np.int64)})) == sorted([*SEVENS, ("C", "x", 1, 1)])
+
+    # a merge killed after writing its output: both inputs still there, and temporary files
+    point_index._merge(point_index.chain(cache, None), cache / "seg--1-3.kix", point_index._table_id(lake, key_index.TABLE))
+    stale, fresh = cache / "seg-3-4.kix.tmp-1", cache / "seg-3-4.kix.tmp-2"
+    for p in (stale, fresh):
+        p.write_bytes(b"half")
+    os.utime(stale, (time.time() - point_index.STALE_TMP_S - 5,) * 2)
+    _append(path, [("C", 7, "y", 2, 2)])  # version 4
+    assert point_index.warm(lake) == 1  # beside the merged segment (9 rows)
+    assert _names(cache) == ["seg--1-3.kix", "seg-3-4.kix", "seg-3-4.kix.tmp-2"]
+    now = point_index.PointIndex(None, cache, 4, lake=lake, table=key_index.TABLE)
+    assert _rows(now.lookup({"C": np.array([7], np.int64)})) == sorted([*SEVENS, ("C", "y", 2, 2)])
+
+    # damaged: built again from the table's files (the compacted file and version 4's)
+    (cache / "seg--1-3.kix").write_bytes(b"\0" * 64)
+    assert point_index.warm(lake) == 10
+    assert _names(cache) == ["seg--1-4.kix", "seg-3-4.kix.tmp-2"]
+    assert _rows(point_index.PointIndex(None, cache, 4, lake=lake, table=key_index.TABLE)
+                 .lookup({"C": np.array([7], np.int64)})) == sorted([*SEVENS, ("C", "y", 2, 2)])
+
+    # a commit's file compacted and vacuumed before its segment was built: the chain again from the table's files
+    _append(path, [("C", 8, "z", 3, 3)])  # version 5
+    DeltaTable(path).optimize.compact()  # version 6
+    DeltaTable(path).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    assert point_index.warm(lake) == 11
+    assert [(s.lo, s.hi, s.rows) for s in point_index.chain(cache, None)] == [(-1, DeltaTable(path).version(), 11)]
+    now = point_index.PointIndex(None, cache, 5, lake=lake, table=key_index.TABLE)
+    assert _rows(now.lookup({"C": np.array([8], np.int64)})) == [("C", "z", 3, 3)]
+
+    # the lake created again: another table id, segments of the old one are not read
+    import shutil
+
+    shutil.rmtree(path)
+    _append(path, [("C", 7, "new", 1, 1)])
+    assert point_index.warm(lake) == 1
+    assert _names(cache) == ["seg--1-0.kix", "seg-3-4.kix.tmp-2"]
+    assert _rows(point_index.PointIndex(None, cache, 0, lake=lake, table=key_index.TABLE)
+                 .lookup({"C": np.array([7], np.int64)})) == [("C", "new", 1, 1)]
+
+
+def test_an_ingest_merges_small_segments_only_maintain_merges_the_rest(tmp_path: Path) -> None:
+    """warm(max_merge_rows): no merge larger than that many rows (an ingest pays about what it added); warm without
+    it (maintain) merges whatever the size; the look-up finds the same rows either way."""
+    from jobs.lake import point_index
+    from schemas import key_index
+
+    lake = str(tmp_path / "lake")
+    path = key_index.TABLE.path(lake)
+    cache = point_index.cache_dir(lake)
+    for v in range(3):
+        _append(path, [("C", 7, f"b{v}", v, v), ("C", 100 + v, "x", 10 + v, 0)])
+        assert point_index.warm(lake, max_merge_rows=3) == 2
+    assert [(s.lo, s.hi, s.rows) for s in point_index.chain(cache, None)] == [(-1, 0, 2), (0, 1, 2), (1, 2, 2)]
+    assert point_index.warm(lake) == 6  # the tail (4 rows) >= the first (2): all three at once
+    assert [(s.lo, s.hi, s.rows) for s in point_index.chain(cache, None)] == [(-1, 2, 6)]
+    assert _rows(point_index.PointIndex(None, cache, 2).lookup({"C": np.array([7], np.int64)})) == [
+        ("C", "b0", 0, 0), ("C", "b1", 1, 1), ("C", "b2", 2, 2)]
