@@ -7,11 +7,14 @@ the ingest's update writes it). The keys looked up are what a scheduled run asks
 stored in the last hour (recent deliveries) and 1% a contiguous block of one old hour (a consumer lagging behind).
 Timed, each the median of ``--rounds`` after one warm-up:
 
-* ``hits``: the join that finds the copies' positions: the keys' hashes with the index's five columns, or the keys
-  with silver/messages' (cluster, uniq_key, position) columns;
+* ``hits``: what finds the copies' positions: the keys' hashes searched in the index's segments
+  (``jobs.lake.point_index``, in the driver: the hashes collected, the hits sent back as a DataFrame), the keys'
+  hashes joined with the index's five columns, or the keys joined with silver/messages' (cluster, uniq_key,
+  position) columns;
 * ``copies``: ``copies_of`` whole (the hits, then the records read by position, then the collision check).
 
-Both ways find the same rows (checked). Prints seconds, and index / key-column ratios.
+Every way finds the same rows (checked). Prints seconds, the growth from the smallest history to the largest, and
+what building the segments cost (hour by hour, merged as the ingests merge them).
 
     .venv/bin/python tests/benchmarks/bench_lookups.py [--histories 10,40] [--keys 10000] [--workdir W]
 """
@@ -23,6 +26,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -108,6 +112,44 @@ def main() -> None:
                 n += 1
                 return _spark.materialize(spark, df, str(folder / "tmp" / f"{name}-{n}"))
 
+            from jobs.lake import point_index
+
+            # the segments as hourly ingests leave them (a segment an hour, merges up to INGEST_MERGE_ROWS), with a
+            # maintenance (every merge due) once a day
+            shutil.rmtree(folder / "segs", ignore_errors=True)
+            t0 = time.perf_counter()
+            hourly: list[float] = []
+            daily: list[float] = []
+            import pyarrow.parquet as pq
+
+            hours: list[list[str]] = [[]]
+            rows = 0
+            for f in sorted((folder / "index").glob("*.parquet"), key=lambda x: x.stat().st_mtime_ns):
+                hours[-1].append(str(f))  # the files of an hour's write, in the order they were written
+                rows += pq.ParquetFile(f).metadata.num_rows
+                if rows % HOUR_ROWS == 0:
+                    hours.append([])
+            for h, fs in enumerate(x for x in hours if x):
+                t1 = time.perf_counter()
+                point_index.build(folder / "segs", h - 1, h, fs, "bench")
+                point_index.settle(folder / "segs", point_index.chain(folder / "segs", "bench"), "bench",
+                                   point_index.INGEST_MERGE_ROWS)
+                hourly.append(time.perf_counter() - t1)
+                if h % 24 == 23:
+                    t1 = time.perf_counter()
+                    point_index.settle(folder / "segs", point_index.chain(folder / "segs", "bench"), "bench")
+                    daily.append(time.perf_counter() - t1)
+            built_s = time.perf_counter() - t0
+            print(f"  segment upkeep: hourly median {statistics.median(hourly):.2f} s, max {max(hourly):.2f} s; "
+                  f"daily {', '.join(f'{x:.1f}' for x in daily) or '-'} s", flush=True)
+            segs = point_index.chain(folder / "segs", "bench")
+            runs_mib = sum(x.path.stat().st_size for x in segs) / 2**20
+            print(f"  segments: {[x.rows for x in segs]} rows", flush=True)
+            point = point_index.PointIndex(index, folder / "segs", m - 1)
+
+            def hits_point() -> int:
+                return point.hits(keys.select("cluster", lookups.key_hash(F.col("uniq_key")).alias("key_hash"))).count()
+
             def hits_index() -> int:
                 hashed = keys.select("cluster", lookups.key_hash(F.col("uniq_key")).alias("key_hash"))
                 return hashed.join(index, on=["cluster", "key_hash"]).count()
@@ -116,31 +158,41 @@ def main() -> None:
                 return keys.join(messages.select("cluster", "uniq_key", *lookups.RECORD_KEY[1:]),
                                  on=["cluster", "uniq_key"]).count()
 
-            def copies(with_index: bool):  # noqa: ANN202
-                return lambda: lookups.copies_of(messages, keys, index if with_index else None, small, "c").count()
+            def copies(with_index: Any):  # noqa: ANN202
+                return lambda: lookups.copies_of(messages, keys, with_index, small, "c").count()
 
-            row = {"history_M": m}
+            row = {"history_M": m, "built_s": built_s, "runs_mib": runs_mib}
+            row["hits_point_s"], p = timed(hits_point, args.rounds)
+            row["copies_point_s"], q = timed(copies(point), args.rounds)
             row["hits_index_s"], a = timed(hits_index, args.rounds)
             row["hits_column_s"], b = timed(hits_column, args.rounds)
-            row["copies_index_s"], c = timed(copies(True), args.rounds)
-            row["copies_column_s"], d = timed(copies(False), args.rounds)
+            row["copies_index_s"], c = timed(copies(index), args.rounds)
+            row["copies_column_s"], d = timed(copies(None), args.rounds)
             want = sorted(tuple(r) for r in lookups.copies_of(messages, keys, None, small, "w").collect())
             got = sorted(tuple(r) for r in lookups.copies_of(messages, keys, index, small, "g").collect())
-            assert a == b == c == d == args.keys and got == want, (a, b, c, d, len(got), len(want))
+            by_runs = sorted(tuple(r) for r in lookups.copies_of(messages, keys, point, small, "p").collect())
+            assert a == b == c == d == p == q == args.keys and got == want == by_runs, (a, b, c, d, p, q, len(got),
+                                                                                          len(want), len(by_runs))
             shutil.rmtree(folder / "tmp", ignore_errors=True)
             out.append(row)
+            print(f"history {m} M records: segments built in {built_s:.1f} s ({runs_mib:.0f} MiB); {args.keys} keys: "
+                  f"hits {row['hits_point_s']:.3f} s by the segments, copies_of {row['copies_point_s']:.3f} s",
+                  flush=True)
             print(f"history {m} M records, {args.keys} keys: hits {row['hits_index_s']:.3f} s by the index, "
                   f"{row['hits_column_s']:.3f} s by the key column; copies_of {row['copies_index_s']:.3f} s / "
                   f"{row['copies_column_s']:.3f} s", flush=True)
-    print("\n| history (M records) | hits: index | hits: key column | copies_of: index | copies_of: key column |"
-          " index / column |")
-    print("|---|---|---|---|---|---|")
+    print("\n| history (M records) | hits: segments | hits: index join | hits: key column | copies_of: segments |"
+          " copies_of: index join | copies_of: key column | segments: build s / MiB |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in out:
-        print(f"| {r['history_M']} | {r['hits_index_s']:.3f} s | {r['hits_column_s']:.3f} s | "
-              f"{r['copies_index_s']:.3f} s | {r['copies_column_s']:.3f} s | "
-              f"{r['copies_index_s'] / r['copies_column_s']:.2f} |")
+        print(f"| {r['history_M']} | {r['hits_point_s']:.3f} s | {r['hits_index_s']:.3f} s | {r['hits_column_s']:.3f} s"
+              f" | {r['copies_point_s']:.3f} s | {r['copies_index_s']:.3f} s | {r['copies_column_s']:.3f} s | "
+              f"{r['built_s']:.1f} / {r['runs_mib']:.0f} |")
     if len(out) > 1:
         a, b = out[0], out[-1]
+        print(f"growth {a['history_M']} -> {b['history_M']} M: hits through the segments "
+              f"{b['hits_point_s'] / a['hits_point_s']:.2f}x, copies_of through them "
+              f"{b['copies_point_s'] / a['copies_point_s']:.2f}x")
         print(f"growth {a['history_M']} -> {b['history_M']} M: copies_of through the index "
               f"{b['copies_index_s'] / a['copies_index_s']:.2f}x, by the key column "
               f"{b['copies_column_s'] / a['copies_column_s']:.2f}x")
