@@ -135,8 +135,7 @@ def test_the_clean_runs_are_what_the_scenario_holds(world: dict[str, Any]) -> No
 
 
 @pytest.mark.parametrize("point", ["ingest.after_snapshot@1", "ingest.after_trace", "ingest.after_configs",
-                                   "ingest.after_segments", "ingest.after_key_index", "key_segments.merged",
-                                   "ingest.after_deliveries"])
+                                   "ingest.after_segments", "ingest.after_key_index", "ingest.after_deliveries"])
 def test_ingest_killed_then_rerun_leaves_what_a_clean_run_leaves(world: dict[str, Any], point: str) -> None:
     lake = _fresh(world, f"lake-{point}")
     code, _, err = ingest(world["landing"], lake, failpoint=point)

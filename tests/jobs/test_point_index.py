@@ -202,3 +202,38 @@ def test_an_ingest_merges_small_segments_only_maintain_merges_the_rest(tmp_path:
     assert [(s.lo, s.hi, s.rows) for s in point_index.chain(cache, None)] == [(-1, 2, 6)]
     assert _rows(point_index.PointIndex(None, cache, 2).lookup({"C": np.array([7], np.int64)})) == [
         ("C", "b0", 0, 0), ("C", "b1", 1, 1), ("C", "b2", 2, 2)]
+
+
+def test_a_merge_killed_beside_its_inputs_then_run_again_leaves_what_a_clean_merge_leaves(tmp_path: Path) -> None:
+    """SIGKILL inside a merge (its output written, its inputs not yet deleted: failpoint key_segments.merged), in a
+    process of its own: the next warm finds the merged segment on the chain, deletes the inputs, and the chain holds
+    the same rows in the same segments as a clean run's."""
+    import signal
+    import subprocess
+    import sys
+
+    from jobs.lake import point_index
+    from schemas import key_index
+
+    def lake_with_two_segments(name: str) -> str:
+        lake = str(tmp_path / name)
+        _append(key_index.TABLE.path(lake), FILE_A)
+        assert point_index.warm(lake) == 5
+        _append(key_index.TABLE.path(lake), [("C", 50 + i, "m", 1000 + i, i) for i in range(5)])  # 5 >= 5: a merge
+        return lake
+
+    def state(lake: str) -> list[tuple]:
+        return [(s.path.name, s.rows, [(r.cluster, r.hashes.tolist(), r.physical.tolist()) for r in s.runs])
+                for s in point_index.chain(point_index.cache_dir(lake), None)]
+
+    clean, killed = lake_with_two_segments("clean"), lake_with_two_segments("killed")
+    assert point_index.warm(clean) == 5 + 10
+    code = subprocess.run([sys.executable, "-c", f"from jobs.lake import point_index; point_index.warm({killed!r})"],
+                          env={**os.environ, "RMQ_RECON_FAILPOINT": "key_segments.merged"},
+                          cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True)
+    assert code.returncode == -signal.SIGKILL, code.stderr
+    assert _names(point_index.cache_dir(killed)) == ["seg--1-0.kix", "seg--1-1.kix", "seg-0-1.kix"]
+
+    assert point_index.warm(killed) == 0
+    assert _names(point_index.cache_dir(killed)) == ["seg--1-1.kix"]
+    assert state(killed) == state(clean)
