@@ -50,6 +50,7 @@ MERGE_CHUNK = 1 << 21  # rows a merge step holds, over all its inputs
 FENCE = 512  # hashes per fence: a 4 KiB page of the hash array
 INGEST_MERGE_ROWS = 4 << 20  # the largest merge an ingest makes (about a second); maintain merges the rest
 MAX_KEYS = 200_000  # more distinct keys than this: the engine's join
+LOOKUP_BATCH = 2048  # keys searched between two releases of the pages they mapped (~16 pages a key at most)
 STALE_TMP_S = 3600  # a temporary file older than this was left by a killed build
 MAGIC = b"RMQKIX02"
 COLUMNS = ("cluster", "key_hash", "broker", "physical_offset", "queue_offset")
@@ -70,6 +71,7 @@ class Run:
 
 @dataclass(frozen=True)
 class Segment:
+    mm: Any  # the mapping: its touched pages count in the process's RSS until released (_release)
     path: Path
     lo: int
     hi: int
@@ -237,6 +239,8 @@ def _merge(segments: list[Segment], dest: Path, table_id: str) -> Path:
                 h = np.concatenate([x[0] for x in pieces])
                 order = np.argsort(h, kind="stable")
                 out.chunk(h[order], *(np.concatenate([x[j] for x in pieces])[order] for j in (1, 2, 3)))
+                for seg in segments:  # what this step read (copied by the concatenations)
+                    _release(seg)
         return out.close()
     except BaseException:
         out.abandon()
@@ -271,9 +275,16 @@ def _open(path: Path, table_id: str | None) -> Segment | None:
             h, p, q = (np.frombuffer(mm, np.int64, k, at + i * 8 * k) for i in range(3))
             runs.append(Run(r["cluster"], h, p, q, np.frombuffer(mm, np.int64, nf, at + 24 * k),
                             np.frombuffer(mm, np.int32, k, at + 24 * k + 8 * nf), fence))
-        return Segment(path, lo, hi, meta["table_id"], sum(len(r.hashes) for r in runs), meta["brokers"], runs)
+        return Segment(mm, path, lo, hi, meta["table_id"], sum(len(r.hashes) for r in runs), meta["brokers"], runs)
     except (struct.error, ValueError, KeyError, TypeError):
         return None
+
+
+def _release(seg: Segment) -> None:
+    """Unmap the pages of ``seg`` a search or merge touched (they stay in the page cache). The kernel maps up to 16
+    pages around each page fault, so 10,000 keys map nearly every page of a 24 M-row segment: 340 MiB of RSS at
+    40 M records, growing with history, if never released."""
+    seg.mm.madvise(mmap.MADV_DONTNEED)
 
 
 def chain(cache: Path, table_id: str | None) -> list[Segment]:
@@ -372,19 +383,21 @@ class PointIndex:
         for seg in segs:
             names = np.array(seg.brokers, dtype=object)
             for run in seg.runs:
-                keys = want.get(run.cluster)
-                if keys is None or not len(keys) or not len(run.hashes):
+                wanted_here = want.get(run.cluster)
+                if wanted_here is None or not len(wanted_here) or not len(run.hashes):
                     continue
-                first, count = _search(run, keys)
-                hit = count > 0
-                if not hit.any():
-                    continue
-                first, count = first[hit], count[hit]
-                idx = np.repeat(first - np.r_[0, np.cumsum(count)[:-1]], count) + np.arange(int(count.sum()))
-                out["cluster"].append(np.full(len(idx), run.cluster, dtype=object))
-                out["broker"].append(names[run.brokers[idx]])
-                out["physical_offset"].append(run.physical[idx])
-                out["queue_offset"].append(run.queue[idx])
+                for at in range(0, len(wanted_here), LOOKUP_BATCH):
+                    keys = wanted_here[at:at + LOOKUP_BATCH]
+                    first, count = _search(run, keys)
+                    hit = count > 0
+                    if hit.any():
+                        first, count = first[hit], count[hit]
+                        idx = np.repeat(first - np.r_[0, np.cumsum(count)[:-1]], count) + np.arange(int(count.sum()))
+                        out["cluster"].append(np.full(len(idx), run.cluster, dtype=object))
+                        out["broker"].append(names[run.brokers[idx]])
+                        out["physical_offset"].append(run.physical[idx].copy())
+                        out["queue_offset"].append(run.queue[idx].copy())
+                    _release(seg)
         return out
 
     def hits(self, hashed: Any) -> Any | None:
