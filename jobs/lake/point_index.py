@@ -438,20 +438,20 @@ def _table_id(lake: str, table: Any) -> str:
     return str(_delta.delta_table(lake, table).metadata().id)
 
 
-def _commit_adds(lake: str, table: Any, lo: int, hi: int) -> list[tuple[str, int]] | None:
-    """(path, size) of the files the commits after ``lo`` up to ``hi`` added with new rows (a compaction's, which
+def _commit_adds(lake: str, table: Any, lo: int, hi: int) -> list[str] | None:
+    """The paths of the files the commits after ``lo`` up to ``hi`` added with new rows (a compaction's, which
     also removes, are left out: their rows are older); None when a commit file is gone."""
     from jobs.lake import storage
 
     root = table.path(lake)
-    out: list[tuple[str, int]] = []
+    out: list[str] = []
     for v in range(lo + 1, hi + 1):
         raw = storage.read_bytes(storage.join(root, "_delta_log", f"{v:020d}.json"))
         if raw is None:
             return None
         actions = [json.loads(line) for line in raw.decode().splitlines() if line.strip()]
         rewrite = any("remove" in a for a in actions)
-        out += [(a["add"]["path"], int(a["add"]["size"])) for a in actions
+        out += [a["add"]["path"] for a in actions
                 if "add" in a and not (rewrite and a["add"].get("dataChange") is False)]
     return out
 
@@ -471,11 +471,11 @@ def append(lake: str, table: Any, *, merge: bool = True, max_merge_rows: int | N
     fs = _delta.arrow_filesystem(table.path(lake))
     written = 0
 
-    def write(lo: int, files: list[tuple[str, int]]) -> Segment:
+    def write(lo: int, files: list[str]) -> Segment:
         nonlocal written
         handles = []
         try:
-            handles = [fs.open_input_file(rel) for rel, _ in files]
+            handles = [fs.open_input_file(rel) for rel in files]
             path = build(cache, lo, version, handles, table_id)
         finally:
             for h in handles:
@@ -493,7 +493,7 @@ def append(lake: str, table: Any, *, merge: bool = True, max_merge_rows: int | N
         present = None if adds is None else _present(fs, adds)
         if present is None:  # nothing to start from: the whole table as it is now
             say(f"silver/key_index: segments built from the table's files (version {version})")
-            segs = [write(-1, [(p, 0) for p, _ in _current(dt_)])]
+            segs = [write(-1, _current(dt_))]
         elif present:
             segs.append(write(end, present))
         else:  # no new rows: the last segment covers the new versions as it is
@@ -533,18 +533,18 @@ def settle(cache: Path, segs: list[Segment], table_id: str, max_rows: int | None
         segs[start:] = [seg]
 
 
-def _current(dt_: Any) -> list[tuple[str, int]]:
+def _current(dt_: Any) -> list[str]:
+    """The paths of the table's data files at ``dt_``'s version (relative to the table folder)."""
     import pyarrow as pa
 
-    actions = pa.table(dt_.get_add_actions(flatten=True)).to_pydict()
-    return [(p, int(s)) for p, s in zip(actions["path"], actions["size_bytes"])]
+    return pa.table(dt_.get_add_actions(flatten=True)).column("path").to_pylist()
 
 
-def _present(fs: Any, files: list[tuple[str, int]]) -> list[tuple[str, int]] | None:
+def _present(fs: Any, files: list[str]) -> list[str] | None:
     """``files`` when every one is still there, else None."""
     from pyarrow import fs as pa_fs
 
-    infos = fs.get_file_info([p for p, _ in files]) if files else []
+    infos = fs.get_file_info(files) if files else []
     return None if any(i.type == pa_fs.FileType.NotFound for i in infos) else files
 
 
