@@ -10,6 +10,7 @@ import sys
 import sail_pushdown_case as case
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+ATTEMPTS = 4
 
 
 def test_the_default_leaves_pushdown_off() -> None:
@@ -34,9 +35,17 @@ def _run_case(tmp_path: pathlib.Path, pushdown: str) -> subprocess.CompletedProc
 
 def test_pushdown_still_fails_on_it(tmp_path: pathlib.Path) -> None:
     """When this fails, the engine no longer fails on the reproduction: re-run the benchmark-size check
-    (tests/benchmarks/bench_exactness.py) with pushdown on before making it a default again, and update the README."""
-    on = _run_case(tmp_path, "true")
-    assert on.returncode == 1, on.stdout + on.stderr
+    (tests/benchmarks/bench_exactness.py) with pushdown on before making it a default again, and update the README.
+
+    The failure is intermittent (stop 57 saw one clean read in many), so the case is tried up to ATTEMPTS times and
+    the canary fails only if pushdown never errors."""
+    runs = []
+    for attempt in range(ATTEMPTS):
+        on = _run_case(tmp_path / f"attempt-{attempt}", "true")
+        runs.append((on.returncode, on.stdout.strip()[-200:]))
+        if on.returncode == 1:
+            break
+    assert on.returncode == 1, runs
     assert "Invalid offset in sparse column chunk data" in on.stdout
     off = _run_case(tmp_path, "false")
     assert (off.returncode, off.stdout.strip()) == (0, "ok 10951"), off.stderr
