@@ -496,6 +496,9 @@ def append(lake: str, table: Any, *, merge: bool = True, max_merge_rows: int | N
             segs = [write(-1, _current(dt_))]
         elif present:
             segs.append(write(end, present))
+        elif not merge:  # no new rows, a reader: an empty segment (a writer, under the writer lease, may be
+            # renaming or merging the last one right now; a reader changes no file it did not write)
+            segs.append(write(end, []))
         else:  # no new rows: the last segment covers the new versions as it is
             last = segs[-1]
             dest = _seg_path(cache, last.lo, version)
