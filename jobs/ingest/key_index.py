@@ -59,16 +59,28 @@ def update(spark: Any, lake: str, since: dict[str, int] | None, say: Any = lambd
 def _indexed_since(spark: Any, lake: str, since: dict[str, int], spans: dict[tuple[str, str], tuple[int, int]]
                    ) -> bool | None:
     """Whether an index row of the new copies' ranges can exist, looking at the index files added since ``since``
-    only; None (look at the whole index) when silver/messages lost a file since then.
+    only (:func:`rows_since`); None (look at the whole index) when silver/messages lost a file since then.
 
     The index's files are sorted by key hash, so each spans every broker and offset and no statistics skip one for a
-    look-up by position: checking the whole index read all of it (41 M rows, +0.6 GiB in the ingest, bench_age).
-    When silver/messages only gained files since the last completed ingest, the new copies were in none of its
-    rows then (its own anti-join keeps one row per copy), so the index rows from before cannot hold them: only rows a
-    killed run added since can. A rewrite (a late folder's MERGE, a layout or compaction not yet recorded) re-adds
-    older copies, which the older index holds: then the whole index is checked, as before."""
-    if key_index.TABLE.qualified not in since or _delta.removed_since(lake, messages.TABLE,
-                                                                       since[messages.TABLE.qualified]):
+    look-up by position: checking the whole index read all of it (41 M rows, +0.6 GiB in the ingest, bench_age)."""
+    recent = rows_since(spark, lake, since)
+    return None if recent is None else recent.alias("t").where(lookups.spans_filter(spans)).limit(1).count() > 0
+
+
+def rows_since(spark: Any, lake: str, since: dict[str, int], until: dict[str, int] | None = None) -> Any | None:
+    """The index rows that can hold the copies silver/messages gained after the versions ``since`` (up to the versions
+    ``until``, else now): the rows of the index files added since, when silver/messages only gained files; None when
+    the whole index must be looked at (a table missing from ``since``, a Parquet lake, or a rewrite).
+
+    Why the added files suffice: silver/messages is keyed by the copy (the ingest's anti-join), so when the table
+    only gained files its new copies were in none of its rows at ``since``. The index then was derived from those
+    rows (one row per copy, the ledger rules above), so it held none of them; a row for one is a row the index gained
+    since (in a run, or by a killed run before it). A rewrite (a late folder's MERGE, a layout or compaction not yet
+    recorded) re-adds older copies, which the older index holds. Used by the ingest's check above and by the
+    validation's indexed rule (``jobs.ops.quality``)."""
+    until = until or {}
+    m_since, i_since = (since.get(t.qualified) for t in (messages.TABLE, key_index.TABLE))
+    if m_since is None or i_since is None or _delta.removed_since(
+            lake, messages.TABLE, m_since, until=until.get(messages.TABLE.qualified)):
         return None
-    recent = _delta.added_since(spark, lake, key_index.TABLE, since[key_index.TABLE.qualified])
-    return recent.alias("t").where(lookups.spans_filter(spans)).limit(1).count() > 0
+    return _delta.added_since(spark, lake, key_index.TABLE, i_since, until=until.get(key_index.TABLE.qualified))

@@ -143,13 +143,13 @@ def added_since(spark: "SparkSession", lake: str, table: "Table", since: int | N
                        for c in table.columns])
 
 
-def removed_since(lake: str, table: "Table", since: int) -> bool:
-    """Whether a data file of version ``since`` is no longer in the table (rewritten or deleted since): when none is,
-    the table only gained files, and :func:`added_since` holds only rows the version did not have (for tables whose
-    appends are idempotent on their key)."""
+def removed_since(lake: str, table: "Table", since: int, *, until: int | None = None) -> bool:
+    """Whether a data file of version ``since`` is no longer in the table (rewritten or deleted since; ``until``: by
+    that version instead of the current one): when none is, the table only gained files, and :func:`added_since`
+    holds only rows the version did not have (for tables whose appends are idempotent on their key)."""
     if not exists(lake, table):
         return False
-    now = set(delta_table(lake, table).file_uris())
+    now = set(delta_table(lake, table, version=until).file_uris())
     return any(u not in now for u in delta_table(lake, table, version=since).file_uris())
 
 

@@ -200,6 +200,11 @@ def indexed_rule(spark: "SparkSession", lake: str, inc: Increment, increment: "D
     not find, a second row a copy found twice. One pass: the index is read in the increment's brokers and commitlog
     ranges (``spans``) only, joined on the copy's key and counted per copy (the index's own suite is this rule).
 
+    Which index rows: those of the files the index gained in the run (:func:`_index_rows`) when silver/messages only
+    gained files in it, else the whole index at the version the run left. The index's files are sorted by key hash,
+    so each holds every broker and offset and ``spans`` skips none of them: reading the whole index cost 0.2 s per
+    10 M rows of history (194 -> 545 MiB read from 12 M to 41 M records, bench_age).
+
     element_count: the copies checked; unexpected_count: those without exactly one row of their hash; observed_value:
     the first 20 (in key order) with the index rows of their key (``rows``) and of their hash (``same``)."""
     from pyspark.sql import functions as F
@@ -213,8 +218,8 @@ def indexed_rule(spark: "SparkSession", lake: str, inc: Increment, increment: "D
     checked = unexpected = 0
     examples: list[dict[str, Any]] = []
     if spans:
-        index = (_delta.read(spark, lake, key_index.TABLE, at=inc.after.get(key_index.TABLE.qualified))
-                 .alias("t").where(lookups.spans_filter(spans)).select(*key, F.col("key_hash").alias("_h")))
+        index = (_index_rows(spark, lake, inc).alias("t").where(lookups.spans_filter(spans))
+                 .select(*key, F.col("key_hash").alias("_h")))
         per = want.join(index, on=key, how="left").groupBy(*key, "key_hash").agg(
             F.count("_h").alias("rows"), F.sum((F.col("_h") == F.col("key_hash")).cast("int")).alias("same"))
         bad = (F.col("rows") != 1) | (F.coalesce(F.col("same"), F.lit(0)) != 1)
@@ -228,6 +233,19 @@ def indexed_rule(spark: "SparkSession", lake: str, inc: Increment, increment: "D
     return Result(expectation=INDEXED, column=",".join([*key, "key_hash"]), success=not unexpected,
                   observed_value=json.dumps(examples, sort_keys=True), element_count=checked,
                   unexpected_count=unexpected)
+
+
+def _index_rows(spark: "SparkSession", lake: str, inc: Increment) -> "DataFrame":
+    """The silver/key_index rows that can hold the run's new copies: those of the index files the run added when
+    silver/messages only gained files in it (``jobs.ingest.key_index.rows_since``: a killed run's files are in the
+    increment too, its ``before`` being the last completed ingest's versions), else the whole index as the run left
+    it."""
+    from jobs.ingest import key_index as index_update
+    from schemas import key_index
+
+    gained = index_update.rows_since(spark, lake, inc.before, inc.after)
+    return gained if gained is not None else _delta.read(spark, lake, key_index.TABLE,
+                                                          at=inc.after.get(key_index.TABLE.qualified))
 
 
 def result_rows(inc: Increment, table: "Table", results: list["Result"], validated_at: dt.datetime) -> list[tuple]:

@@ -277,3 +277,52 @@ def test_the_key_rule_reads_a_position_keyed_table_in_the_increments_ranges_only
     assert quality.in_spans(table, spans, consumer_offsets.TABLE) is table
     assert quality.in_spans(None, spans, key_index.TABLE) is None
     assert quality.in_spans(table, {}, key_index.TABLE).count() == 0
+
+
+def test_the_indexed_rule_reads_only_the_index_rows_the_run_added(spark, tmp_path: pathlib.Path,  # noqa: ANN001
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second ingest's copies are checked against the index files that run added (the first run's index is not
+    read); a copy of the run doubled or lost in those files still fails; once silver/messages was rewritten in the
+    run (a compaction here), the whole index is read again."""
+    from deltalake import DeltaTable
+
+    from jobs import simulate
+    from schemas import key_index, messages
+
+    landing, early, lake = tmp_path / "landing", tmp_path / "early", str(tmp_path / "lake")
+    simulate.run("blocked-head", str(landing), seed=7)
+    shutil.copytree(landing, early)
+    for late in early.glob("cluster=*/broker=*/snapshot_ts=20260105T001[03]00Z"):
+        shutil.rmtree(late)
+    ingest.run(str(early), lake)
+    ingest.run(str(landing), lake)
+    inc = quality.resolve(lake, "silver")
+    increment = quality.extract_increment(spark, lake, messages.TABLE, inc)
+    copies = int(increment.toPandas()["uniq_key"].notna().sum())
+    assert copies == 10
+    read = []
+    real_read = _delta.read
+    monkeypatch.setattr(_delta, "read", lambda s, l, t, **k: read.append(t.qualified) or real_read(s, l, t, **k))
+
+    def rule() -> Any:
+        now = quality.Increment(inc.validation_id, "silver", inc.before,
+                                ledger.versions(lake, [messages.TABLE, key_index.TABLE]))
+        return quality.indexed_rule(spark, lake, now, increment, lookups.spans(increment))
+
+    ok = rule()
+    assert ((ok.success, ok.element_count, ok.unexpected_count), read) == ((True, copies, 0), [])
+    gained = _delta.added_since(spark, lake, key_index.TABLE, inc.before[key_index.TABLE.qualified]).toPandas()
+    assert len(gained) == copies
+    ordered = gained.sort_values(["physical_offset", "queue_offset"])
+    doubled, lost = ordered.iloc[0], ordered.iloc[-1]
+    _delta.read(spark, lake, key_index.TABLE).where(f"physical_offset = {doubled.physical_offset}") \
+        .write.format("delta").mode("append").save(key_index.TABLE.path(lake))
+    DeltaTable(key_index.TABLE.path(lake)).delete(f"physical_offset = {lost.physical_offset}")
+    bad = rule()
+    assert (bad.success, bad.unexpected_count) == (False, 2)
+    assert [(int(r["physical_offset"]), r["rows"]) for r in json.loads(bad.observed_value)] == [
+        (int(doubled.physical_offset), 2), (int(lost.physical_offset), 0)]
+    read.clear()
+    DeltaTable(messages.TABLE.path(lake)).optimize.compact()  # silver/messages rewritten: the whole index
+    again = rule()
+    assert ((again.success, again.unexpected_count), read) == ((False, 2), ["silver/key_index"])
