@@ -10,6 +10,15 @@ virtual hours) is fed twice by ``bench_soak.feed``, each into a lake of its own:
 * so the measured hours are the same snapshots on both lakes; only what the lake held before them differs (the
   rows of silver/messages are printed).
 
+With ``--lean``, a third lake, ``lean``: fed from the oldest lake's first hour like it, except that the bulk
+brokers' folders (``--bulk-brokers``) land from the youngest lake's first hour only. It holds about the youngest
+lake's records but the oldest lake's consumer history (the small brokers' records, traces and offsets of every hour),
+so it finds what the oldest lake finds: its last report is compared with the oldest lake's, and the ratio of the
+oldest lake's CPU to the lean lake's is what the history's *records* cost, apart from what more findings cost (a
+young lake never saw the older hours' deliveries, DLQ copies and stalled groups' records, so it reports less; the
+lean lake differs only where a committed offset points into the bulk hours it never saw: the time lag of those
+queues).
+
 It prints per history and hour each step's wall and CPU seconds and peak RSS, the ratio of the measured hours' CPU
 on the oldest lake to the youngest's (issue 39's target: <= 1.15 for 40 M against 10 M records), whether every step
 stayed under 1.5 GiB, and whether the last report of the lake fed from hour 1 equals ``_truth`` (a lake deployed
@@ -21,6 +30,7 @@ later never saw the first hours: not compared).
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import sys
@@ -39,9 +49,11 @@ TARGET_RSS = 1.5 * GiB
 STEPS = bench_soak.STEPS
 
 
-def feed_history(a: argparse.Namespace, work: Path, source: Path, history: int) -> dict[str, Any]:
-    """bench_soak's feed into ``work/history-H``: hours measure_from - H .. measure_from - 1 as a backfill."""
-    lake_dir = work / f"history-{history}"
+def feed_history(a: argparse.Namespace, work: Path, source: Path, history: int,
+                 lean_from: int | None = None) -> dict[str, Any]:
+    """bench_soak's feed into ``work/history-H``: hours measure_from - H .. measure_from - 1 as a backfill; with
+    ``lean_from`` (the lean lake, ``work/history-lean``), the bulk brokers' folders before that hour left out."""
+    lake_dir = work / (f"history-{history}" if lean_from is None else "history-lean")
     lake_dir.mkdir(parents=True, exist_ok=True)
     os.environ["SOAK_WORKDIR"] = str(lake_dir)
     ns = argparse.Namespace(retention_h=a.retention_h, until_hour=0, maintain_every=0,
@@ -49,20 +61,47 @@ def feed_history(a: argparse.Namespace, work: Path, source: Path, history: int) 
                             prefill_step=a.prefill_step)
     if ns.start_hour < 1:
         raise SystemExit(f"--histories {history}: the source starts at hour 1; give --measure-from >= {history + 1}")
-    figs: dict[str, Any] = {"history_hours": history}
+    if lean_from is not None:
+        first = min(ts for ts, _ in bench_soak.snapshot_folders(source)).replace(minute=0, second=0)
+        since = first + dt.timedelta(hours=lean_from - 1)
+        bulk = tuple(f"broker={b}" for b in a.bulk_brokers.split(","))
+        ns.skip_folder = lambda ts, p: ts <= since and any(part.startswith(bulk) for part in p.parts)
+    figs: dict[str, Any] = {"history_hours": history if lean_from is None else "lean", "lean_from": lean_from}
     bench_soak.feed(ns, lake_dir, source, figs)
     (lake_dir / "figures.json").write_text(json.dumps(figs, indent=2, default=str))
     return figs
 
 
-def report(all_figs: dict[int, dict[str, Any]], source: Path) -> bool:
+def report_differences(left: str, right: str) -> dict[str, tuple[int, dict[str, int]]]:
+    """Per report CSV of ``left``'s folder: how many rows one folder's file has that the other's has not (0: the same
+    rows) and, when both hold as many rows, per column how many differ once both are sorted (a report's key columns
+    come first, so the rows pair by key)."""
+    import csv
+
+    out = {}
+    for f in sorted(Path(left).glob("*.csv")):
+        g = Path(right) / f.name
+        a = list(csv.DictReader(f.open())) if f.exists() else []
+        b = list(csv.DictReader(g.open())) if g.exists() else []
+        rows_a, rows_b = ({tuple(r.values()) for r in t} for t in (a, b))
+        cols: dict[str, int] = {}
+        if a and len(a) == len(b):
+            for x, y in zip(sorted(a, key=lambda r: tuple(r.values())), sorted(b, key=lambda r: tuple(r.values()))):
+                for c in x:
+                    if x[c] != y.get(c):
+                        cols[c] = cols.get(c, 0) + 1
+        out[f.name] = (max(len(rows_a - rows_b), len(rows_b - rows_a)), cols)
+    return out
+
+
+def report(all_figs: dict[int, dict[str, Any]], source: Path, lean: dict[str, Any] | None = None) -> bool:
     from tests.exactness import compare
 
     print(f"\n{'history':>7} {'lake msgs':>11} {'hour':>4}" + "".join(
         f" {s + ' s':>12} {'cpu s':>6} {'GiB':>5}" for s in STEPS) + f" {'cpu s':>7}")
-    cpu: dict[int, float] = {}
-    worst = (0, 0, 0, "")
-    for history, figs in sorted(all_figs.items()):
+    cpu: dict[Any, float] = {}
+    worst: tuple = (0, 0, 0, "")
+    for history, figs in [*sorted(all_figs.items()), *([("lean", lean)] if lean else [])]:
         cpu[history] = 0.0
         held = figs["backfill"]["messages"]
         for r in figs["hours"]:
@@ -72,16 +111,27 @@ def report(all_figs: dict[int, dict[str, Any]], source: Path) -> bool:
                 f" {r[s]['wall_s']:>12.1f} {r[s]['cpu_s']:>6.1f} {r[s]['peak_rss'] / GiB:>5.2f}" for s in STEPS)
                 + f" {total:>7.1f}")
             held += r["messages"]
-            worst = max(worst, *((r[s]["peak_rss"], history, r["hour"], s) for s in STEPS))
-    young, old = min(cpu), max(cpu)
+            worst = max([worst, *((r[s]["peak_rss"], history, r["hour"], s) for s in STEPS)], key=lambda w: w[0])
+    young, old = min(all_figs), max(all_figs)
     ratio = cpu[old] / cpu[young] if cpu[young] else float("inf")
     print(f"measured hours' CPU, {old} h of history / {young} h: {cpu[old]:.1f} / {cpu[young]:.1f} s = {ratio:.3f} "
           f"(target <= {TARGET_RATIO})")
+    if lean:
+        held = {h: f["backfill"]["messages"] for h, f in [*all_figs.items(), ("lean", lean)]}
+        lean_ratio = cpu[old] / cpu["lean"] if cpu["lean"] else float("inf")
+        print(f"measured hours' CPU, {old} h of history / the lean lake ({held[old]:,} / {held['lean']:,} records "
+              f"before): {cpu[old]:.1f} / {cpu['lean']:.1f} s = {lean_ratio:.3f}; the lean lake / {young} h: "
+              f"{cpu['lean'] / cpu[young]:.3f} (what the older consumer history and its findings cost)")
+        diff = report_differences(all_figs[old]["hours"][-1]["report_dir"], lean["hours"][-1]["report_dir"])
+        print("last report, the lean lake against the oldest: " + ", ".join(
+            f"{name} " + ("same" if n == 0 else f"{n} row(s) differ ("
+                          + ", ".join(f"{c} in {k}" for c, k in sorted(cols.items())) + ")")
+            for name, (n, cols) in diff.items()))
     under = worst[0] < TARGET_RSS
     print(f"largest peak RSS: {worst[0] / GiB:.2f} GiB (history {worst[1]} h, hour {worst[2]}, {worst[3]}); "
           f"every step < {TARGET_RSS / GiB:g} GiB: {under}")
     truth_ok = True
-    for history, figs in sorted(all_figs.items()):
+    for history, figs in sorted(all_figs.items()):  # not the lean lake: it never saw the bulk brokers' early hours
         if figs["backfill"]["start_hour"] > 1:  # the truth is the whole source's: this lake never saw its first hours
             print(f"history {history} h: last report not compared with the truth (hours before "
                   f"{figs['backfill']['start_hour']} never landed)")
@@ -105,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prefill-step", type=int, default=5)
     p.add_argument("--workdir", default="/tmp/rmq-bench-age")
     p.add_argument("--stages", default="simulate,feed")
+    p.add_argument("--lean", action="store_true",
+                   help="also a lake fed from the oldest lake's first hour whose bulk brokers land from the "
+                        "youngest lake's first hour (the oldest lake's findings on the youngest lake's records)")
+    p.add_argument("--bulk-brokers", default=",".join(f"broker-bulk-{i:02d}" for i in range(6)))
     a = p.parse_args(argv)
     work = bench_soak.workdir(a.workdir)
     source = work / "source"
@@ -120,7 +174,13 @@ def main(argv: list[str] | None = None) -> int:
             all_figs[history] = feed_history(a, work, source, history)
         else:
             all_figs[history] = json.loads((work / f"history-{history}" / "figures.json").read_text())
-    ok = report(all_figs, source)
+    lean = None
+    if a.lean:
+        if "feed" in stages:
+            lean = feed_history(a, work, source, max(histories), lean_from=a.measure_from - min(histories))
+        else:
+            lean = json.loads((work / "history-lean" / "figures.json").read_text())
+    ok = report(all_figs, source, lean)
     print(f"targets met: {ok}")
     return 0
 

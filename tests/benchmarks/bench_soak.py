@@ -139,7 +139,8 @@ def feed(a: argparse.Namespace, work: Path, source: Path, figs: dict[str, Any]) 
         shutil.rmtree(p, ignore_errors=True)
     landing.mkdir(parents=True)
     meta = json.loads((source / "_truth" / "scenario.json").read_text())
-    folders = snapshot_folders(source)
+    skip = getattr(a, "skip_folder", None)  # bench_age's lean lake: some brokers' early folders never land
+    folders = [f for f in snapshot_folders(source) if skip is None or not skip(*f)]
     # The reconcile's horizon (a tuning: the crossing checks keep every horizon exact, docs/semantics.md rule 24).
     # A broker deletes a segment fileReservedTime after its LAST write, so it still holds messages stored up to
     # fileReservedTime + the time a segment takes to fill; a horizon as short as the run interval puts every group
