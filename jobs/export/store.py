@@ -124,7 +124,7 @@ def _export(root: Path, to: str, cluster: str, broker: str, ts: dt.datetime, fol
                 "cpu_s": round(time.process_time() - started, 3)}
     st.pending["segments"], st.pending["queues"] = commitlog["state"], packer.state
     st.save()
-    storage.write_bytes(storage.join(target, layout.MANIFEST), json.dumps(manifest, separators=(",", ":")).encode())
+    storage.write_bytes(storage.join(target, layout.MANIFEST), state.encode(manifest))
     failpoints.hit("export.before_marker")
     storage.write_bytes(storage.join(target, landing.MARKER), b"")
     failpoints.hit("export.after_marker")

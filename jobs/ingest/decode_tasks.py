@@ -220,8 +220,13 @@ def _batch(kind: str, unit: int, n: int, cols: dict[str, pa.Array], seq0: int = 
             a = cols[f.name]
             arrays.append(a if a.type == f.type else a.cast(f.type))
         else:
-            arrays.append(pa.nulls(n, f.type))
+            arrays.append(_ONE_NULL[f.name] if n == 1 else pa.nulls(n, f.type))
     return pa.RecordBatch.from_arrays(arrays, schema=OUTPUT_ARROW)
+
+
+# A progress row (one a segment and run, most of its ~50 columns null) built its null columns afresh each time:
+# 0.28 ms a row, 0.1 s of a bulk broker's 23 exports (stop 59). Arrow arrays are immutable: shared.
+_ONE_NULL = {f.name: pa.nulls(1, f.type) for f in OUTPUT_ARROW}
 
 
 def _parse_ts(s: str | None) -> dt.datetime | None:

@@ -246,3 +246,57 @@ def test_the_pieces_of_many_files_in_one_pack_cost_one_read(tmp_path: pathlib.Pa
     assert landing.read_file(fs[0])[:1] != b"\xff"
     landing.PACKS.clear()
     assert landing.read_file(fs[0])[:1] == b"\xff"
+
+
+def test_the_tail_check_covers_the_window_the_state_names(tmp_path: pathlib.Path) -> None:
+    """The digest of an entry covers the last CHECKED_TAIL bytes shipped (``tail_bytes``); an entry a host state kept
+    from before stop 59 has no ``tail_bytes`` and covers 64 KiB: it is checked over its own 64 KiB, so a rewrite there
+    ships the file whole, and the next entry covers the new window."""
+    import hashlib
+
+    size, n = 100_000, 4000  # 80,000 bytes of entries
+    data = b"".join(entry(i) for i in range(n))
+    hosts = {}
+    for name in ("kept", "rewritten"):
+        host = Host(tmp_path / name)
+        host.file.write_bytes(bytes(size))
+        host.write(0, data)
+        got, _ = host.export()
+        assert got["shipped"] == 80_000 - 8  # (entry 3999's tags code is 0: its last 8 bytes are zeros)
+        entry_ = host.state[REL]
+        assert (entry_["end"], entry_["tail_bytes"]) == (80_000 - 8, queues.CHECKED_TAIL) == (79_992, 16_384)
+        assert entry_["tail_sha"] == hashlib.sha256(data[79_992 - 16_384:79_992]).hexdigest()
+        legacy = {k: v for k, v in entry_.items() if k != "tail_bytes"}
+        legacy["tail_sha"] = hashlib.sha256(data[79_992 - 65_536:79_992]).hexdigest()
+        host.state = {REL: legacy}
+        hosts[name] = host
+    at = 60_000  # entry 3000, 19,992 bytes before the shipped end: outside 16 KiB, inside 64 KiB
+    hosts["rewritten"].write(at, entry(9_999))
+    for host in hosts.values():
+        host.write(80_000, entry(4_001))
+    got, f = hosts["kept"].export()
+    assert got["shipped"] == 80_020 - 79_992 and len(got["pieces"]) == 2
+    assert landing.read_file(f) == hosts["kept"].file.read_bytes()
+    assert hosts["kept"].state[REL]["tail_bytes"] == 16_384
+    got, f = hosts["rewritten"].export()
+    assert got["shipped"] == 80_020 and len(got["pieces"]) == 1
+    assert landing.read_file(f) == hosts["rewritten"].file.read_bytes()
+
+
+@pytest.mark.parametrize("length", [0, 5, 8, 13, 4096, 4099, 20_000, 20_003])
+def test_last_nonzero_is_rstrip(length: int) -> None:
+    """The end of the data, found from the end in two windows, is where ``bytes.rstrip`` puts it, wherever it lies."""
+    import random
+
+    rng = random.Random(length)
+    for last in sorted({0, 1, 7, 8, 9, length // 2, max(0, length - 4096 - 3), length - 9, length - 1, length}):
+        if not 0 <= last <= length:
+            continue
+        buf = bytearray(length)
+        for i in range(min(last, 50)):  # some data, ending at byte ``last`` - 1
+            buf[rng.randrange(last)] = rng.randrange(1, 256)
+        if last:
+            buf[last - 1] = rng.randrange(1, 256)
+        want = len(bytes(buf).rstrip(b"\0"))
+        assert want == last
+        assert queues._last_nonzero(memoryview(buf)) == want
