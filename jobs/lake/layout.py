@@ -33,6 +33,8 @@ import json
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+import numpy as np
+
 from jobs.lake import _delta, failpoints
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -44,6 +46,7 @@ BUFFER_ROWS = 2 * ROW_GROUP_ROWS  # rows held back per bin across brokers before
 BIN_ROWS = 8_000_000  # rows of multi-broker files split per commit
 TARGET_ROWS = 2_000_000  # rows of a merged file of one broker
 SMALL_ROWS = TARGET_ROWS // 2  # a file of one broker with fewer rows is merged with its neighbours
+DICTIONARY_RATIO = 10  # a column with fewer distinct values than rows / this is dictionary-encoded
 STATS_MAX_CHARS = 64  # longer strings get no min/max in the log (missing statistics only mean "may match")
 
 
@@ -194,7 +197,6 @@ def _batches(fs: Any, path: str, schema: Any, rows: int) -> Iterator[Any]:
 def _rewrite(lake: str, table: "Table", kind: str, bin_: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Write the bin's rows per broker (split) or as one file (merge); the outputs' add-action fields."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     fs = _filesystem(lake, table)
     schema = _schema(fs, table, bin_)
@@ -203,11 +205,15 @@ def _rewrite(lake: str, table: "Table", kind: str, bin_: list[dict[str, Any]]) -
     if kind == "split":
         for f in bin_:
             for chunk in _batches(fs, f["path"], schema, CHUNK_ROWS):
-                order = pc.sort_indices(chunk, sort_keys=key)
-                keys = chunk.select(["cluster", "broker"]).take(order)
-                for lo, hi in _runs(keys):  # a copy of each broker's rows: a slice would hold the whole chunk
-                    out.add(_broker(keys, lo), chunk.take(order.slice(lo, hi - lo)))
-                del chunk, order, keys
+                # grouped by broker in the file's order (a stable sort of small codes): each row group is sorted by
+                # the whole key when it is written (:meth:`_Outputs._flush`), so a sort of the chunk by it was twice
+                # the work
+                codes = _broker_codes(chunk)
+                order = np.argsort(codes, kind="stable")
+                for lo, hi in _runs(codes[order]):  # a copy of each broker's rows: a slice would hold the whole chunk
+                    part = chunk if hi - lo == len(chunk) else chunk.take(pa.array(order[lo:hi]))
+                    out.add(_broker(part, 0), part)
+                del chunk, order
                 pa.default_memory_pool().release_unused()
     else:
         for f in bin_:
@@ -220,19 +226,36 @@ def _broker(chunk: Any, row: int) -> tuple[str, str]:
     return chunk.column("cluster")[row].as_py(), chunk.column("broker")[row].as_py()
 
 
-def _runs(chunk: Any) -> list[tuple[int, int]]:
-    """[lo, hi) row ranges of one (cluster, broker) each in a sorted chunk."""
-    import numpy as np
+def _broker_codes(chunk: Any) -> Any:
+    """A small integer per row naming its (cluster, broker) (null: the empty name)."""
     import pyarrow.compute as pc
 
-    n = len(chunk)
-    if n == 0:
-        return []
     pair = pc.binary_join_element_wise(pc.fill_null(chunk.column("cluster"), ""),
                                        pc.fill_null(chunk.column("broker"), ""), "\x00")
-    codes = pc.dictionary_encode(pair).combine_chunks().indices.to_numpy(zero_copy_only=False)
+    return pc.dictionary_encode(pair).combine_chunks().indices.to_numpy(zero_copy_only=False)
+
+
+def _runs(codes: Any) -> list[tuple[int, int]]:
+    """[lo, hi) row ranges of one code each in grouped codes."""
+    n = len(codes)
+    if n == 0:
+        return []
     cuts = (np.flatnonzero(codes[1:] != codes[:-1]) + 1).tolist()
     return list(zip([0, *cuts], [*cuts, n]))
+
+
+def _dictionary_columns(t: Any) -> list[str]:
+    """The top-level primitive columns whose values repeat (at most one distinct value in :data:`DICTIONARY_RATIO`
+    rows of ``t``): pyarrow tries a dictionary for every column by default, and on a column of unique values (UNIQ_KEY,
+    KEYS, the offset message id) it fills a page's dictionary before falling back: a broker's 1 M rows written in 1.07 s
+    against 0.84 s, and 16% larger. With the grouping above, the split of bench_export's 6.1 M exported rows (7 files
+    of the engine) took 16.0 s against 18.2 s (stop 59)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = max(1, len(t) // DICTIONARY_RATIO)
+    return [f.name for f in t.schema if not pa.types.is_nested(f.type)
+            and pc.count_distinct(t.column(f.name)).as_py() <= n]
 
 
 class _Outputs:
@@ -266,7 +289,8 @@ class _Outputs:
         if f is None:
             path = self.name(len(self.files))
             sink = self.fs.open_output_stream(path)
-            writer = pq.ParquetWriter(sink, self.schema, compression="zstd", write_statistics=True)
+            writer = pq.ParquetWriter(sink, self.schema, compression="zstd", write_statistics=True,
+                                      use_dictionary=_dictionary_columns(rows))
             f = self.files[broker] = {"path": path, "sink": sink, "writer": writer, "stats": _Stats(self.schema)}
         for lo in range(0, len(rows), ROW_GROUP_ROWS):
             group = rows.slice(lo, ROW_GROUP_ROWS).sort_by(self.key)
