@@ -46,7 +46,7 @@ BUFFER_ROWS = 2 * ROW_GROUP_ROWS  # rows held back per bin across brokers before
 BIN_ROWS = 8_000_000  # rows of multi-broker files split per commit
 TARGET_ROWS = 2_000_000  # rows of a merged file of one broker
 SMALL_ROWS = TARGET_ROWS // 2  # a file of one broker with fewer rows is merged with its neighbours
-KEY_ORDER = ["cluster", "broker", "physical_offset", "queue_offset"]  # the key :func:`_order` sorts by
+KEY_ORDER = ["cluster", "broker", "physical_offset", "queue_offset"]  # the key :func:`_sort` orders by numpy
 DICTIONARY_RATIO = 10  # a column with fewer distinct values than rows / this is dictionary-encoded
 STATS_MAX_CHARS = 64  # longer strings get no min/max in the log (missing statistics only mean "may match")
 
@@ -245,48 +245,32 @@ def _runs(codes: Any) -> list[tuple[int, int]]:
     return list(zip([0, *cuts], [*cuts, n]))
 
 
-def _order(t: Any) -> Any | None:
-    """The row order that sorts rows of one (cluster, broker) by the rest of the key (physical offset, queue offset),
-    found by numpy on the two integer columns (``None``: the rows are in order already); raises LookupError when the
-    table's general sort is needed (more than one broker, a null in the key). Arrow's multi-key sort compared the
-    broker's name in every comparison: a quarter of a split (stop 59)."""
+def _sort(t: Any, key: list[tuple[str, str]]) -> Any:
+    """``t`` sorted by ``key``. Rows of one (cluster, broker) without a null offset, sorted by the table's key, are
+    ordered by numpy on the two offsets: the engine's files hold a broker's rows nearly in order, so a stable argsort
+    of them is a merge of sorted runs (0.07 s for the 101 row groups of bench_export's 6.1 M rows), where Arrow's sort
+    compared the broker's name too (0.8 s, stop 59). Both sorts are stable: rows equal in the key keep their order."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    for c in ("cluster", "broker"):
-        col = t.column(c)
-        if col.null_count or pc.count_distinct(col).as_py() != 1:
-            raise LookupError(c)
-    cols = [t.column(c) for c in ("physical_offset", "queue_offset")]
-    if any(c.null_count for c in cols):
-        raise LookupError("null")
-    po, qo = (c.to_numpy() for c in cols)
+    names = ("cluster", "broker", "physical_offset", "queue_offset")
+    if (key != [(c, "ascending") for c in KEY_ORDER] or any(t.column(c).null_count for c in names)
+            or any(pc.count_distinct(t.column(c)).as_py() > 1 for c in ("cluster", "broker"))):
+        return t.sort_by(key)
+    po, qo = (t.column(c).to_numpy() for c in ("physical_offset", "queue_offset"))
     if bool((np.diff(po) > 0).all()):
-        return None
-    order = np.argsort(po, kind="stable")  # (a merge of sorted runs: the rows of each engine file are)
+        return t
+    order = np.argsort(po, kind="stable")
     if not bool((np.diff(po[order]) > 0).all()):  # equal offsets (a batch's messages): by queue offset too
         order = np.lexsort((qo, po))
-    return order  # stable both ways: rows equal in the key keep their order, as in Arrow's sort
-
-
-def _sort(t: Any, key: list[tuple[str, str]]) -> Any:
-    """``t`` sorted by ``key``: by :func:`_order` where it applies, else by Arrow."""
-    import pyarrow as pa
-
-    if key == [(c, "ascending") for c in KEY_ORDER]:
-        try:
-            order = _order(t)
-        except LookupError:
-            return t.sort_by(key)
-        return t if order is None else t.take(pa.array(order))
-    return t.sort_by(key)
+    return t.take(pa.array(order))
 
 
 def _dictionary_columns(t: Any) -> list[str]:
     """The top-level primitive columns whose values repeat (at most one distinct value in :data:`DICTIONARY_RATIO`
     rows of ``t``): pyarrow tries a dictionary for every column by default, and on a column of unique values (UNIQ_KEY,
     KEYS, the offset message id) it fills a page's dictionary before falling back: a broker's 1 M rows written in 1.07 s
-    against 0.84 s, and 16% larger. With the grouping above, the split of bench_export's 6.1 M exported rows (7 files
-    of the engine) took 16.0 s against 18.2 s (stop 59)."""
+    against 0.84 s, and 16% larger (stop 59)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
