@@ -272,8 +272,9 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
                 spark, lake, previous["table_versions"] if previous else None)
             say(f"ingest: silver/deliveries up to date ({_since(t_decode)} since the decode began)")
             failpoints.hit("ingest.after_deliveries")
-        # The files this run (or a killed one since the last completed run) appended hold every broker: one file
-        # per broker, so that look-ups by position skip the other brokers' files (issue 39; maintenance merges them)
+        # Files the engine appended (a rerun's anti-join, an export beside a store copy, a killed run's) hold every
+        # broker: one file per broker, so that look-ups by position skip the other brokers' files (issue 39;
+        # maintenance merges them). The usual load wrote a file per broker already (jobs.ingest.load).
         if _delta.table_format() == "delta" and _delta.exists(lake, messages.TABLE):
             split = layout.split_added(lake, messages.TABLE, (previous or {}).get("table_versions", {}).get(
                 messages.TABLE.qualified), lambda line: say(f"ingest: {line}"))
@@ -338,7 +339,7 @@ def _load_records_beside_bounds(spark: Any, lake: str, landing_uri: str, snaps: 
     bounds = _Background(lambda: extract_all_queue_bounds(snaps, landing_uri, lake, staged, qx, now, cqs,
                                                           read_all=retake, lake_read=lake_read.set))
     bounds.wait_for(lake_read)
-    n_messages = load_decoded(spark, lake, staged)
+    n_messages = load_decoded(spark, lake, staged, lambda line: say(f"ingest: {line}"))
     say(f"ingest: silver/messages loaded ({_since(t_decode)} since the decode began)")
     failpoints.hit("ingest.after_snapshot")
     n_messages += load_exports(spark, lake, snaps, ex)

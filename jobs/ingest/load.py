@@ -3,11 +3,12 @@ Delta tables with one commit per table per run; each load is safe to run again."
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+import uuid
+from typing import Any, Callable
 
 from jobs.ingest.decode import Decoded
 from jobs.ingest.extracted import Extracted, _spark_frame
-from jobs.lake import _delta
+from jobs.lake import _delta, layout
 from jobs.lake.lookups import spans_dnf, spans_filter
 from schemas import (
     consumer_offsets,
@@ -28,7 +29,7 @@ from schemas import (
 UTC = dt.timezone.utc
 
 
-def load_decoded(spark: Any, lake: str, staged: Decoded) -> int:
+def load_decoded(spark: Any, lake: str, staged: Decoded, say: Callable[[str], None] = lambda _line: None) -> int:
     """Insert the staged messages whose key is new: one anti-join and one commit for the whole run.
 
     The anti-join reads only the target rows of the brokers and physical ranges decoded, so a retry is harmless and
@@ -36,10 +37,34 @@ def load_decoded(spark: Any, lake: str, staged: Decoded) -> int:
     """
     if not staged.messages:
         return 0
+    if _appends_per_broker(lake, staged):
+        if not _delta.exists(lake, messages.TABLE):
+            _delta.create_empty(spark, lake, messages.TABLE)
+        layout.append(lake, messages.TABLE, staged.message_chunks(messages.TABLE, layout.CHUNK_ROWS),
+                      uuid.uuid4().hex, say)
+        return staged.messages
     df = staged.read(spark, messages.TABLE, "message")
     _delta.insert_new(spark, df, lake, messages.TABLE, target_filter=spans_filter(staged.spans),
                       rows=staged.messages, target_dnf=spans_dnf(staged.spans), target_rows=staged.lake_overlap)
     return staged.messages
+
+
+def _appends_per_broker(lake: str, staged: Decoded) -> bool:
+    """Whether the staged records go in as files of one broker each, written here (:func:`jobs.lake.layout.append`),
+    not by the engine then split (``jobs.lake.layout.split_added``): on the embedded engine, whose appends hold every
+    broker (``jobs.lake._delta.clustered``), when no record of the staged spans is in the table yet (the usual case;
+    a rerun after a kill has its anti-join) and no record was staged twice (:attr:`Decoded.overlap`)."""
+    from jobs.lake import _spark
+
+    if (_delta.table_format() != "delta" or not layout.applies(messages.TABLE) or staged.overlap
+            or _spark.engine_from_env() != "sail"):
+        return False
+    if not _delta.exists(lake, messages.TABLE):
+        return True
+    overlap = staged.lake_overlap
+    if overlap is None:
+        overlap = _delta.any_rows(lake, messages.TABLE, spans_dnf(staged.spans))
+    return not overlap
 
 
 def load_trace(spark: Any, lake: str, staged: Decoded) -> int:

@@ -237,6 +237,11 @@ def clustered(df: "DataFrame", table: "Table", rows: int | None) -> "DataFrame":
     return df.repartitionByRange(n, *table.cluster_by).sortWithinPartitions(*table.cluster_by)
 
 
+def create_empty(spark: "SparkSession", lake: str, table: "Table") -> None:
+    """Create ``table`` with no rows, as the engine creates it (its first commit), for writers outside the engine."""
+    _create(spark.createDataFrame([], table.schema), lake, table)
+
+
 def _create(df: "DataFrame", lake: str, table: "Table") -> None:
     writer = df.select(*table.columns).write.format(table_format()).mode("overwrite")
     if table.partition_by:

@@ -31,7 +31,7 @@ import datetime as dt
 import hashlib
 import json
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -82,6 +82,44 @@ def split_added(lake: str, table: "Table", since: int | None, say: Callable[[str
         old = set(pa.table(_delta.delta_table(lake, table, version=since).get_add_actions()).column("path").to_pylist())
         files = [f for f in files if f["path"] not in old]
     return _apply(lake, table, "split", _split_plan(files), say)[0]
+
+
+def append(lake: str, table: "Table", chunks: Iterable[Any], name: str,
+           say: Callable[[str], None] = lambda _line: None) -> int:
+    """Append new rows (Arrow tables of the table's columns) as files of one broker each, in one commit: what the
+    engine's append then :func:`split_added` leave, without writing the rows twice. The ingest's load of the records
+    it decoded for the first time (``jobs.ingest.load``): the engine's append and the split were 33 s of
+    bench_export's 58 s ingest of 6.1 M records. ``name`` names the outputs (a killed run's orphans are never
+    committed; ``maintain`` vacuums them). Returns the rows appended (no commit when none)."""
+    fs = _filesystem(lake, table)
+    schema = _append_schema(fs, lake, table)
+    out = _Outputs(fs, schema, [(c, "ascending") for c in sort_key(table)],
+                   lambda n: f"part-append-{name}-{n:04d}.zstd.parquet")
+    rows = 0
+    for chunk in chunks:
+        rows += len(chunk)
+        _add_per_broker(out, _conform(chunk, schema))
+    outputs = out.close()
+    if not outputs:
+        return 0
+    failpoints.hit("layout.append.before_commit")
+    _commit(lake, table, "append", [], outputs)
+    say(f"{table.qualified}: appended {rows:,} rows as {len(outputs)} file(s) of one broker each")
+    return rows
+
+
+def _append_schema(fs: Any, lake: str, table: "Table") -> Any:
+    """The schema of the table's files: a live file's (as the engine wrote it), else the declared one."""
+    live = _files(lake, table)
+    return _schema(fs, table, live[:1]) if live else _delta._arrow_schema(table)
+
+
+def _conform(t: Any, schema: Any) -> Any:
+    """``t``'s columns in ``schema``'s order and types (a column ``t`` lacks: null)."""
+    import pyarrow as pa
+
+    cols = [t.column(f.name).cast(f.type) if f.name in t.column_names else pa.nulls(len(t), f.type) for f in schema]
+    return pa.Table.from_arrays(cols, schema=schema)
 
 
 def _apply(lake: str, table: "Table", kind: str, bins: list[list[dict[str, Any]]],
@@ -206,21 +244,27 @@ def _rewrite(lake: str, table: "Table", kind: str, bin_: list[dict[str, Any]]) -
     if kind == "split":
         for f in bin_:
             for chunk in _batches(fs, f["path"], schema, CHUNK_ROWS):
-                # grouped by broker in the file's order (a stable sort of small codes): each row group is sorted by
-                # the whole key when it is written (:meth:`_Outputs._flush`), so a sort of the chunk by it was twice
-                # the work
-                codes = _broker_codes(chunk)
-                order = np.argsort(codes, kind="stable")
-                for lo, hi in _runs(codes[order]):  # a copy of each broker's rows: a slice would hold the whole chunk
-                    part = chunk if hi - lo == len(chunk) else chunk.take(pa.array(order[lo:hi]))
-                    out.add(_broker(part, 0), part)
-                del chunk, order
+                _add_per_broker(out, chunk)
+                del chunk
                 pa.default_memory_pool().release_unused()
     else:
         for f in bin_:
             for chunk in _batches(fs, f["path"], schema, ROW_GROUP_ROWS):
                 out.add(("", ""), chunk)
     return out.close()
+
+
+def _add_per_broker(out: "_Outputs", chunk: Any) -> None:
+    """Each broker's rows of ``chunk`` to its output, grouped in the chunk's order (a stable sort of small codes):
+    each row group is sorted by the whole key when it is written (:meth:`_Outputs._flush`), so a sort of the chunk by
+    it was twice the work."""
+    import pyarrow as pa
+
+    codes = _broker_codes(chunk)
+    order = np.argsort(codes, kind="stable")
+    for lo, hi in _runs(codes[order]):  # a copy of each broker's rows: a slice would hold the whole chunk
+        part = chunk if hi - lo == len(chunk) else chunk.take(pa.array(order[lo:hi]))
+        out.add(_broker(part, 0), part)
 
 
 def _broker(chunk: Any, row: int) -> tuple[str, str]:
@@ -281,12 +325,31 @@ def _dictionary_columns(t: Any) -> list[str]:
 
 class _Outputs:
     """One Parquet file per broker key, written in sorted row groups of :data:`ROW_GROUP_ROWS`; at most
-    :data:`BUFFER_ROWS` rows held back across keys (the largest buffer is written first)."""
+    :data:`BUFFER_ROWS` rows held back across keys (the largest buffer is written first).
+
+    A row group is sorted, encoded and compressed on a writer thread (Arrow releases the GIL) while the caller
+    reads and groups the next rows, one group at a time: bench_export's 6.1 M staged records 16.7 -> 11 s wall,
+    the same CPU, one row group more in memory."""
 
     def __init__(self, fs: Any, schema: Any, key: list[tuple[str, str]], name: Callable[[int], str]) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
         self.fs, self.schema, self.key, self.name = fs, schema, key, name
         self.buffers: dict[tuple[str, str], list[Any]] = {}
         self.files: dict[tuple[str, str], dict[str, Any]] = {}
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="layout-writer")
+        self.pending: Any = None
+
+    def _write(self, f: dict[str, Any], rows: Any) -> None:
+        for lo in range(0, len(rows), ROW_GROUP_ROWS):
+            group = _sort(rows.slice(lo, ROW_GROUP_ROWS), self.key)
+            f["writer"].write_table(group, row_group_size=ROW_GROUP_ROWS)
+            f["stats"].add(group)
+
+    def _wait(self) -> None:
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            pending.result()  # the writer's error, raised here
 
     def add(self, broker: tuple[str, str], rows: Any) -> None:
         self.buffers.setdefault(broker, []).append(rows)
@@ -313,14 +376,16 @@ class _Outputs:
             writer = pq.ParquetWriter(sink, self.schema, compression="zstd", write_statistics=True,
                                       use_dictionary=_dictionary_columns(rows))
             f = self.files[broker] = {"path": path, "sink": sink, "writer": writer, "stats": _Stats(self.schema)}
-        for lo in range(0, len(rows), ROW_GROUP_ROWS):
-            group = _sort(rows.slice(lo, ROW_GROUP_ROWS), self.key)
-            f["writer"].write_table(group, row_group_size=ROW_GROUP_ROWS)
-            f["stats"].add(group)
+        self._wait()
+        self.pending = self.pool.submit(self._write, f, rows)
 
     def close(self) -> list[dict[str, Any]]:
-        for broker in list(self.buffers):
-            self._flush(broker)
+        try:
+            for broker in list(self.buffers):
+                self._flush(broker)
+            self._wait()
+        finally:
+            self.pool.shutdown(wait=True)
         out = []
         for f in self.files.values():
             f["writer"].close()
@@ -381,7 +446,7 @@ def _commit(lake: str, table: "Table", kind: str, bin_: list[dict[str, Any]], ou
     now = int(time.time() * 1000)
     dt_ = _delta.delta_table(lake, table)
     actions: list[Any] = [AddAction(path=o["path"], size=o["size"], partition_values={}, modification_time=now,
-                                    data_change=False, stats=o["stats"]) for o in outputs]
+                                    data_change=kind == "append", stats=o["stats"]) for o in outputs]
     actions += [RemoveAction(path=f["path"], data_change=False, deletion_timestamp=now, size=f["size_bytes"],
                              partition_values={}) for f in bin_]
     dt_.create_write_transaction(actions, mode="append", schema=dt_.schema(),

@@ -199,3 +199,73 @@ def test_a_row_group_is_sorted_as_arrow_sorts_it() -> None:
         if kind == "in order":
             assert got is t  # nothing to sort: the same table, no copy
     assert kinds == {"one broker": 30, "two brokers": 30, "a null offset": 30, "in order": 30}
+
+
+def _chunks(spec: list[tuple[str, int]], size: int) -> list[pa.Table]:
+    t = _rows(spec)
+    return [t.slice(i, size) for i in range(0, len(t), size)]
+
+
+def test_the_ingest_appends_new_rows_as_a_sorted_file_per_broker(tmp_path: pathlib.Path) -> None:
+    """``layout.append`` (the ingest's load of records decoded for the first time): the rows of chunks that
+    interleave brokers land as one file per broker, every row group sorted, in one commit of new data."""
+    lake = _table(tmp_path, B)  # version 0: the table's own file (b1 and b2)
+    said: list[str] = []
+    rows = A + C  # 23 rows, three brokers interleaved, b2's offsets descending
+    assert layout.append(lake, messages.TABLE, _chunks(rows, 5), "run1", said.append) == 23
+    assert said == ["silver/messages: appended 23 rows as 3 file(s) of one broker each"]
+    assert _content(lake) == sorted(_content(_table(tmp_path / "ref", B, rows)))
+    root = pathlib.Path(messages.TABLE.path(lake))
+    log = [json.loads(line) for line in (root / "_delta_log" / "00000000000000000001.json").read_text().splitlines()]
+    adds = [a["add"] for a in log if "add" in a]
+    assert not [a for a in log if "remove" in a]
+    assert sorted((json.loads(a["stats"])["minValues"]["broker"], json.loads(a["stats"])["numRecords"],
+                   a["dataChange"], a["path"]) for a in adds) == [
+        ("b1", 9, True, "part-append-run1-0000.zstd.parquet"),  # numbered as each first fills a row group
+        ("b2", 8, True, "part-append-run1-0001.zstd.parquet"),
+        ("b3", 6, True, "part-append-run1-0002.zstd.parquet")]
+    for a in adds:
+        f = pq.ParquetFile(str(root / a["path"]))
+        groups = [f.read_row_group(i).column("physical_offset").to_pylist() for i in range(f.metadata.num_row_groups)]
+        assert all(len(g) <= 4 and g == sorted(g) for g in groups)
+        assert sum(len(g) for g in groups) == json.loads(a["stats"])["numRecords"]
+    assert layout.append(lake, messages.TABLE, [], "run2") == 0  # nothing to append: no commit
+    assert DeltaTable(str(root)).version() == 1
+
+
+def test_an_append_killed_before_its_commit_changes_nothing(tmp_path: pathlib.Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    lake = _table(tmp_path, B)
+    before = _content(lake)
+
+    class Killed(BaseException):
+        pass
+
+    def die(name: str) -> None:
+        if name == "layout.append.before_commit":
+            raise Killed
+
+    monkeypatch.setattr(layout.failpoints, "hit", die)
+    with pytest.raises(Killed):
+        layout.append(lake, messages.TABLE, _chunks(A, 5), "run1")
+    assert (DeltaTable(messages.TABLE.path(lake)).version(), _content(lake)) == (0, before)
+
+
+def test_message_chunks_read_only_the_staged_records(tmp_path: pathlib.Path) -> None:
+    """The staging folder holds every kind of the decode's output rows; the append reads the records' rows only,
+    with the table's columns."""
+    from jobs.ingest import decode_tasks
+    from jobs.ingest.decode import Decoded
+
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    kinds = ["message", "trace", "message", "progress", None, "message", "problem"]
+    t = pa.table({f.name: pa.nulls(len(kinds), f.type) for f in decode_tasks.OUTPUT_ARROW},
+                 schema=decode_tasks.OUTPUT_ARROW)
+    t = t.set_column(0, "kind", pa.array(kinds, pa.string()))
+    t = t.set_column(t.schema.get_field_index("physical_offset"), "physical_offset", pa.array(range(7), pa.int64()))
+    pq.write_table(t, staging / "a.parquet", row_group_size=3)
+    pq.write_table(t.filter(pa.array([k == "trace" for k in kinds])), staging / "b.parquet")
+    got = list(Decoded(staging=str(staging)).message_chunks(messages.TABLE, 2))
+    assert [c.column_names for c in got] == [list(messages.TABLE.columns)] * len(got)
+    assert [c.column("physical_offset").to_pylist() for c in got] == [[0], [2], [5]]
