@@ -53,6 +53,12 @@ def delta_table(lake: str, table: "Table", *, version: int | None = None) -> Any
     return DeltaTable(path, version=version, storage_options=storage_options() if _is_s3(path) else None)
 
 
+def arrow_file(uri: str) -> tuple[Any, str]:
+    """(native pyarrow filesystem, path in it) of the file ``uri``, for reads (:func:`arrow_filesystem`)."""
+    parent, _, name = uri.rstrip("/").rpartition("/")
+    return arrow_filesystem(parent), name
+
+
 def arrow_filesystem(path: str) -> Any:
     """A native pyarrow filesystem rooted at the table folder ``path``, for delta-rs's Arrow reads.
 

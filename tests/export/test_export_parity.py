@@ -84,6 +84,7 @@ def assert_same_reports(copies: pathlib.Path, exports: pathlib.Path, out: pathli
 
 
 @pytest.mark.integration
+@pytest.mark.compute  # no service: in the computing process (make test), beside the S3 runs of the other
 def test_exports_of_a_store_history_land_the_rows_of_its_store_copies(
         tmp_path: pathlib.Path, mixed_world: pathlib.Path) -> None:
     from jobs.ingest import ingest

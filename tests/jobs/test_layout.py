@@ -266,6 +266,11 @@ def test_message_chunks_read_only_the_staged_records(tmp_path: pathlib.Path) -> 
     t = t.set_column(t.schema.get_field_index("physical_offset"), "physical_offset", pa.array(range(7), pa.int64()))
     pq.write_table(t, staging / "a.parquet", row_group_size=3)
     pq.write_table(t.filter(pa.array([k == "trace" for k in kinds])), staging / "b.parquet")
-    got = list(Decoded(staging=str(staging)).message_chunks(messages.TABLE, 2))
+    part = tmp_path / "landing" / "records-0-7.parquet"  # an export's part, read where it landed
+    part.parent.mkdir()
+    pq.write_table(t.slice(3), part)
+    got = list(Decoded(staging=str(staging), decoded_here=True, parts=[str(part)]).message_chunks(messages.TABLE, 2))
     assert [c.column_names for c in got] == [list(messages.TABLE.columns)] * len(got)
-    assert [c.column("physical_offset").to_pylist() for c in got] == [[0], [2], [5]]
+    assert [c.column("physical_offset").to_pylist() for c in got] == [[0], [2], [5], [5]]
+    assert [c.column("physical_offset").to_pylist()
+            for c in Decoded(staging=str(staging), parts=[str(part)]).message_chunks(messages.TABLE, 9)] == [[5]]
