@@ -27,6 +27,7 @@ TRACE_BATCH_ROWS = 100_000
 MESSAGE_BATCH_ROWS = 100_000
 # Below the lake: the decode tasks' output until it is loaded (jobs.ingest.decode_tasks).
 STAGING = "_staging/ingest"
+MAX_SLICES = 4  # a batch whose records form more runs than this is filtered (Decoded.record_batches)
 
 
 def task_bytes() -> int:
@@ -72,7 +73,7 @@ class Decoded:
     decoded_here: bool = False
 
     def files(self) -> Iterator[tuple[Any, str]]:
-        """(Arrow filesystem, path) of each file of :meth:`sources`, for reads in the driver."""
+        """(Arrow filesystem, path) of each file staged: the staging folder's and the export parts."""
         import pyarrow.dataset as pads
 
         if self.decoded_here:
@@ -106,33 +107,42 @@ class Decoded:
                                                         table.columns])
         return rows.withColumn("_n", F.row_number().over(first)).where(F.col("_n") == 1).drop("_n")
 
-
     def message_chunks(self, table: Any, rows: int) -> Iterator[pa.Table]:
-        """The staged records with ``table``'s columns, in Arrow tables of up to ``rows`` rows, read file by file
-        in the driver (:func:`jobs.lake.layout.append`); as :meth:`read`, without the engine."""
+        """The staged records with ``table``'s columns (a column a file lacks: left out, null in
+        :func:`jobs.lake.layout.append`), in Arrow tables of up to ``rows`` rows: as :meth:`read`, without the
+        engine."""
+        for b in self.record_batches(list(table.columns), rows):
+            yield pa.Table.from_batches([b])
+
+    def record_batches(self, columns: list[str], rows: int, dictionary: tuple[str, ...] = ()
+                       ) -> Iterator[pa.RecordBatch]:
+        """The staged records' ``columns`` (those a file has), file by file in the driver, in batches of up to
+        ``rows`` rows (``dictionary``: columns read dictionary-encoded).
+
+        Picked on the dictionary codes of ``kind`` (a comparison of the strings was 1.8 s for bench_export's 6.1 M
+        records) and as slices of their runs where they are few (an export part ends with its one progress row; a
+        filter copied every row: 2 s more)."""
         import pyarrow.parquet as pq
 
         from jobs.ingest import decode_tasks
 
         for fs, path in self.files():
             with fs.open_input_file(path) as f:
-                pf = pq.ParquetFile(f, read_dictionary=["kind"])
-                have = set(pf.schema_arrow.names)  # a column a part lacks is null (jobs.lake.layout.append)
-                cols = ["kind", *[c for c in table.columns if c in have]]
+                pf = pq.ParquetFile(f, read_dictionary=["kind", *dictionary])
+                have = set(pf.schema_arrow.names)
+                cols = ["kind", *[c for c in columns if c in have]]
                 for b in pf.iter_batches(batch_size=rows, columns=cols, use_threads=False):
-                    kind = b.column("kind")  # on the dictionary's codes: a comparison of the strings was 1.8 s
+                    kind = b.column("kind")
                     code = kind.dictionary.index(decode_tasks.MESSAGE).as_py()
                     if code < 0:
                         continue
                     mask = kind.indices.to_numpy(zero_copy_only=False) == code
-                    t = pa.Table.from_batches([b]).drop_columns(["kind"])
-                    # the records' rows are runs (an export part's one progress row ends it): slices of them, where
-                    # a filter copied every row (2 s for bench_export's 6.1 M records)
+                    b = b.drop_columns(["kind"])
                     edges = np.flatnonzero(np.diff(np.concatenate(([False], mask, [False])).astype(np.int8)))
-                    if len(edges) <= 8:
-                        yield from (t.slice(lo, hi - lo) for lo, hi in zip(edges[::2], edges[1::2]))
+                    if len(edges) <= 2 * MAX_SLICES:
+                        yield from (b.slice(lo, hi - lo) for lo, hi in zip(edges[::2], edges[1::2]))
                     else:
-                        yield t.filter(pa.array(mask))
+                        yield b.filter(pa.array(mask))
 
 
 def staging_folder(lake: str) -> str:

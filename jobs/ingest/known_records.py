@@ -272,22 +272,10 @@ def staged_records(staged: "Decoded", brokers: list[tuple[str, str]], spill: _Sp
     file: 14 reads, 4.2 s of the 10 M messages' first ingest), a file at a time in batches of 128 Ki rows, the keys
     dictionary-encoded: a pyarrow dataset scanner held 0.3 GiB more in the driver at 10 M records (the staged files'
     row groups are 1 M rows), this 0.1 GiB."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    from jobs.ingest import decode_tasks
-
     wanted = [k for k in brokers if k in staged.spans]
     if not staged.messages or not wanted:
         return
-    cols = ["kind", "cluster", "broker", "physical_offset", "size", "first_snapshot_ts"]
-
-    def batches() -> Iterator[pa.RecordBatch]:
-        for fs, path in staged.files():
-            with fs.open_input_file(path) as f:
-                for b in pq.ParquetFile(f, read_dictionary=["kind", "cluster", "broker"]).iter_batches(
-                        batch_size=1 << 17, columns=cols, use_threads=False):
-                    yield b.filter(pc.equal(b.column("kind"), decode_tasks.MESSAGE))
+    cols = ["cluster", "broker", "physical_offset", "size", "first_snapshot_ts"]
 
     def take(key: tuple[str, str], part: pa.RecordBatch) -> tuple[np.ndarray, ...]:
         return (part.column("physical_offset").to_numpy().astype(np.int64),
@@ -295,4 +283,4 @@ def staged_records(staged: "Decoded", brokers: list[tuple[str, str]], spill: _Sp
                 part.column("first_snapshot_ts").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
                 .to_numpy().astype(np.int64))
 
-    _gather_by_broker(batches(), wanted, take, spill)
+    _gather_by_broker(staged.record_batches(cols, 1 << 17, ("cluster", "broker")), wanted, take, spill)

@@ -61,10 +61,9 @@ def _appends_per_broker(lake: str, staged: Decoded) -> bool:
         return False
     if not _delta.exists(lake, messages.TABLE):
         return True
-    overlap = staged.lake_overlap
-    if overlap is None:
-        overlap = _delta.any_rows(lake, messages.TABLE, spans_dnf(staged.spans))
-    return not overlap
+    if staged.lake_overlap is None:  # known now, for the anti-join's append too
+        staged.lake_overlap = _delta.any_rows(lake, messages.TABLE, spans_dnf(staged.spans))
+    return not staged.lake_overlap
 
 
 def load_trace(spark: Any, lake: str, staged: Decoded) -> int:
