@@ -259,9 +259,27 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
                     lambda a, b, f=f: read_file(f, a, b) or b"", s.entries, oldest))
             except OSError:
                 continue  # read whole below: its error is quarantined there
-        stand_in[f.rel] = e
+        stand_in[f.rel] = e if f.pieces is None else dataclasses.replace(e, pieces=f.pieces)
+    # export files that are an earlier copy's entries and new pieces: read from where those ended, or (the queue's
+    # oldest kept entry may lie inside: the bounds search its entries) read whole with only the new entries checked
+    grown, extended = {}, {}
+    for f in fs:
+        g = None if read_all or f.rel in stand_in else _grown_pieces(prior.get(f.rel), f, known)
+        if g is None:
+            continue
+        s = g[0].summary
+        if oldest is not None and s.entries and (s.first_commit_offset or 0) < oldest:
+            extended[f.rel] = g[1]
+        else:
+            grown[f.rel] = g
     try:
-        raw = {f.rel: read_file(f) or b"" for f in fs if f.rel not in stand_in}
+        added = {f.rel: read_file(f, grown[f.rel][1], grown[f.rel][2]) or b"" for f in fs if f.rel in grown}
+        for rel, (before, lo, _) in list(grown.items()):
+            # a new piece begins where the copy before had its last non-zero byte, which can lie inside its last
+            # entry (a tags code ending in zero bytes): up to where its entries ended those bytes were zeros
+            if any(added[rel][:before.summary.entries * CQ_STORE_UNIT_SIZE - lo]):
+                del grown[rel], added[rel]  # written again below its new pieces: read and checked whole
+        raw = {f.rel: read_file(f) or b"" for f in fs if f.rel not in stand_in and f.rel not in grown}
     except OSError as exc:
         out.problem(snap.cluster, snap.broker, snap.ts, Problem(
             fs[0].path, 0, f"a file of queue {topic}/{qid} is unreadable ({configs.unreadable(exc)}): the queue's "
@@ -285,6 +303,23 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
                                  "sha256": e.sha256, "content": None, "used_backup": None,
                                  "read_from": 0, "read_to": f.size, "ingested_at": now})
             continue
+        if f.rel in grown:  # an export's file: its entries before the new pieces are the earlier copy's
+            before, lo, hi = grown[f.rel]
+            lo, data = before.summary.entries * CQ_STORE_UNIT_SIZE, added[f.rel][before.summary.entries
+                                                                                 * CQ_STORE_UNIT_SIZE - lo:]
+            cq = consumequeue.decode_cq(data, file_start_byte=start + lo)
+            summary = _grown_summary(before.summary, cq, f.size)
+            dangling = list(before.dangling) + [(pos + lo, why) for pos, why in
+                                                known.dangling(snap.cluster, snap.broker, cq)]
+            entries[f.rel] = dataclasses.replace(_entry(f, _pieces_sha(f), summary,
+                                                        dangling, known, None), pieces=f.pieces)
+            parts.append(consumequeue.QueueFile(start // CQ_STORE_UNIT_SIZE, summary.entries, summary.full, None,
+                                                summary.first_commit_offset, summary.last_commit_offset))
+            checks.append((f, None, dangling))
+            out.add(files.NAME, {**base, "source_path": f.path, "file_kind": "consumequeue", "size": f.size,
+                                 "sha256": entries[f.rel].sha256, "content": None, "used_backup": None,
+                                 "read_from": 0, "read_to": f.size, "ingested_at": now})
+            continue
         # Every valid entry counts, also one pointing past the end of this snapshot's commitlog files: a sync copies
         # store/commitlog before store/consumequeue, and the live broker's maxOffset counts the entries written since
         # (ConsumeQueue.getMaxOffsetInQueue; only a restart's recovery, truncateDirtyLogicFiles, drops such entries,
@@ -293,18 +328,24 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
         before = prior.get(f.rel)
         cq = consumequeue.decode_cq(data, file_start_byte=start)
         plain = not cq.problems  # the bytes are the entries as read
-        sha, prefix, grown = _sha_grown(data, cq.count if plain else None, before if plain else None)
+        if f.pieces is None:
+            sha, prefix, grown_ = _sha_grown(data, cq.count if plain else None, before if plain else None)
+        else:  # an export's file is named by its pieces, which tell a grown copy
+            sha, prefix = _pieces_sha(f), None
+            grown_ = f.rel in extended and before is not None \
+                and not any(data[extended[f.rel]:before.summary.entries * CQ_STORE_UNIT_SIZE])
         summary = consumequeue.summarize(data, cq)
         if len(data) != f.size:  # it changed since the listing: its fingerprint does not name these bytes
             summary = dataclasses.replace(summary, problems=True)
-        if grown and not summary.problems and _findings_hold(before, known):
+        if grown_ and not summary.problems and _findings_hold(before, known):
             # the entries the earlier copy had are these bytes, checked against these records: only the new ones
             n0 = before.summary.entries
             dangling = list(before.dangling) + known.dangling(snap.cluster, snap.broker, cq, n0)
         else:
             dangling = known.dangling(snap.cluster, snap.broker, cq)
-        entries[f.rel] = _entry(f, sha, summary, dangling, known,
-                                before if before is not None and before.same_file(f) else None, prefix)
+        entries[f.rel] = dataclasses.replace(_entry(f, sha, summary, dangling, known,
+                                                    before if before is not None and before.same_file(f) else None,
+                                                    prefix), pieces=f.pieces)
         parts.append(consumequeue.QueueFile.of(cq, len(data)))
         checks.append((f, cq, dangling))
         out.add(files.NAME, {**base, "source_path": f.path, "file_kind": "consumequeue", "size": len(data),
@@ -317,7 +358,49 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
             out.problem(snap.cluster, snap.broker, snap.ts, Problem(f.path, p.position, p.reason))
         for pos, reason in dangling:
             out.problem(snap.cluster, snap.broker, snap.ts, Problem(f.path, pos, reason))
-    return entries, CQReads(len(raw), len(stand_in))
+    return entries, CQReads(len(raw) + len(grown), len(stand_in))
+
+
+def _pieces_sha(f: LandingFile) -> str:
+    """What bronze/files and the CQ ledger record as an export's consume queue file's sha256: the digest of its size and
+    pieces (each named by its folder's time, offset and length in that folder's pack, position in the file). Packs are
+    never rewritten, so equal digests are equal bytes; a copy grown by new pieces is not hashed again whole (a real
+    broker's queue file is 5.7 MiB however few entries it gained)."""
+    named = [(uri.rsplit("/", 3)[-3], at, n, pos) for uri, at, n, pos in f.pieces or ()]
+    return hashlib.sha256(repr((f.size, named)).encode()).hexdigest()
+
+
+def _grown_pieces(before: "cq_ledger.Entry | None", f: LandingFile, known: "_SnapshotRecords"
+                  ) -> tuple["cq_ledger.Entry", int, int] | None:
+    """(``before``, first byte, end byte) of what to read of an export's queue file whose pieces are those of the
+    copy ``before`` (read earlier in this run) and more, all past its valid entries: the file is that copy's entries,
+    then the new pieces' bytes (read from the first of them, which may begin inside its last entry). None: check it
+    whole (a file shipped whole again, or a copy with problems or whose findings do not hold for these records)."""
+    unit = CQ_STORE_UNIT_SIZE
+    if before is None or before.pieces is None or f.pieces is None:
+        return None
+    s, n = before.summary, len(before.pieces)
+    if s.problems or s.full or before.size != f.size or f.size % unit or n >= len(f.pieces) \
+            or f.pieces[:n] != before.pieces:
+        return None
+    lo = min(s.entries * unit, min(pos for _, _, _, pos in f.pieces[n:]))
+    if s.entries and not _findings_hold(before, known):
+        return None
+    end = max(pos + length for _, _, length, pos in f.pieces[n:])
+    return before, lo, min(f.size, -(-end // unit) * unit)
+
+
+def _grown_summary(s: "consumequeue.CQSummary", cq: "consumequeue.CQDecode", size: int) -> "consumequeue.CQSummary":
+    """The summary of a file holding ``s``'s entries, then ``cq``'s (decoded from where they ended)."""
+    from jobs.formats import consumequeue
+
+    new = consumequeue.summarize(b"", cq)
+    ordered = not (s.entries and cq.count) or (s.last_commit_offset or 0) <= int(cq.commit_offset[0])
+    count = s.entries + cq.count
+    return consumequeue.CQSummary(count, count == size // CQ_STORE_UNIT_SIZE,
+                                  s.first_commit_offset if s.entries else new.first_commit_offset,
+                                  new.last_commit_offset if cq.count else s.last_commit_offset,
+                                  s.problems or new.problems or not ordered)
 
 
 def _sha_grown(data: bytes, entries: int | None, before: "cq_ledger.Entry | None") -> tuple[str, str | None, bool]:

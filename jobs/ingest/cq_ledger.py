@@ -40,6 +40,9 @@ class Entry:
     # sha256 of its valid entries' bytes, kept by the run that read it (not in the table): a later snapshot of the run
     # tells the same entries in a grown copy without hashing the zeros of the earlier one (jobs.ingest.bounds)
     prefix_sha256: str | None = field(default=None, compare=False)
+    # an export's file: its pieces as the run last read them (not in the table): the next snapshot's copy of it, whose
+    # pieces begin with these, is read from where its entries ended (jobs.ingest.bounds._grown_pieces)
+    pieces: tuple[tuple[str, int, int, int], ...] | None = field(default=None, compare=False)
 
     def same_file(self, f: LandingFile) -> bool:
         """Whether ``f`` is this file unchanged (its fingerprint)."""

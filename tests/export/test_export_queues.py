@@ -300,3 +300,64 @@ def test_last_nonzero_is_rstrip(length: int) -> None:
         want = len(bytes(buf).rstrip(b"\0"))
         assert want == last
         assert queues._last_nonzero(memoryview(buf)) == want
+
+
+def test_the_ingest_reads_a_grown_export_file_from_where_its_entries_ended_and_finds_what_a_whole_read_finds(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three exports of one queue file in one ingest run: the second and third copies are the first's pieces and more,
+    so the bounds read only the bytes past the entries the copy before held (a real queue file is 5.7 MiB). Bounds,
+    dangling entries and the ledger's summary equal those of the same bytes read whole as a store copy, and the
+    files row names an export's file by its pieces."""
+    import numpy as np
+
+    from jobs.ingest import bounds
+    from jobs.ingest.extracted import Extracted
+    from jobs.ingest.known_records import _SnapshotRecords
+    from schemas import files, queue_bounds
+
+    known = _SnapshotRecords(np.arange(1000, 1000 + 100 * 60, 100, dtype=np.int64), np.full(60, 100, np.int32),
+                             (1000, 1000 + 100 * 60))
+    host = Host(tmp_path)
+    batches = [[entry(i) for i in range(10)],
+               # entry 15 points inside record 15, entry 17 names a size its record does not have
+               [struct.pack(">qiq", 1000 + 100 * i + (50 if i == 15 else 0), 120 if i == 17 else 100, 7)
+                for i in range(10, 20)],
+               [entry(i) for i in range(20, 30)]]
+    reads: list[tuple[int, int | None]] = []
+    real_read = bounds.read_file
+    monkeypatch.setattr(bounds, "read_file", lambda f, start=0, end=None: reads.append((start, end))
+                        or real_read(f, start, end))
+    at, prior_export, prior_copy = 0, {}, {}
+    for n, batch in enumerate(batches):
+        for e in batch:
+            host.write(at, e)
+            at += 20
+        _, f = host.export()
+        copy = tmp_path / "copies" / str(n) / REL
+        copy.parent.mkdir(parents=True)
+        copy.write_bytes(host.file.read_bytes())
+        plain = landing.LandingFile(uri=str(copy), path=f"copy{n}/{REL}", rel=REL, size=SIZE, mtime=float(n),
+                                    **landing.classify(REL, clients=False))
+        snap = landing.Snapshot("c", "b", host.ts, f"cluster=c/broker=b/snapshot_ts={n}")
+        got = {}
+        for name, lf, prior in (("export", f, prior_export), ("copy", plain, prior_copy)):
+            out = Extracted()
+            reads.clear()
+            entries, _ = bounds._queue_bounds(snap, "TopicA", 0, [lf], out, T0, known, prior, 1000)
+            got[name] = (out.rows[queue_bounds.NAME], [(p.position, p.reason) for *_, p in out.problems],
+                         entries[REL].summary, entries[REL].dangling, list(reads), out.rows[files.NAME][0])
+            if name == "export":
+                prior_export = entries
+            else:
+                prior_copy = entries
+        (e_rows, e_problems, e_summary, e_dangling, e_reads, e_file) = got["export"]
+        (c_rows, c_problems, c_summary, c_dangling, _, c_file) = got["copy"]
+        assert [(r["min_offset"], r["max_offset"]) for r in e_rows] == [(0, 10 * (n + 1))]
+        assert e_rows == c_rows and e_problems == c_problems and e_summary == c_summary and e_dangling == c_dangling
+        # (entry 9's tags code ends in zero bytes: the second export's piece begins at byte 192, inside it)
+        assert e_reads == [(0, None), (192, 400), (400, 600)][n:n + 1]
+        assert e_file["sha256"] == bounds._pieces_sha(f) != c_file["sha256"]
+        assert (e_file["read_from"], e_file["read_to"], e_file["size"]) == (0, SIZE, SIZE)
+    assert [(pos, why.split(" points")[0].split(" says")[0]) for pos, why in e_problems] == [(300, "entry 15"),
+                                                                                          (340, "entry 17")]
+    assert e_summary.entries == 30 and e_summary.last_commit_offset == 1000 + 100 * 29
