@@ -361,3 +361,60 @@ def test_the_ingest_reads_a_grown_export_file_from_where_its_entries_ended_and_f
     assert [(pos, why.split(" points")[0].split(" says")[0]) for pos, why in e_problems] == [(300, "entry 15"),
                                                                                           (340, "entry 17")]
     assert e_summary.entries == 30 and e_summary.last_commit_offset == 1000 + 100 * 29
+
+
+@pytest.mark.parametrize("case", ["oldest inside", "rewritten below the piece"])
+def test_a_grown_export_file_is_read_whole_when_the_oldest_entry_lies_inside_or_its_last_entry_was_rewritten(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+    """The bounds search a file the oldest commitlog segment starts inside: such a copy is read whole, its new entries
+    alone checked. A last entry whose zero tags code the broker wrote again (the host's tail check covers the bytes
+    before the shipped end only) makes the new piece's first bytes non-zero: read and checked whole. Either way the
+    rows equal those of the same bytes read as store copies."""
+    import numpy as np
+
+    from jobs.ingest import bounds
+    from jobs.ingest.extracted import Extracted
+    from jobs.ingest.known_records import _SnapshotRecords
+    from schemas import queue_bounds
+
+    known = _SnapshotRecords(np.arange(1000, 1000 + 100 * 60, 100, dtype=np.int64), np.full(60, 100, np.int32),
+                             (1000, 1000 + 100 * 60))
+    oldest = 1000 + 100 * 5 if case == "oldest inside" else 1000
+    host = Host(tmp_path)
+    reads: list[tuple[int, int | None]] = []
+    real_read = bounds.read_file
+    monkeypatch.setattr(bounds, "read_file", lambda f, start=0, end=None: reads.append((start, end))
+                        or real_read(f, start, end))
+    prior_export, prior_copy = {}, {}
+    rewritten = case != "oldest inside"
+    ends = [10, 19 if rewritten else 20, 30]  # entries after each export (entry 18's tags code is zero)
+    for n in range(3):
+        for i in range(([0] + ends)[n], ends[n]):
+            host.write(20 * i, entry(i) if i != 13 else struct.pack(">qiq", 1000 + 100 * i + 50, 100, 7))
+        if n == 2 and rewritten:  # entry 18's zero tags code written again as 5: past the shipped end, unchecked
+            host.write(20 * 18 + 12, struct.pack(">q", 5))
+        _, f = host.export()
+        copy = tmp_path / "copies" / str(n) / REL
+        copy.parent.mkdir(parents=True)
+        copy.write_bytes(host.file.read_bytes())
+        plain = landing.LandingFile(uri=str(copy), path=f"copy{n}/{REL}", rel=REL, size=SIZE, mtime=float(n),
+                                    **landing.classify(REL, clients=False))
+        snap = landing.Snapshot("c", "b", host.ts, f"cluster=c/broker=b/snapshot_ts={n}")
+        got = {}
+        for name, lf, prior in (("export", f, prior_export), ("copy", plain, prior_copy)):
+            out = Extracted()
+            reads.clear()
+            entries, _ = bounds._queue_bounds(snap, "TopicA", 0, [lf], out, T0, known, prior, oldest)
+            got[name] = (out.rows[queue_bounds.NAME], [(p.position, p.reason) for *_, p in out.problems],
+                         entries[REL].summary, list(reads))
+            if name == "export":
+                prior_export = entries
+            else:
+                prior_copy = entries
+        assert got["export"][:3] == got["copy"][:3]
+        assert [(r["min_offset"], r["max_offset"]) for r in got["export"][0]] == [(0 if rewritten else 5, ends[n])]
+        assert [pos for pos, _ in got["export"][1]] == ([] if n == 0 else [260])
+        # the rewritten case's second export grows (from byte 192: entry 9's tags code is zero too); its third reads
+        # from entry 18's last bytes, finds them no longer zero and reads the file whole
+        assert got["export"][3] == ([(0, None)] if not rewritten or n == 0 else
+                                    [(192, 380)] if n == 1 else [(372, 600), (0, None)])
