@@ -322,9 +322,10 @@ def _logging(verbose: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _logging(args.verbose)
-    from jobs.lake.engine_config import RUST_LOG_DEFAULT
+    from jobs.lake.engine_config import RUST_LOG_DEFAULT, no_huge_pages
 
     os.environ.setdefault("RUST_LOG", RUST_LOG_DEFAULT)
+    no_huge_pages()
     from jobs.lake import interrupts
 
     interrupts.install()

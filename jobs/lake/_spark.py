@@ -109,6 +109,9 @@ def session(engine: Engine | None = None, *, remote: str | None = None) -> Itera
         os.environ["RUST_LOG"] = rust_log(os.environ.get("RUST_LOG"))
         for name, value in {**MIMALLOC_DEFAULTS, **SAIL_DEFAULTS}.items():
             os.environ.setdefault(name, value)
+        from jobs.lake.engine_config import no_huge_pages
+
+        no_huge_pages()  # (the CLI did already; a job started otherwise, by a test or a DAG task's own process)
         from pysail.spark import SparkConnectServer
 
         server = SparkConnectServer(ip="127.0.0.1", port=0)

@@ -11,6 +11,27 @@ from typing import Any
 RUST_LOG_DEFAULT = "warn,sail_common::actor=error"
 
 
+def no_huge_pages() -> bool:
+    """Turn transparent huge pages off for this process (``prctl(PR_SET_THP_DISABLE)``, Linux; inherited by its
+    children); ``RMQ_RECON_HUGE_PAGES=1`` keeps them. Returns whether they are off.
+
+    Sail's and Arrow's allocators (mimalloc, set to hand freed memory back at once: ``_spark.MIMALLOC_DEFAULTS``) and
+    numpy fault fresh memory in all the time. Where the kernel backs it with 2 MiB pages (the allocators ask for them;
+    a machine set to ``always`` gives them anyway), each fault zeroes the whole page: a fifth of the CPU of bench_export's
+    ingest went to zeroing pages (``perf``: ``clear_page_erms`` under ``do_huge_pmd_anonymous_page``). Off, its system
+    time went 13.6-15.4 -> 10.0-12.0 s and its wall time 30.9-33.2 -> 28.8-30.2 s (four runs each, alternately), with
+    the same peak RSS."""
+    if os.environ.get("RMQ_RECON_HUGE_PAGES") == "1":
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(41, 1, 0, 0, 0) == 0  # PR_SET_THP_DISABLE (Linux 3.15+)
+    except (OSError, AttributeError):  # not Linux: nothing to turn off
+        return False
+
+
 def apply_spark_connection(conn_id: str | None) -> None:
     """Point the jobs at the Spark Connect server of an Airflow ``spark_connect`` connection (none: embedded Sail)."""
     if not conn_id:
