@@ -302,65 +302,92 @@ def test_last_nonzero_is_rstrip(length: int) -> None:
         assert queues._last_nonzero(memoryview(buf)) == want
 
 
+class Bounds:
+    """The queue bounds of one ingest run over a host's exports of the queue file, beside the same bytes read as
+    store copies: each :meth:`export` exports the file as it is now and runs both through ``_queue_bounds`` (the
+    records of 60 messages known, entries 0-59 pointing at them), each with the ledger entries of its copy before."""
+
+    def __init__(self, tmp: pathlib.Path, monkeypatch: pytest.MonkeyPatch, oldest: int) -> None:
+        import numpy as np
+
+        from jobs.ingest import bounds
+        from jobs.ingest.known_records import _SnapshotRecords
+
+        self.tmp, self.host, self.oldest, self.n = tmp, Host(tmp), oldest, 0
+        self.known = _SnapshotRecords(np.arange(1000, 1000 + 100 * 60, 100, dtype=np.int64),
+                                      np.full(60, 100, np.int32), (1000, 1000 + 100 * 60))
+        self.reads: list[tuple[int, int | None]] = []
+        real_read = bounds.read_file
+        monkeypatch.setattr(bounds, "read_file", lambda f, start=0, end=None: self.reads.append((start, end))
+                            or real_read(f, start, end))
+        self.prior: dict[str, dict] = {"export": {}, "copy": {}}
+
+    def export(self) -> tuple[landing.LandingFile, dict[str, dict]]:
+        """The export's file, and per path (``export``, ``copy``): its bounds rows, problems (position, reason), ledger
+        entry, byte ranges read and files row."""
+        from jobs.ingest import bounds
+        from jobs.ingest.extracted import Extracted
+        from schemas import files, queue_bounds
+
+        n, self.n = self.n, self.n + 1
+        _, f = self.host.export()
+        copy = self.tmp / "copies" / str(n) / REL
+        copy.parent.mkdir(parents=True)
+        copy.write_bytes(self.host.file.read_bytes())
+        plain = landing.LandingFile(uri=str(copy), path=f"copy{n}/{REL}", rel=REL, size=SIZE, mtime=float(n),
+                                    **landing.classify(REL, clients=False))
+        snap = landing.Snapshot("c", "b", self.host.ts, f"cluster=c/broker=b/snapshot_ts={n}")
+        got = {}
+        for name, lf in (("export", f), ("copy", plain)):
+            out = Extracted()
+            self.reads.clear()
+            entries, _ = bounds._queue_bounds(snap, "TopicA", 0, [lf], out, T0, self.known, self.prior[name],
+                                              self.oldest)
+            self.prior[name] = entries
+            got[name] = {"bounds": [(r["min_offset"], r["max_offset"]) for r in out.rows[queue_bounds.NAME]],
+                         "problems": [(p.position, p.reason) for *_, p in out.problems], "entry": entries[REL],
+                         "reads": list(self.reads), "file": out.rows[files.NAME][0]}
+        return f, got
+
+
+def _same(got: dict[str, dict]) -> None:
+    """The export path found what the store-copy path found (the ledger's summary and dangling entries too)."""
+    e, c = got["export"], got["copy"]
+    assert (e["bounds"], e["problems"], e["entry"].summary, e["entry"].dangling) == (
+        c["bounds"], c["problems"], c["entry"].summary, c["entry"].dangling)
+
+
 def test_the_ingest_reads_a_grown_export_file_from_where_its_entries_ended_and_finds_what_a_whole_read_finds(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Three exports of one queue file in one ingest run: the second and third copies are the first's pieces and more,
     so the bounds read only the bytes past the entries the copy before held (a real queue file is 5.7 MiB). Bounds,
     dangling entries and the ledger's summary equal those of the same bytes read whole as a store copy, and the
     files row names an export's file by its pieces."""
-    import numpy as np
-
     from jobs.ingest import bounds
-    from jobs.ingest.extracted import Extracted
-    from jobs.ingest.known_records import _SnapshotRecords
-    from schemas import files, queue_bounds
 
-    known = _SnapshotRecords(np.arange(1000, 1000 + 100 * 60, 100, dtype=np.int64), np.full(60, 100, np.int32),
-                             (1000, 1000 + 100 * 60))
-    host = Host(tmp_path)
+    run = Bounds(tmp_path, monkeypatch, oldest=1000)
     batches = [[entry(i) for i in range(10)],
                # entry 15 points inside record 15, entry 17 names a size its record does not have
                [struct.pack(">qiq", 1000 + 100 * i + (50 if i == 15 else 0), 120 if i == 17 else 100, 7)
                 for i in range(10, 20)],
                [entry(i) for i in range(20, 30)]]
-    reads: list[tuple[int, int | None]] = []
-    real_read = bounds.read_file
-    monkeypatch.setattr(bounds, "read_file", lambda f, start=0, end=None: reads.append((start, end))
-                        or real_read(f, start, end))
-    at, prior_export, prior_copy = 0, {}, {}
+    at = 0
     for n, batch in enumerate(batches):
         for e in batch:
-            host.write(at, e)
+            run.host.write(at, e)
             at += 20
-        _, f = host.export()
-        copy = tmp_path / "copies" / str(n) / REL
-        copy.parent.mkdir(parents=True)
-        copy.write_bytes(host.file.read_bytes())
-        plain = landing.LandingFile(uri=str(copy), path=f"copy{n}/{REL}", rel=REL, size=SIZE, mtime=float(n),
-                                    **landing.classify(REL, clients=False))
-        snap = landing.Snapshot("c", "b", host.ts, f"cluster=c/broker=b/snapshot_ts={n}")
-        got = {}
-        for name, lf, prior in (("export", f, prior_export), ("copy", plain, prior_copy)):
-            out = Extracted()
-            reads.clear()
-            entries, _ = bounds._queue_bounds(snap, "TopicA", 0, [lf], out, T0, known, prior, 1000)
-            got[name] = (out.rows[queue_bounds.NAME], [(p.position, p.reason) for *_, p in out.problems],
-                         entries[REL].summary, entries[REL].dangling, list(reads), out.rows[files.NAME][0])
-            if name == "export":
-                prior_export = entries
-            else:
-                prior_copy = entries
-        (e_rows, e_problems, e_summary, e_dangling, e_reads, e_file) = got["export"]
-        (c_rows, c_problems, c_summary, c_dangling, _, c_file) = got["copy"]
-        assert [(r["min_offset"], r["max_offset"]) for r in e_rows] == [(0, 10 * (n + 1))]
-        assert e_rows == c_rows and e_problems == c_problems and e_summary == c_summary and e_dangling == c_dangling
+        f, got = run.export()
+        _same(got)
+        assert got["export"]["bounds"] == [(0, 10 * (n + 1))]
         # (entry 9's tags code ends in zero bytes: the second export's piece begins at byte 192, inside it)
-        assert e_reads == [(0, None), (192, 400), (400, 600)][n:n + 1]
+        assert got["export"]["reads"] == [(0, None), (192, 400), (400, 600)][n:n + 1]
+        e_file, c_file = got["export"]["file"], got["copy"]["file"]
         assert e_file["sha256"] == bounds._pieces_sha(f) != c_file["sha256"]
         assert (e_file["read_from"], e_file["read_to"], e_file["size"]) == (0, SIZE, SIZE)
-    assert [(pos, why.split(" points")[0].split(" says")[0]) for pos, why in e_problems] == [(300, "entry 15"),
-                                                                                          (340, "entry 17")]
-    assert e_summary.entries == 30 and e_summary.last_commit_offset == 1000 + 100 * 29
+    assert [(pos, why.split(" points")[0].split(" says")[0]) for pos, why in got["export"]["problems"]] == [
+        (300, "entry 15"), (340, "entry 17")]
+    summary = got["export"]["entry"].summary
+    assert summary.entries == 30 and summary.last_commit_offset == 1000 + 100 * 29
 
 
 @pytest.mark.parametrize("case", ["oldest inside", "rewritten below the piece"])
@@ -370,51 +397,19 @@ def test_a_grown_export_file_is_read_whole_when_the_oldest_entry_lies_inside_or_
     alone checked. A last entry whose zero tags code the broker wrote again (the host's tail check covers the bytes
     before the shipped end only) makes the new piece's first bytes non-zero: read and checked whole. Either way the
     rows equal those of the same bytes read as store copies."""
-    import numpy as np
-
-    from jobs.ingest import bounds
-    from jobs.ingest.extracted import Extracted
-    from jobs.ingest.known_records import _SnapshotRecords
-    from schemas import queue_bounds
-
-    known = _SnapshotRecords(np.arange(1000, 1000 + 100 * 60, 100, dtype=np.int64), np.full(60, 100, np.int32),
-                             (1000, 1000 + 100 * 60))
-    oldest = 1000 + 100 * 5 if case == "oldest inside" else 1000
-    host = Host(tmp_path)
-    reads: list[tuple[int, int | None]] = []
-    real_read = bounds.read_file
-    monkeypatch.setattr(bounds, "read_file", lambda f, start=0, end=None: reads.append((start, end))
-                        or real_read(f, start, end))
-    prior_export, prior_copy = {}, {}
     rewritten = case != "oldest inside"
+    run = Bounds(tmp_path, monkeypatch, oldest=1000 if rewritten else 1000 + 100 * 5)
     ends = [10, 19 if rewritten else 20, 30]  # entries after each export (entry 18's tags code is zero)
     for n in range(3):
         for i in range(([0] + ends)[n], ends[n]):
-            host.write(20 * i, entry(i) if i != 13 else struct.pack(">qiq", 1000 + 100 * i + 50, 100, 7))
+            run.host.write(20 * i, entry(i) if i != 13 else struct.pack(">qiq", 1000 + 100 * i + 50, 100, 7))
         if n == 2 and rewritten:  # entry 18's zero tags code written again as 5: past the shipped end, unchecked
-            host.write(20 * 18 + 12, struct.pack(">q", 5))
-        _, f = host.export()
-        copy = tmp_path / "copies" / str(n) / REL
-        copy.parent.mkdir(parents=True)
-        copy.write_bytes(host.file.read_bytes())
-        plain = landing.LandingFile(uri=str(copy), path=f"copy{n}/{REL}", rel=REL, size=SIZE, mtime=float(n),
-                                    **landing.classify(REL, clients=False))
-        snap = landing.Snapshot("c", "b", host.ts, f"cluster=c/broker=b/snapshot_ts={n}")
-        got = {}
-        for name, lf, prior in (("export", f, prior_export), ("copy", plain, prior_copy)):
-            out = Extracted()
-            reads.clear()
-            entries, _ = bounds._queue_bounds(snap, "TopicA", 0, [lf], out, T0, known, prior, oldest)
-            got[name] = (out.rows[queue_bounds.NAME], [(p.position, p.reason) for *_, p in out.problems],
-                         entries[REL].summary, list(reads))
-            if name == "export":
-                prior_export = entries
-            else:
-                prior_copy = entries
-        assert got["export"][:3] == got["copy"][:3]
-        assert [(r["min_offset"], r["max_offset"]) for r in got["export"][0]] == [(0 if rewritten else 5, ends[n])]
-        assert [pos for pos, _ in got["export"][1]] == ([] if n == 0 else [260])
+            run.host.write(20 * 18 + 12, struct.pack(">q", 5))
+        _, got = run.export()
+        _same(got)
+        assert got["export"]["bounds"] == [(0 if rewritten else 5, ends[n])]
+        assert [pos for pos, _ in got["export"]["problems"]] == ([] if n == 0 else [260])
         # the rewritten case's second export grows (from byte 192: entry 9's tags code is zero too); its third reads
         # from entry 18's last bytes, finds them no longer zero and reads the file whole
-        assert got["export"][3] == ([(0, None)] if not rewritten or n == 0 else
-                                    [(192, 380)] if n == 1 else [(372, 600), (0, None)])
+        assert got["export"]["reads"] == ([(0, None)] if not rewritten or n == 0 else
+                                          [(192, 380)] if n == 1 else [(372, 600), (0, None)])
