@@ -273,12 +273,22 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
         else:
             grown[f.rel] = g
     try:
-        added = {f.rel: read_file(f, grown[f.rel][1], grown[f.rel][2]) or b"" for f in fs if f.rel in grown}
-        for rel, (before, lo, _) in list(grown.items()):
-            # a new piece begins where the copy before had its last non-zero byte, which can lie inside its last
-            # entry (a tags code ending in zero bytes): up to where its entries ended those bytes were zeros
-            if any(added[rel][:before.summary.entries * CQ_STORE_UNIT_SIZE - lo]):
-                del grown[rel], added[rel]  # written again below its new pieces: read and checked whole
+        added = {}  # the new entries of each grown file, decoded, and its summary
+        for f in fs:
+            if f.rel in grown:
+                before, lo, hi = grown[f.rel]
+                data, n0 = read_file(f, lo, hi) or b"", before.summary.entries * CQ_STORE_UNIT_SIZE
+                cq = consumequeue.decode_cq(data[n0 - lo:], file_start_byte=(f.start or 0) + n0)
+                summary = _grown_summary(before.summary, cq, f.size)
+                # A new piece begins where the copy before had its last non-zero byte, which can lie inside its last
+                # entry (a tags code ending in zero bytes): up to where its entries ended those bytes were zeros. If
+                # they are not (written again below the new pieces), or the new entries are out of order or reach
+                # below the oldest segment (the bounds would search them), the file is read and checked whole.
+                if any(data[:n0 - lo]) or summary.problems or (
+                        oldest is not None and summary.entries and (summary.first_commit_offset or 0) < oldest):
+                    del grown[f.rel]
+                else:
+                    added[f.rel] = (cq, summary)
         raw = {f.rel: read_file(f) or b"" for f in fs if f.rel not in stand_in and f.rel not in grown}
     except OSError as exc:
         out.problem(snap.cluster, snap.broker, snap.ts, Problem(
@@ -304,12 +314,9 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
                                  "read_from": 0, "read_to": f.size, "ingested_at": now})
             continue
         if f.rel in grown:  # an export's file: its entries before the new pieces are the earlier copy's
-            before, lo, hi = grown[f.rel]
-            lo, data = before.summary.entries * CQ_STORE_UNIT_SIZE, added[f.rel][before.summary.entries
-                                                                                 * CQ_STORE_UNIT_SIZE - lo:]
-            cq = consumequeue.decode_cq(data, file_start_byte=start + lo)
-            summary = _grown_summary(before.summary, cq, f.size)
-            dangling = list(before.dangling) + [(pos + lo, why) for pos, why in
+            before, (cq, summary) = grown[f.rel][0], added[f.rel]
+            n0 = before.summary.entries * CQ_STORE_UNIT_SIZE
+            dangling = list(before.dangling) + [(pos + n0, why) for pos, why in
                                                 known.dangling(snap.cluster, snap.broker, cq)]
             entries[f.rel] = dataclasses.replace(_entry(f, _pieces_sha(f), summary,
                                                         dangling, known, None), pieces=f.pieces)

@@ -413,3 +413,25 @@ def test_a_grown_export_file_is_read_whole_when_the_oldest_entry_lies_inside_or_
         # from entry 18's last bytes, finds them no longer zero and reads the file whole
         assert got["export"]["reads"] == ([(0, None)] if not rewritten or n == 0 else
                                           [(192, 380)] if n == 1 else [(372, 600), (0, None)])
+
+
+@pytest.mark.parametrize("case", ["out of order", "first entries below the oldest segment"])
+def test_new_entries_the_bounds_cannot_take_as_they_come_make_the_file_read_whole(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+    """New entries out of order (a damaged one pointing back), or the first entries of a file that had none pointing
+    below the oldest segment (the bounds would search them): the grown copy is read whole, as a store copy's is, and
+    gives its rows."""
+    below = case != "out of order"
+    run = Bounds(tmp_path, monkeypatch, oldest=1000 + 100 * 5 if below else 1000)
+    first = [] if below else [entry(i) for i in range(10)]
+    later = [entry(i) for i in range(10)] if below else [
+        entry(i) if i != 12 else struct.pack(">qiq", 1000 + 100 * 2, 100, 7) for i in range(10, 20)]
+    for n, batch in enumerate([first, later]):
+        for i, e in enumerate(batch):
+            run.host.write(20 * (i + len(first) * n), e)
+        _, got = run.export()
+        _same(got)
+    assert got["export"]["bounds"] == ([(5, 10)] if below else got["copy"]["bounds"])
+    assert got["export"]["entry"].summary.problems is (not below)
+    # the new part read, found unusable, then the file whole
+    assert got["export"]["reads"] == [(0, 200) if below else (192, 400), (0, None)]
