@@ -13,7 +13,8 @@ RUST_LOG_DEFAULT = "warn,sail_common::actor=error"
 
 def no_huge_pages() -> bool:
     """Turn transparent huge pages off for this process (``prctl(PR_SET_THP_DISABLE)``, Linux; inherited by its
-    children); ``RMQ_RECON_HUGE_PAGES=1`` keeps them. Returns whether they are off.
+    children); ``RMQ_RECON_HUGE_PAGES=1`` keeps them (and turns them on again in a process whose parent turned them
+    off). Returns whether they are off.
 
     Sail's and Arrow's allocators (mimalloc, set to hand freed memory back at once: ``_spark.MIMALLOC_DEFAULTS``) and
     numpy fault fresh memory in all the time. Where the kernel backs it with 2 MiB pages (the allocators ask for them;
@@ -21,13 +22,13 @@ def no_huge_pages() -> bool:
     ingest went to zeroing pages (``perf``: ``clear_page_erms`` under ``do_huge_pmd_anonymous_page``). Off, its system
     time went 13.6-15.4 -> 10.0-12.0 s and its wall time 30.9-33.2 -> 28.8-30.2 s (four runs each, alternately), with
     the same peak RSS."""
-    if os.environ.get("RMQ_RECON_HUGE_PAGES") == "1":
-        return False
+    keep = os.environ.get("RMQ_RECON_HUGE_PAGES") == "1"
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(41, 1, 0, 0, 0) == 0  # PR_SET_THP_DISABLE (Linux 3.15+)
+        # PR_SET_THP_DISABLE (Linux 3.15+); a child inherits it, so keeping them turns them on again
+        return libc.prctl(41, 0 if keep else 1, 0, 0, 0) == 0 and not keep
     except (OSError, AttributeError):  # not Linux: nothing to turn off
         return False
 
