@@ -112,7 +112,10 @@ def test_a_horizon_run_reads_less_than_a_full_run(runs: dict) -> None:
                           "subscription_groups": "after 2026-01-05T05:00:00.000Z and the previous run's latest",
                           "messages_recent": 34781, "messages_old_for_order": 18654, "messages_old_looked_up": 74,
                           "deliveries_recent_and_open": 17850, "deliveries_of_full_groups": 10637,
-                          "messages_of_full_groups": "all (relevant_messages)", "retry_chains": 2}
+                          "messages_of_full_groups": "all (relevant_messages)", "retry_chains": 2,
+                          # committed offsets below the recent records: 36 that sched-05 looked up (its hits and the
+                          # records first held since its cut), 4 new ones searched in every old record
+                          "positions_carried": 36, "positions_searched_in_all": 4}
     # the offset series: sched-05's tail (each key's last 48 known snapshots and its newest) plus the snapshots after
     # 05:00, not every snapshot since 00:30
     from jobs.lake import _delta
@@ -224,6 +227,49 @@ def test_old_maxima_carry_the_previous_runs_and_read_only_records_first_held_sin
     assert horizon.offsets_in_order(lo(("C", "T", "b", 0, 7), ("C", "T", "b", 2, 9)), old_max)
     assert not horizon.offsets_in_order(lo(("C", "T", "b", 0, 6)), old_max)  # the record first held since: 6 >= 6
     assert not horizon.offsets_in_order(lo(("C", "T", "b", 2, 8)), old_max)  # the carried maximum: 8 >= 8
+
+
+def test_position_hits_carry_the_previous_runs_and_search_every_old_record_only_at_new_positions(spark) -> None:  # noqa: ANN001
+    """horizon.position_hits: at a position the previous run looked up, its hits plus the records first held after
+    its cut; at a new position, every old record. A record first held before the previous cut at a looked-up position
+    it did not report is not searched for (that run saw the same lake below its time: it cannot be there)."""
+    import datetime as dt
+
+    from jobs.reconcile import horizon
+
+    utc = dt.timezone.utc
+    t1, t2, t3 = (dt.datetime(2026, 1, 5, h, tzinfo=utc) for h in (1, 2, 3))
+    cols = ("cluster string, topic string, broker string, queue_id int, queue_offset long, physical_offset long, "
+            "first_snapshot_ts timestamp")
+    old_m = spark.createDataFrame([
+        ("C", "T", "b", 0, 5, 500, t1),   # at a carried position, held before the cut: found through the carry only
+        ("C", "T", "b", 0, 5, 900, t3),   # the same position, first held since the cut: searched
+        ("C", "T", "b", 1, 7, 700, t1),   # a looked-up position the previous run did not report: not searched
+        ("C", "T", "b", 2, 9, 950, t1),   # a new position: every old record
+        ("C", "T", "b", 2, 4, 400, t1),   # no position
+    ], cols)
+    positions = spark.createDataFrame([("C", "T", "b", 0, 5), ("C", "T", "b", 1, 7), ("C", "T", "b", 2, 9)],
+                                      horizon.POSITION_SCHEMA)
+    previous = {"horizon": {"positions": horizon.kept_positions(
+        spark.createDataFrame([("C", "T", "b", 0, 5), ("C", "T", "b", 1, 7), ("C", "T", "b", 3, 1)],
+                              horizon.POSITION_SCHEMA),
+        spark.createDataFrame([("C", "T", "b", 0, 5, 500), ("C", "T", "b", 3, 1, 100)], horizon.HIT_SCHEMA), t2)}}
+
+    def rows(df):  # noqa: ANN001, ANN202
+        return sorted(tuple(r) for r in df.select("queue_id", "queue_offset", "physical_offset").collect())
+
+    carried = horizon.carried_positions(spark, previous, t3)
+    hits, searched = horizon.position_hits(old_m, positions, carried)
+    assert (rows(hits), searched) == ([(0, 5, 500), (0, 5, 900), (2, 9, 950)],
+                                      {"positions_carried": 2, "positions_searched_in_all": 1})
+    full, searched = horizon.position_hits(old_m, positions)
+    assert (rows(full), searched) == ([(0, 5, 500), (0, 5, 900), (1, 7, 700), (2, 9, 950)],
+                                      {"positions_searched_in_all": 3})
+    assert horizon.carried_positions(spark, previous, t1) is None  # kept as of a cut after this run's
+    assert horizon.carried_positions(spark, {"horizon": {}}, t3) is None  # a full run keeps none
+    assert previous["horizon"]["positions"] == {
+        "cut": "2026-01-05T02:00:00+00:00", "looked": [["C", "T", "b", 0, 5], ["C", "T", "b", 1, 7], ["C", "T", "b", 3, 1]],
+        "hits": [["C", "T", "b", 0, 5, 500], ["C", "T", "b", 3, 1, 100]]}
 
 
 def test_the_snapshot_digest_follows_the_folders_at_or_before_its_time(spark: Any, tmp_path: pathlib.Path) -> None:

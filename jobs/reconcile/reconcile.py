@@ -540,10 +540,12 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
                                       missing=missing_inputs(folders, as_of_ts), kind=kind)
         failpoints.hit("reconcile.after_publish")
         held.check()
-        # The ledger row also keeps the old records' maxima per queue, which the next run carries
-        # (horizon.old_maxima); the report folder's summary does not list them.
+        # The ledger row also keeps the old records' maxima per queue and the positions looked up with their hits,
+        # which the next run carries (horizon.old_maxima, horizon.position_hits); the report folder's summary does
+        # not list them.
         # So does the offset state (jobs.reconcile.offset_state): each broker's newest bounds time and offsets file.
-        kept = {**summary, "horizon": {**info, **({"old_max": h["old_max"]} if h is not None else {}),
+        kept = {**summary, "horizon": {**info, **({"old_max": h["old_max"], "positions": h["positions"]}
+                                                  if h is not None else {}),
                                        "offsets": kept_offsets, **(h["modes"] if h is not None else r["modes"])}}
         ledger.record_reconcile(spark, lake, run_id=rid, as_of=as_of_ts, report_dir=folder,
                                 ingest_run_id=state["run_id"], rows={n: len(df) for n, df in r["pdfs"].items()},
