@@ -76,10 +76,15 @@ class CQSummary:
 def summarize(data: bytes, decoded: CQDecode | None = None) -> CQSummary:
     """The :class:`CQSummary` of one file's bytes (``decoded``: their :func:`decode_cq`, when already at hand)."""
     d = decoded if decoded is not None else decode_cq(data, file_start_byte=0)
+    return CQSummary(d.count, d.count == len(data) // CQ_STORE_UNIT_SIZE, *ends(d))
+
+
+def ends(d: CQDecode) -> tuple[int | None, int | None, bool]:
+    """The first and last commit offsets of decoded entries (None: none) and whether they have problems (a problem
+    of their own, or commit offsets out of order)."""
     ordered = d.count < 2 or bool((d.commit_offset[1:] >= d.commit_offset[:-1]).all())
-    return CQSummary(d.count, d.count == len(data) // CQ_STORE_UNIT_SIZE,
-                     int(d.commit_offset[0]) if d.count else None, int(d.commit_offset[-1]) if d.count else None,
-                     bool(d.problems) or not ordered)
+    return (int(d.commit_offset[0]) if d.count else None, int(d.commit_offset[-1]) if d.count else None,
+            bool(d.problems) or not ordered)
 
 
 @dataclass(frozen=True)

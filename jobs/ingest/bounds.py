@@ -309,9 +309,7 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
                                                 s.last_commit_offset, found.get(f.rel)))
             meets = s.entries and known.meets(s.first_commit_offset or 0, s.last_commit_offset or 0)
             checks.append((f, None, e.dangling if meets else ()))
-            out.add(files.NAME, {**base, "source_path": f.path, "file_kind": "consumequeue", "size": f.size,
-                                 "sha256": e.sha256, "content": None, "used_backup": None,
-                                 "read_from": 0, "read_to": f.size, "ingested_at": now})
+            out.add(files.NAME, _files_row(base, f, f.size, e.sha256, now))
             continue
         if f.rel in grown:  # an export's file: its entries before the new pieces are the earlier copy's
             before, (cq, summary) = grown[f.rel][0], added[f.rel]
@@ -323,9 +321,7 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
             parts.append(consumequeue.QueueFile(start // CQ_STORE_UNIT_SIZE, summary.entries, summary.full, None,
                                                 summary.first_commit_offset, summary.last_commit_offset))
             checks.append((f, None, dangling))
-            out.add(files.NAME, {**base, "source_path": f.path, "file_kind": "consumequeue", "size": f.size,
-                                 "sha256": entries[f.rel].sha256, "content": None, "used_backup": None,
-                                 "read_from": 0, "read_to": f.size, "ingested_at": now})
+            out.add(files.NAME, _files_row(base, f, f.size, entries[f.rel].sha256, now))
             continue
         # Every valid entry counts, also one pointing past the end of this snapshot's commitlog files: a sync copies
         # store/commitlog before store/consumequeue, and the live broker's maxOffset counts the entries written since
@@ -355,9 +351,7 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
                                                     prefix), pieces=f.pieces)
         parts.append(consumequeue.QueueFile.of(cq, len(data)))
         checks.append((f, cq, dangling))
-        out.add(files.NAME, {**base, "source_path": f.path, "file_kind": "consumequeue", "size": len(data),
-                             "sha256": sha, "content": None, "used_backup": None,
-                             "read_from": 0, "read_to": len(data), "ingested_at": now})
+        out.add(files.NAME, _files_row(base, f, len(data), sha, now))
     mn, mx = consumequeue.bounds(parts, oldest)
     out.add(queue_bounds.NAME, {**base, "topic": topic, "queue_id": qid, "min_offset": mn, "max_offset": mx})
     for f, cq, dangling in checks:
@@ -366,6 +360,12 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
         for pos, reason in dangling:
             out.problem(snap.cluster, snap.broker, snap.ts, Problem(f.path, pos, reason))
     return entries, CQReads(len(raw) + len(grown), len(stand_in))
+
+
+def _files_row(base: dict[str, Any], f: LandingFile, size: int, sha: str, now: dt.datetime) -> dict[str, Any]:
+    """A consume queue file's bronze/files row: read (or stood in for) whole, ``size`` bytes named by ``sha``."""
+    return {**base, "source_path": f.path, "file_kind": "consumequeue", "size": size, "sha256": sha, "content": None,
+            "used_backup": None, "read_from": 0, "read_to": size, "ingested_at": now}
 
 
 def _pieces_sha(f: LandingFile) -> str:
@@ -401,13 +401,13 @@ def _grown_summary(s: "consumequeue.CQSummary", cq: "consumequeue.CQDecode", siz
     """The summary of a file holding ``s``'s entries, then ``cq``'s (decoded from where they ended)."""
     from jobs.formats import consumequeue
 
-    new = consumequeue.summarize(b"", cq)
+    first, last, problems = consumequeue.ends(cq)
     ordered = not (s.entries and cq.count) or (s.last_commit_offset or 0) <= int(cq.commit_offset[0])
     count = s.entries + cq.count
     return consumequeue.CQSummary(count, count == size // CQ_STORE_UNIT_SIZE,
-                                  s.first_commit_offset if s.entries else new.first_commit_offset,
-                                  new.last_commit_offset if cq.count else s.last_commit_offset,
-                                  s.problems or new.problems or not ordered)
+                                  s.first_commit_offset if s.entries else first,
+                                  last if cq.count else s.last_commit_offset,
+                                  s.problems or problems or not ordered)
 
 
 def _sha_grown(data: bytes, entries: int | None, before: "cq_ledger.Entry | None") -> tuple[str, str | None, bool]:
