@@ -488,7 +488,7 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
         tmp = storage.join(lake, "_tmp", f"reconcile-{uuid.uuid4().hex[:12]}")
         try:
             frames["stored_messages"] = frames["messages"]
-            h = None
+            h, full_state = None, {}
             if previous is not None and not {"local_redelivery", "orderly", "traced"} <= set(previous["horizon"]):
                 previous, why = None, (f"the previous run {previous['run_id']} kept no consume modes or traced groups "
                                        "(an earlier release)")
@@ -530,6 +530,9 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
                 kept_offsets = offset_state.state(spark, frames, None, offset_files, as_of=as_of_ts, window=window)
                 if not groups:  # a run of some groups writes no audit rows of the others: nothing to carry
                     info["audit"] = horizon.full_audit_state(r["audit_stats"])
+                    full_state = horizon.full_run_state(
+                        {**frames, "messages": frames["stored_messages"]}, r["series"], as_of=as_of_ts, cut=cut,
+                        small=_spark.materializer(spark, storage.join(tmp, "carry")))
             say(f"reconcile: {info['mode']} run" + (f" (full: {info.get('why_full')})" if info["mode"] == "full"
                                                     else f", {len(info['full_groups'])} group(s) in full"))
         finally:
@@ -544,8 +547,8 @@ def run(lake: str, reports_root: str, *, as_of: str | dt.datetime | None = None,
         # which the next run carries (horizon.old_maxima, horizon.position_hits); the report folder's summary does
         # not list them.
         # So does the offset state (jobs.reconcile.offset_state): each broker's newest bounds time and offsets file.
-        kept = {**summary, "horizon": {**info, **({"old_max": h["old_max"], "positions": h["positions"]}
-                                                  if h is not None else {}),
+        carry = {"old_max": h["old_max"], "positions": h["positions"]} if h is not None else full_state
+        kept = {**summary, "horizon": {**info, **carry,
                                        "offsets": kept_offsets, **(h["modes"] if h is not None else r["modes"])}}
         ledger.record_reconcile(spark, lake, run_id=rid, as_of=as_of_ts, report_dir=folder,
                                 ingest_run_id=state["run_id"], rows={n: len(df) for n, df in r["pdfs"].items()},
@@ -594,7 +597,7 @@ def _reconcile(spark: Any, lake: str, frames: dict[str, Any], as_of_ts: dt.datet
     pdfs = covered(frames, pdfs, out["series_tail"], modes["traced"], as_of=as_of_ts, popped=popped)
     r = _load(spark, lake, as_of_ts, rid, pdfs, out["_agreement"].toPandas(),
               {name: out[name] for name in [*DASHBOARD_TABLES, *CARRIED_TABLES]}, files, say)
-    return {**r, "modes": modes, "audit_stats": out["_audit_stats"]}
+    return {**r, "modes": modes, "audit_stats": out["_audit_stats"], "series": out["_series"]}
 
 
 def mode_state(evidence: Any, orderly: Any, traced: Any) -> dict[str, list[list[str]]]:
