@@ -251,6 +251,7 @@ def test_position_hits_carry_the_previous_runs_and_search_every_old_record_only_
         ("C", "T", "b", 1, 7, 700, t1),   # a looked-up position the previous run did not report: not searched
         ("C", "T", "b", 2, 9, 950, t1),   # a new position: every old record
         ("C", "T", "b", 2, 4, 400, t1),   # no position
+        ("C", "T", "x", 2, 9, 990, t1),   # another broker: not read for a position on b
     ], cols)
     positions = spark.createDataFrame([("C", "T", "b", 0, 5), ("C", "T", "b", 1, 7), ("C", "T", "b", 2, 9)],
                                       horizon.POSITION_SCHEMA)
@@ -269,6 +270,8 @@ def test_position_hits_carry_the_previous_runs_and_search_every_old_record_only_
     full, searched = horizon.position_hits(old_m, positions)
     assert (rows(full), searched) == ([(0, 5, 500), (0, 5, 900), (1, 7, 700), (2, 9, 950)],
                                       {"positions_searched_in_all": 3})
+    # a search in every old record reads only the positions' brokers, within each one's range of their offsets
+    assert rows(horizon._near(old_m, positions)) == [(0, 5, 500), (0, 5, 900), (1, 7, 700), (2, 9, 950)]
     assert horizon.carried_positions(spark, previous, t1) is None  # kept as of a cut after this run's
     assert horizon.carried_positions(spark, {"horizon": {}}, t3) is None  # a full run keeps none
     assert previous["horizon"]["positions"] == {

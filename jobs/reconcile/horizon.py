@@ -239,16 +239,34 @@ def position_hits(old_m: Any, positions: Any, carried: dict | None = None) -> tu
     narrow = lambda m: m.select(*QUEUE, F.col("queue_offset").cast("long").alias("queue_offset"),  # noqa: E731
                                 "physical_offset")
     if carried is None:
-        return positions.join(narrow(old_m), on=at, how="inner"), {"positions_searched_in_all": positions.count()}
+        return positions.join(narrow(_near(old_m, positions)), on=at, how="inner"), \
+            {"positions_searched_in_all": positions.count()}
     known = positions.join(carried["looked"], on=at, how="left_semi")
     new = positions.join(carried["looked"], on=at, how="left_anti")
     since = narrow(old_m.where(F.col("first_snapshot_ts") > snapshots._ts(carried["cut"])))
     hits = (carried["hits"].join(known, on=at, how="left_semi")
             .unionByName(known.join(since, on=at, how="inner")))
     n_new = new.count()
-    if n_new:  # positions the previous run did not look up: every old record
-        hits = hits.unionByName(new.join(narrow(old_m), on=at, how="inner"))
+    if n_new:  # positions the previous run did not look up: every old record of their brokers
+        hits = hits.unionByName(new.join(narrow(_near(old_m, new)), on=at, how="inner"))
     return hits, {"positions_carried": known.count(), "positions_searched_in_all": n_new}
+
+
+def _near(old_m: Any, positions: Any) -> Any:
+    """The old records of the brokers of ``positions`` within each broker's range of their offsets: a filter on a
+    broker's files (one broker each, ``jobs.lake.layout``) that the statistics prune, so that a position on a small
+    broker does not pass over the bulk brokers' records. Exact: a record at a position passes it."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    spans = positions.groupBy("cluster", "broker").agg(F.min("queue_offset").alias("lo"),
+                                                       F.max("queue_offset").alias("hi")).collect()
+    if not spans or any(v is None for r in spans for v in r):
+        return old_m.where(F.lit(False)) if not spans else old_m
+    return old_m.where(reduce(lambda a, b: a | b, [
+        (F.col("cluster") == r["cluster"]) & (F.col("broker") == r["broker"])
+        & F.col("queue_offset").between(int(r["lo"]), int(r["hi"])) for r in spans]))
 
 
 def carried_positions(spark: Any, previous: dict | None, cut: dt.datetime) -> dict | None:
