@@ -272,6 +272,8 @@ def test_position_hits_carry_the_previous_runs_and_search_every_old_record_only_
                                       {"positions_searched_in_all": 3})
     # a search in every old record reads only the positions' brokers, within each one's range of their offsets
     assert rows(horizon._near(old_m, positions)) == [(0, 5, 500), (0, 5, 900), (1, 7, 700), (2, 9, 950)]
+    nulls = spark.createDataFrame([("C", "T", "x", 2, None), ("C", "T", None, 2, 9)], horizon.POSITION_SCHEMA)
+    assert rows(horizon._near(old_m, nulls)) == [] == rows(horizon._near(old_m, nulls.limit(0)))  # none can join
     assert horizon.carried_positions(spark, previous, t1) is None  # kept as of a cut after this run's
     assert horizon.carried_positions(spark, {"horizon": {}}, t3) is None  # a full run keeps none
     assert previous["horizon"]["positions"] == {

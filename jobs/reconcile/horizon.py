@@ -260,13 +260,12 @@ def _near(old_m: Any, positions: Any) -> Any:
 
     from pyspark.sql import functions as F
 
-    spans = positions.groupBy("cluster", "broker").agg(F.min("queue_offset").alias("lo"),
-                                                       F.max("queue_offset").alias("hi")).collect()
-    if not spans or any(v is None for r in spans for v in r):
-        return old_m.where(F.lit(False)) if not spans else old_m
+    spans = [r for r in positions.groupBy("cluster", "broker").agg(F.min("queue_offset").alias("lo"),
+                                                                   F.max("queue_offset").alias("hi")).collect()
+             if None not in tuple(r)]  # (a null never joins)
     return old_m.where(reduce(lambda a, b: a | b, [
         (F.col("cluster") == r["cluster"]) & (F.col("broker") == r["broker"])
-        & F.col("queue_offset").between(int(r["lo"]), int(r["hi"])) for r in spans]))
+        & F.col("queue_offset").between(int(r["lo"]), int(r["hi"])) for r in spans], F.lit(False)))
 
 
 def carried_positions(spark: Any, previous: dict | None, cut: dt.datetime) -> dict | None:
