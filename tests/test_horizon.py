@@ -281,6 +281,48 @@ def test_position_hits_carry_the_previous_runs_and_search_every_old_record_only_
         "hits": [["C", "T", "b", 0, 5, 500], ["C", "T", "b", 3, 1, 100]]}
 
 
+def test_at_records_come_from_the_previous_runs_records_and_only_fresh_hits_are_read(spark) -> None:  # noqa: ANN001
+    """horizon.at_records: a hit whose record the previous run kept is taken from what it kept (the test gives the kept
+    copy other keys to tell them apart); a hit it did not keep is read from the old records; the kept rows round-trip
+    through the ledger's JSON (store time in microseconds); without kept records every hit is read."""
+    import datetime as dt
+    import json
+
+    from jobs.reconcile import horizon
+
+    utc = dt.timezone.utc
+    t1, t2, t3 = (dt.datetime(2026, 1, 5, h, tzinfo=utc) for h in (1, 2, 3))
+    cols = ("cluster string, broker string, physical_offset long, queue_offset long, topic string, queue_id int, "
+            "uniq_key string, keys string, store_ts timestamp, first_snapshot_ts timestamp")
+    s1, s2 = dt.datetime(2026, 1, 4, 23, 59, 1, 250000, tzinfo=utc), dt.datetime(2026, 1, 5, 0, 30, tzinfo=utc)
+    old_m = spark.createDataFrame([
+        ("C", "b", 500, 5, "T", 0, "K5", "stored", s1, t1),
+        ("C", "b", 950, 9, "T", 2, "K9", None, s2, t1),
+        ("C", "b", 990, 10, "T", 2, "K10", "not a hit", s2, t1),
+    ], cols)
+    hits = spark.createDataFrame([("C", "T", "b", 0, 5, 500), ("C", "T", "b", 2, 9, 950)], horizon.HIT_SCHEMA)
+    kept_from = spark.createDataFrame([("C", "b", 500, 5, "T", 0, "K5", "kept", s1, t1),
+                                       ("C", "b", 100, 1, "T", 3, "K1", "no longer a hit", s1, t1)], cols)
+    positions = spark.createDataFrame([("C", "T", "b", 0, 5), ("C", "T", "b", 3, 1)], horizon.POSITION_SCHEMA)
+    kept = horizon.kept_positions(positions, hits.limit(1), t2, kept_from.select(*horizon.AT_COLUMNS))
+    assert kept["records"] == [["C", "b", 100, 1, "T", 3, "K1", "no longer a hit", 1767571141250000],
+                               ["C", "b", 500, 5, "T", 0, "K5", "kept", 1767571141250000]]
+    carried = horizon.carried_positions(spark, {"horizon": {"positions": json.loads(json.dumps(kept))}}, t3)
+
+    def rows(df):  # noqa: ANN001, ANN202
+        return sorted(tuple(r) for r in df.select(*horizon.AT_COLUMNS).collect())
+
+    naive = lambda t: t.astimezone(utc).replace(tzinfo=None)  # noqa: E731  (the session's time zone is UTC)
+    assert rows(horizon.at_records(old_m, hits, carried, lambda df, _n: df)) == [
+        ("C", "b", 500, 5, "T", 0, "K5", "kept", naive(s1)), ("C", "b", 950, 9, "T", 2, "K9", None, naive(s2))]
+    assert rows(horizon.at_records(old_m, hits, None, lambda df, _n: df)) == [
+        ("C", "b", 500, 5, "T", 0, "K5", "stored", naive(s1)), ("C", "b", 950, 9, "T", 2, "K9", None, naive(s2))]
+    del kept["records"]  # a run before the records were kept: every hit is read
+    carried = horizon.carried_positions(spark, {"horizon": {"positions": kept}}, t3)
+    assert carried["records"] is None
+    assert rows(horizon.at_records(old_m, hits, carried, lambda df, _n: df))[0][7] == "stored"
+
+
 def test_the_snapshot_digest_follows_the_folders_at_or_before_its_time(spark: Any, tmp_path: pathlib.Path) -> None:
     """horizon.SnapshotFolders, computed in the engine: a folder taken after the time leaves the digest as it was; a
     late file in a folder at or before it (a new listing) or a new folder there changes it. The missing inputs are
