@@ -323,6 +323,46 @@ def test_at_records_come_from_the_previous_runs_records_and_only_fresh_hits_are_
     assert rows(horizon.at_records(old_m, hits, carried, lambda df, _n: df))[0][7] == "stored"
 
 
+def test_open_entries_are_the_old_deliveries_still_open_and_their_timelines_from_the_one_before(spark) -> None:  # noqa: ANN001
+    """horizon.open_entries, exact rows: open (no end, SubAfter first held after the cut, or ending at or after the
+    group's first recent delivery) and, on an open delivery's host and queue, every entry from the one just before it;
+    an old delivery that ended after another group's first recent delivery but before its own group's is not open
+    (it passes the pre-filter on the first recent start of all, not the group's test); other hosts: nothing."""
+    import datetime as dt
+
+    from jobs.reconcile import horizon
+    from schemas import deliveries
+
+    utc = dt.timezone.utc
+    t = lambda h, m=0: dt.datetime(2026, 1, 5, h, m, tzinfo=utc)  # noqa: E731
+    cut = t(10)
+
+    def row(group, rid, client, offset, start, end, after, first=t(9)):  # noqa: ANN001, ANN202
+        return {"cluster": "C", "consumer_group": group, "request_id": rid, "uniq_key": f"K{rid}", "retry_times": 0,
+                "start_ts": start, "end_ts": end, "success": True if end else None, "topic": "T", "broker": "b",
+                "queue_id": 0, "queue_offset": offset, "client_host": "10.0.0.1", "client_id": client,
+                "trace_broker": "tb", "trace_physical_offset": offset, "first_snapshot_ts": first,
+                "after_snapshot_ts": after}
+
+    old = [row("G", "r1", "c1", 1, t(1), t(1, 1), t(2)),       # before the one before the first open: not needed
+           row("G", "r2", "c1", 2, t(2), t(2, 1), t(3)),       # the one just before the first open entry
+           row("G", "r3", "c1", 3, t(3), None, None),           # open: never ended
+           row("G", "r4", "c1", 4, t(4), t(4, 1), t(5)),       # after it on its timeline
+           row("G", "r5", "c2", 5, t(5), t(5, 1), t(10, 30)),  # open: SubAfter first held after the cut (alone)
+           row("G", "r6", "c3", 6, t(6), t(9, 40), t(9, 50)),  # open: ends after G's first recent start (9:30)
+           row("H", "r7", "c4", 7, t(7), t(9, 0), t(9, 5)),    # ends after G's first recent, before H's (9:45)
+           row("H", "r8", "c4", 8, t(8), t(8, 1), t(9))]        # ended, on a host with nothing open
+    recent = [row("G", "n1", "c9", 9, t(9, 30), t(9, 31), t(11), first=t(11)),
+              row("H", "n2", "c9", 10, t(9, 45), t(9, 46), t(11), first=t(11))]
+    frame = lambda rows: spark.createDataFrame([tuple(r.get(f.name) for f in deliveries.TABLE.schema.fields)  # noqa: E731
+                                                for r in rows], deliveries.TABLE.schema)
+    got = horizon.open_entries(frame(old), frame(recent), cut=cut)
+    assert sorted(r["request_id"] for r in got.collect()) == ["r2", "r3", "r4", "r5", "r6"]
+    # no recent delivery: open by their own columns only, r6 ended before the cut (its SubAfter held by then)
+    assert sorted(r["request_id"] for r in horizon.open_entries(frame(old), frame(recent).limit(0), cut=cut)
+                  .collect()) == ["r2", "r3", "r4", "r5"]
+
+
 def test_the_snapshot_digest_follows_the_folders_at_or_before_its_time(spark: Any, tmp_path: pathlib.Path) -> None:
     """horizon.SnapshotFolders, computed in the engine: a folder taken after the time leaves the digest as it was; a
     late file in a folder at or before it (a new listing) or a new folder there changes it. The missing inputs are
