@@ -270,6 +270,8 @@ def merge(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table", *, 
     Returns:
         The number of source rows that were new or changed.
     """
+    from pyspark.sql import functions as F
+
     df = df.select(*table.columns)
     if not exists(lake, table):
         # counted once written (file metadata), not before: a derived ``df`` would be computed twice (the first
@@ -281,45 +283,54 @@ def merge(spark: "SparkSession", df: "DataFrame", lake: str, table: "Table", *, 
     target = read(spark, lake, table)
     if target_filter is not None:
         target = target.alias("t").where(target_filter)
-    compare = [c for c in table.columns if c not in VOLATILE_COLUMNS]
     if insert_only:
-        compare = list(table.key)
-    changed = df.join(target.select(*compare), on=[df[c].eqNullSafe(target[c]) for c in compare], how="left_anti")
+        changed = df.join(target.select(*table.key), on=[df[k].eqNullSafe(target[k]) for k in table.key],
+                          how="left_anti").withColumn(HIT, F.lit(None).cast("boolean"))
+    else:
+        # one pass over the target: its row of each key (flagged), so the rows new or changed are known with whether
+        # any changed row's key is stored; when none is, appending them is the MERGE (whose join would read the
+        # whole table again: silver/deliveries, 0.4-0.9 s a run at 0.16-0.56 M rows, growing with the history)
+        compare = [c for c in table.columns if c not in VOLATILE_COLUMNS and c not in table.key]
+        t = target.select(*[F.col(c).alias(f"_t_{c}") for c in (*table.key, *compare)], F.lit(True).alias(HIT))
+        joined = df.join(t, on=[df[k].eqNullSafe(t[f"_t_{k}"]) for k in table.key], how="left")
+        same = F.lit(True)
+        for c in compare:
+            same = same & joined[c].eqNullSafe(joined[f"_t_{c}"])
+        changed = joined.where(joined[HIT].isNull() | ~same).select(*table.columns, HIT)
     if table_format() == "parquet":
         n = changed.count()
         if n:
             _merge_parquet(spark, df, read(spark, lake, table), lake, table)
         return n
-    # A pruned target is cheap to read again: when no changed row's key is in it, appending them is the MERGE
-    # (whose join would read the whole table), and a MERGE that is needed matches within it.
-    pruned = target if target_filter is not None else None
     if stage is not None:
         from jobs.lake import _spark, storage
 
         try:
-            return _merge_changed(spark, _spark.materialize(spark, changed, stage), lake, table, insert_only,
-                                  pruned, target_filter)
+            return _merge_changed(spark, _spark.materialize(spark, changed, stage), lake, table, target_filter)
         finally:
             storage.delete_tree(stage)
-    return _merge_changed(spark, changed, lake, table, insert_only, pruned, target_filter)
+    return _merge_changed(spark, changed, lake, table, target_filter)
 
 
-def _merge_changed(spark: "SparkSession", changed: "DataFrame", lake: str, table: "Table", insert_only: bool,
-                   pruned: "DataFrame | None" = None, target_filter: str | None = None) -> int:
-    """Write the rows :func:`merge` found new or changed; their number. ``pruned``: the target's rows
-    ``target_filter`` keeps (the only ones that can share a key with ``changed``)."""
+# The column :func:`merge` flags a changed row with when its key is stored (null when new).
+HIT = "_rmq_hit"
+
+
+def _merge_changed(spark: "SparkSession", changed: "DataFrame", lake: str, table: "Table",
+                   target_filter: str | None = None) -> int:
+    """Write the rows :func:`merge` found new or changed (flagged by :data:`HIT`); their number."""
+    from pyspark.sql import functions as F
+
     n = changed.count()
     if n == 0:
         return 0
-    if not insert_only and pruned is not None:
-        keys = pruned.select(*table.key)
-        insert_only = changed.join(keys, on=[changed[k].eqNullSafe(keys[k]) for k in table.key],
-                                   how="left_semi").limit(1).count() == 0
-    if insert_only:  # one writer per lake (jobs.lake.lease): appending what the anti-join left equals the MERGE
-        changed.coalesce(1).write.format("delta").mode("append").save(table.path(lake))  # one file, as MERGE wrote
+    rows = changed.select(*table.columns)
+    if changed.where(F.col(HIT).isNotNull()).limit(1).count() == 0:
+        # one writer per lake (jobs.lake.lease): appending rows whose keys are all new equals the MERGE
+        rows.coalesce(1).write.format("delta").mode("append").save(table.path(lake))  # one file, as MERGE wrote
         return n
     view = f"rmq_src_{uuid.uuid4().hex[:12]}"
-    changed.createOrReplaceTempView(view)
+    rows.createOrReplaceTempView(view)
     on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in table.key)
     if target_filter is not None:
         on += f" AND ({target_filter})"

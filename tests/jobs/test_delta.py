@@ -63,6 +63,29 @@ def test_a_pruned_merge_appends_new_keys_and_updates_existing_ones_only_inside_i
         (t1, 1, "a"), (t1, 2, "b"), (t2, 1, "c"), (t2, 3, "e"), (t2, 4, "f")]
 
 
+VOL = Table("silver", "u", StructType([StructField("k", LongType()), StructField("v", StringType()),
+                                       StructField("ingested_at", TimestampType())]), ("k",), ())
+
+
+def test_a_merge_appends_when_no_changed_key_is_stored_and_merges_when_one_is(spark, tmp_path) -> None:  # noqa: ANN001
+    """The target is read once (issue 39: silver/deliveries' MERGE read every row again each run, and only inserted):
+    rows whose keys are all new are appended; one stored key (null-safe: a null key is a key) makes it a MERGE that
+    updates that row. A row differing only in a volatile column is no change."""
+    lake = str(tmp_path)
+    t2 = T + dt.timedelta(hours=1)
+    rows = lambda *r: spark.createDataFrame(list(r), VOL.schema)  # noqa: E731
+    assert _delta.merge(spark, rows((1, "a", T), (None, "n", T)), lake, VOL) == 2
+    assert _delta.merge(spark, rows((1, "a", t2), (None, "n", t2), (2, "b", t2)), lake, VOL) == 1
+    assert [h["operation"] for h in _delta.history(lake, VOL)][:2] == ["WRITE", "CREATE TABLE"]
+    assert _delta.merge(spark, rows((None, "m", t2), (3, "c", t2), (1, "a", t2)), lake, VOL) == 2
+    assert _delta.history(lake, VOL)[0]["operation"] == "MERGE"
+    assert _delta.merge(spark, rows((None, "m", T), (3, "c", T)), lake, VOL) == 0
+    assert len(_delta.history(lake, VOL)) == 3  # no commit when nothing changes
+    got = _delta.read_pandas(lake, VOL)
+    assert sorted((-1 if pd.isna(r.k) else int(r.k), r.v, r.ingested_at.to_pydatetime()) for r in got.itertuples()
+                  ) == [(-1, "m", t2), (1, "a", T), (2, "b", t2), (3, "c", t2)]
+
+
 def test_rows_reach_the_engine_as_a_file_with_the_table_s_types(spark, tmp_path: pathlib.Path) -> None:  # noqa: ANN001
     """The small tables' rows go to the engine as a Parquet file, not a local relation (issue 13: a local relation
     is serialised again with every query on its plan): the frame holds exactly the rows and the declared types."""
