@@ -323,7 +323,7 @@ def test_at_records_come_from_the_previous_runs_records_and_only_fresh_hits_are_
     assert rows(horizon.at_records(old_m, hits, carried, lambda df, _n: df))[0][7] == "stored"
 
 
-def test_open_entries_are_the_old_deliveries_still_open_and_their_timelines_from_the_one_before(spark) -> None:  # noqa: ANN001
+def test_open_entries_are_the_old_deliveries_still_open_and_their_timelines_from_the_one_before(spark, tmp_path) -> None:  # noqa: ANN001
     """horizon.open_entries, exact rows: open (no end, SubAfter first held after the cut, or ending at or after the
     group's first recent delivery) and, on an open delivery's host and queue, every entry from the one just before it;
     an old delivery that ended after another group's first recent delivery but before its own group's is not open
@@ -356,11 +356,15 @@ def test_open_entries_are_the_old_deliveries_still_open_and_their_timelines_from
               row("H", "n2", "c9", 10, t(9, 45), t(9, 46), t(11), first=t(11))]
     frame = lambda rows: spark.createDataFrame([tuple(r.get(f.name) for f in deliveries.TABLE.schema.fields)  # noqa: E731
                                                 for r in rows], deliveries.TABLE.schema)
-    got = horizon.open_entries(frame(old), frame(recent), cut=cut)
-    assert sorted(r["request_id"] for r in got.collect()) == ["r2", "r3", "r4", "r5", "r6"]
-    # no recent delivery: open by their own columns only, r6 ended before the cut (its SubAfter held by then)
-    assert sorted(r["request_id"] for r in horizon.open_entries(frame(old), frame(recent).limit(0), cut=cut)
-                  .collect()) == ["r2", "r3", "r4", "r5"]
+    from jobs.lake import _spark
+
+    # the same rows whether the open deliveries and the timelines are computed once (as the run does) or not
+    for small in (lambda df, _name: df, _spark.materializer(spark, str(tmp_path / "open"))):
+        got = horizon.open_entries(frame(old), frame(recent), cut=cut, small=small)
+        assert sorted(r["request_id"] for r in got.collect()) == ["r2", "r3", "r4", "r5", "r6"]
+        # no recent delivery: open by their own columns only, r6 ended before the cut (its SubAfter held by then)
+        assert sorted(r["request_id"] for r in horizon.open_entries(frame(old), frame(recent).limit(0), cut=cut,
+                                                                     small=small).collect()) == ["r2", "r3", "r4", "r5"]
 
 
 def test_the_snapshot_digest_follows_the_folders_at_or_before_its_time(spark: Any, tmp_path: pathlib.Path) -> None:

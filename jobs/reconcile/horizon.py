@@ -168,7 +168,7 @@ def split_frames(frames: dict[str, Any], *, as_of: dt.datetime, cut: dt.datetime
             "key_index": frames.get("key_index")}
 
 
-def open_entries(old_d: Any, recent_d: Any, *, cut: dt.datetime) -> Any:
+def open_entries(old_d: Any, recent_d: Any, *, cut: dt.datetime, small: Any = lambda df, _name: df) -> Any:
     """Old deliveries a recent answer can still depend on (the tail of their ProcessQueue timelines).
 
     An old delivery that had not left by the group's first recent delivery (in flight, SubAfter after the cut or
@@ -178,7 +178,8 @@ def open_entries(old_d: Any, recent_d: Any, *, cut: dt.datetime) -> Any:
 
     The open deliveries and their hosts are found among the old deliveries that can be open by their own columns (one
     small action: the first recent start), whose row groups' statistics skip the rest; only the hosts' timelines read
-    every old delivery (0.95 s -> 0.70 s at 562 K old deliveries, issue 39).
+    every old delivery (0.95 s -> 0.70 s at 562 K old deliveries, issue 39). ``small`` computes a frame once
+    (``jobs.lake._spark.materializer``): the open deliveries and their hosts' ranked entries, each read twice.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -190,14 +191,14 @@ def open_entries(old_d: Any, recent_d: Any, *, cut: dt.datetime) -> Any:
     first_recent = recent_d.groupBy(*GROUP).agg(F.min("start_ts").alias("_m"))
     is_open = (F.col("end_ts").isNull() | F.col("after_snapshot_ts").isNull() | (F.col("after_snapshot_ts") > k)
                | (F.col("_m").isNotNull() & (F.col("end_ts") >= F.col("_m"))))
-    o = old_d.join(first_recent, on=GROUP, how="left").withColumn("_open", is_open).drop("_m")
     # what can be open, on the old deliveries' own columns: a group's first recent delivery starts at or after the
     # first of all (exact: every open delivery passes)
     m = recent_d.agg(F.unix_micros(F.min("start_ts"))).collect()[0][0]
     maybe = F.col("end_ts").isNull() | F.col("after_snapshot_ts").isNull() | (F.col("after_snapshot_ts") > k)
     if m is not None:
         maybe = maybe | (F.col("end_ts") >= F.timestamp_micros(F.lit(int(m))))
-    o_maybe = old_d.where(maybe).join(first_recent, on=GROUP, how="left").withColumn("_open", is_open).drop("_m")
+    opened = small(old_d.where(maybe).join(first_recent, on=GROUP, how="left").where(is_open)
+                   .select(*old_d.columns), "open_deliveries")
     host = [F.coalesce(F.col(c), F.lit("")).alias(c) if c in ("client_id", "client_host") else F.col(c)
             for c in TIMELINE_KEY]
 
@@ -208,13 +209,15 @@ def open_entries(old_d: Any, recent_d: Any, *, cut: dt.datetime) -> Any:
     hk = ["_" + c for c in TIMELINE_KEY]
     left = F.coalesce("end_ts", "sent_back_ts")  # as the replay orders its entries (rule 12a)
     w = Window.partitionBy(*hk).orderBy("start_ts", "queue_offset", left, "request_id")
-    # only the timelines with an open entry are ordered (the small side on the left: Sail builds from it)
-    hosts = keyed(o_maybe).where("_open").select(*hk).distinct()
-    ranked = hosts.join(keyed(o), on=hk, how="inner").withColumn("_rn", F.row_number().over(w))
+    # only the timelines with an open entry are ordered (the small side on the left: Sail builds from it), and only
+    # their entries are joined to the groups' first recent starts
+    hosts = keyed(opened).select(*hk).distinct()
+    ranked = small(hosts.join(keyed(old_d), on=hk, how="inner").join(first_recent, on=GROUP, how="left")
+                   .withColumn("_open", is_open).drop("_m").withColumn("_rn", F.row_number().over(w)), "open_timelines")
     first_open = ranked.where("_open").groupBy(*hk).agg(F.min("_rn").alias("_from"))
     tail = (first_open.join(ranked, on=hk, how="inner").where(F.col("_rn") >= F.col("_from") - 1)
             .select(*old_d.columns))
-    return tail.unionByName(o_maybe.where("_open").select(*old_d.columns)).distinct()
+    return tail.unionByName(opened).distinct()
 
 
 def committed_positions(series: Any, lo: Any) -> Any:
@@ -945,7 +948,7 @@ def compute(spark: Any, lake: str, frames: dict[str, Any], tmp: str, *, as_of: d
         f"{len(fallback)} group(s) in full")
 
     # the recent part: recent deliveries and the old ones still open, recent records and the looked-up old ones
-    tail = open_entries(parts["old_d"], parts["recent_d"], cut=cut)
+    tail = open_entries(parts["old_d"], parts["recent_d"], cut=cut, small=_spark.materializer(spark, f"{tmp}/open"))
     dels = _only(parts["recent_d"].unionByName(tail), full_groups, keep=False)
     dels = _spark.materialize(spark, dels, f"{tmp}/deliveries")
     # the records at a committed offset the reports read lie at a key's latest or newest snapshot: the series has them
