@@ -134,6 +134,15 @@ def link_tree(src: Path, dst: Path) -> int:
 
 
 def feed(a: argparse.Namespace, work: Path, source: Path, figs: dict[str, Any]) -> None:
+    plan = feed_setup(a, work, source, figs)
+    for h in plan["hours"]:
+        feed_hour(a, work, plan, h, figs)
+    figs["meta"] = plan["meta"]
+
+
+def feed_setup(a: argparse.Namespace, work: Path, source: Path, figs: dict[str, Any]) -> dict[str, Any]:
+    """A fresh landing zone and lake in ``work``, the backfill fed when ``a`` asks for one; the plan of the hours
+    :func:`feed_hour` feeds next (bench_age runs them on several lakes in turn)."""
     landing, lake, reports = work / "landing", work / "lake", work / "reports"
     for p in (landing, lake, reports, work / "logs"):
         shutil.rmtree(p, ignore_errors=True)
@@ -156,31 +165,39 @@ def feed(a: argparse.Namespace, work: Path, source: Path, figs: dict[str, Any]) 
     start, prefill = getattr(a, "start_hour", 1), getattr(a, "prefill_hours", 0)
     if prefill:
         backfill(a, landing, lake, reports, source, folders, t0, start, prefill, retention_h, figs)
-    for h in range(max(start, prefill + 1), (min(hours, a.until_hour) if a.until_hour else hours) + 1):
-        lo, hi = t0 + dt.timedelta(hours=h - 1), t0 + dt.timedelta(hours=h)
-        fed = [p for ts, p in folders if lo < ts <= hi]
-        files = sum(link_tree(p, landing / p.relative_to(source)) for p in fed)
-        row: dict[str, Any] = {"hour": h, "snapshot_folders": len(fed), "files": files}
-        LOG_PREFIX[0] = f"hour-{h:02d}-"
-        ing = run_measured("ingest", "ingest", "--landing", str(landing), "--lake", str(lake))
-        row["ingest"] = ing
-        run_id = (ing["result"] or {}).get("run_id")
-        row["validate"] = run_measured("validate", "validate", "--lake", str(lake), "--layer", "silver",
-                                       *(["--run-id", run_id] if run_id else []), ok_codes=(0, 1))
-        rec = run_measured("reconcile", "reconcile", "--lake", str(lake), "--reports", str(reports),
-                           "--retention-h", f"{retention_h:g}")
-        row["reconcile"] = rec
-        row["report_dir"] = (rec["result"] or {}).get("report_dir")
-        row["messages"] = int(((ing["result"] or {}).get("changed_rows") or {}).get("silver/messages", 0))
-        if a.maintain_every and h % a.maintain_every == 0:
-            row["maintain"] = run_measured("maintain", "maintain", "--lake", str(lake))
-        row["load_avg"] = round(os.getloadavg()[0], 1)
-        figs["hours"].append(row)
-        (work / "figures.json").write_text(json.dumps(figs, indent=2, default=str))
-        say(f"hour {h}: " + ", ".join(f"{s} {row[s]['wall_s']:.1f} s / {row[s]['peak_rss'] / GiB:.2f} GiB"
-                                     for s in STEPS + (["maintain"] if "maintain" in row else []))
-            + f" ({row['messages']:,} messages; load {row['load_avg']})")
-    figs["meta"] = {k: meta.get(k) for k in ("hours", "rate", "every_min", "messages_stored", "bulk_messages")}
+    return {"source": source, "folders": folders, "t0": t0, "retention_h": retention_h,
+            "hours": list(range(max(start, prefill + 1), (min(hours, a.until_hour) if a.until_hour else hours) + 1)),
+            "meta": {k: meta.get(k) for k in ("hours", "rate", "every_min", "messages_stored", "bulk_messages")}}
+
+
+def feed_hour(a: argparse.Namespace, work: Path, plan: dict[str, Any], h: int, figs: dict[str, Any]) -> None:
+    """Hour ``h`` of :func:`feed_setup`'s plan: its snapshot folders land, then ingest, validate and reconcile run as
+    the schedule runs them, each measured; the row is added to ``figs`` (and ``work/figures.json``)."""
+    landing, lake, reports = work / "landing", work / "lake", work / "reports"
+    source, t0, retention_h = plan["source"], plan["t0"], plan["retention_h"]
+    lo, hi = t0 + dt.timedelta(hours=h - 1), t0 + dt.timedelta(hours=h)
+    fed = [p for ts, p in plan["folders"] if lo < ts <= hi]
+    files = sum(link_tree(p, landing / p.relative_to(source)) for p in fed)
+    row: dict[str, Any] = {"hour": h, "snapshot_folders": len(fed), "files": files}
+    LOG_PREFIX[0] = f"hour-{h:02d}-"
+    ing = run_measured("ingest", "ingest", "--landing", str(landing), "--lake", str(lake))
+    row["ingest"] = ing
+    run_id = (ing["result"] or {}).get("run_id")
+    row["validate"] = run_measured("validate", "validate", "--lake", str(lake), "--layer", "silver",
+                                   *(["--run-id", run_id] if run_id else []), ok_codes=(0, 1))
+    rec = run_measured("reconcile", "reconcile", "--lake", str(lake), "--reports", str(reports),
+                       "--retention-h", f"{retention_h:g}")
+    row["reconcile"] = rec
+    row["report_dir"] = (rec["result"] or {}).get("report_dir")
+    row["messages"] = int(((ing["result"] or {}).get("changed_rows") or {}).get("silver/messages", 0))
+    if a.maintain_every and h % a.maintain_every == 0:
+        row["maintain"] = run_measured("maintain", "maintain", "--lake", str(lake))
+    row["load_avg"] = round(os.getloadavg()[0], 1)
+    figs["hours"].append(row)
+    (work / "figures.json").write_text(json.dumps(figs, indent=2, default=str))
+    say(f"hour {h}: " + ", ".join(f"{s} {row[s]['wall_s']:.1f} s / {row[s]['peak_rss'] / GiB:.2f} GiB"
+                                 for s in STEPS + (["maintain"] if "maintain" in row else []))
+        + f" ({row['messages']:,} messages; load {row['load_avg']})")
 
 
 def backfill(a: argparse.Namespace, landing: Path, lake: Path, reports: Path, source: Path,
