@@ -321,11 +321,12 @@ def _merge_changed(spark: "SparkSession", changed: "DataFrame", lake: str, table
     """Write the rows :func:`merge` found new or changed (flagged by :data:`HIT`); their number."""
     from pyspark.sql import functions as F
 
-    n = changed.count()
+    # one action for both (unstaged, each would compute the join again)
+    n, hits = changed.agg(F.count(F.lit(1)), F.count(F.col(HIT))).collect()[0]
     if n == 0:
         return 0
     rows = changed.select(*table.columns)
-    if changed.where(F.col(HIT).isNotNull()).limit(1).count() == 0:
+    if hits == 0:
         # one writer per lake (jobs.lake.lease): appending rows whose keys are all new equals the MERGE
         rows.coalesce(1).write.format("delta").mode("append").save(table.path(lake))  # one file, as MERGE wrote
         return n
