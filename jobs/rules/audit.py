@@ -88,19 +88,27 @@ def audit_rows(series: DataFrame, deliveries: DataFrame, stats: DataFrame,
     Returns:
         ``schemas.audit_hours.COLUMNS``: one row per key of ``series`` and hour its queue stored messages in.
     """
-    keys = series.select(*SERIES_KEY).distinct()
+    from pyspark.sql import Window
+
+    # each key numbered (report-sized, one partition; deterministic, so a recomputed frame numbers alike): the
+    # delivered offsets are made distinct, sorted and placed per key, on one long, not six columns (issue 39)
+    keys = keep(series.select(*SERIES_KEY).distinct().withColumn(
+        "_kid", F.row_number().over(Window.partitionBy(F.lit(0)).orderBy(*SERIES_KEY))), "audit_keys")
     per_key = keys.join(stats, on=QUEUE, how="inner")
     seen = keep(deliveries.where(~is_system_topic_col(F.col("topic")) & F.col("queue_offset").isNotNull())
-                .select(*SERIES_KEY, F.col("queue_offset").cast("long").alias("_o")).distinct(), "audit_seen")
-    out = per_key.join(delivered_per_hour(per_key, seen), on=[*SERIES_KEY, "hour"], how="left").withColumn(
+                .join(keys, on=SERIES_KEY, how="inner")  # (an equi-join: a key with a null column matches nothing)
+                .select("_kid", F.col("queue_offset").cast("long").alias("_o")).distinct(), "audit_seen")
+    placed = delivered_per_hour(per_key.select("_kid", "hour", "first_offset", "last_offset"), seen, key=["_kid"])
+    out = per_key.join(placed, on=["_kid", "hour"], how="left").withColumn(
         "delivered", F.coalesce(F.col("delivered"), F.lit(0)))
     types = {f.name: f.dataType for f in schema.SCHEMA.fields}
     return out.select(*[F.col(k).cast(types[k]).alias(k) for k in schema.COLUMNS])
 
 
-def delivered_per_hour(per_key: DataFrame, seen: DataFrame) -> DataFrame:
-    """(SERIES_KEY, hour, delivered): how many of the offsets ``seen`` (SERIES_KEY, ``_o``) lie in each hour's
-    [first_offset, last_offset] of ``per_key``; an offset in two hours' intervals counts in both.
+def delivered_per_hour(per_key: DataFrame, seen: DataFrame, *, key: list[str] = SERIES_KEY) -> DataFrame:
+    """(``key``, hour, delivered): how many of the offsets ``seen`` (``key``, ``_o``) lie in each hour's
+    [first_offset, last_offset] of ``per_key``; an offset in two hours' intervals counts in both. ``key``: the
+    series key's columns, or one column numbering them (:func:`audit_rows`).
 
     A queue's hours are disjoint intervals in offset order (offsets grow with store time): each delivered offset is
     then placed by the nearest interval start at or below it, one sort per key, where a range join compared it with
@@ -109,29 +117,29 @@ def delivered_per_hour(per_key: DataFrame, seen: DataFrame) -> DataFrame:
     """
     from pyspark.sql import Window
 
-    seen = seen.where(reduce(lambda a, b: a & b, [F.col(k).isNotNull() for k in SERIES_KEY]))  # as an equi-join
-    by_start = Window.partitionBy(*SERIES_KEY).orderBy("first_offset", "hour")
+    seen = seen.where(reduce(lambda a, b: a & b, [F.col(k).isNotNull() for k in key]))  # as an equi-join
+    by_start = Window.partitionBy(*key).orderBy("first_offset", "hour")
     overlapping = (per_key.withColumn("_before", F.max("last_offset").over(
         by_start.rowsBetween(Window.unboundedPreceding, -1)))
-        .where(F.col("_before") >= F.col("first_offset")).select(*SERIES_KEY).distinct())
-    b = per_key.join(overlapping, on=SERIES_KEY, how="left_semi").alias("b")
+        .where(F.col("_before") >= F.col("first_offset")).select(*key).distinct())
+    b = per_key.join(overlapping, on=key, how="left_semi").alias("b")
     ranged = (
-        b.join(seen.join(overlapping, on=SERIES_KEY, how="left_semi").alias("d"),
-               on=[F.col(f"b.{k}") == F.col(f"d.{k}") for k in SERIES_KEY]
+        b.join(seen.join(overlapping, on=key, how="left_semi").alias("d"),
+               on=[F.col(f"b.{k}") == F.col(f"d.{k}") for k in key]
                + [F.col("d._o") >= F.col("b.first_offset"), F.col("d._o") <= F.col("b.last_offset")], how="inner")
-        .select(*[F.col(f"b.{k}").alias(k) for k in SERIES_KEY], F.col("b.hour").alias("hour"))
+        .select(*[F.col(f"b.{k}").alias(k) for k in key], F.col("b.hour").alias("hour"))
     )
-    starts = (per_key.join(overlapping, on=SERIES_KEY, how="left_anti")
-              .select(*SERIES_KEY, F.col("first_offset").alias("_o"), F.lit(0).alias("_k"), "hour",
+    starts = (per_key.join(overlapping, on=key, how="left_anti")
+              .select(*key, F.col("first_offset").alias("_o"), F.lit(0).alias("_k"), "hour",
                       F.col("last_offset").alias("_last")))
     no_hour = F.lit(None).cast(per_key.schema["hour"].dataType)
-    offsets = (seen.join(overlapping, on=SERIES_KEY, how="left_anti")
-               .select(*SERIES_KEY, "_o", F.lit(1).alias("_k"), no_hour.alias("hour"),
+    offsets = (seen.join(overlapping, on=key, how="left_anti")
+               .select(*key, "_o", F.lit(1).alias("_k"), no_hour.alias("hour"),
                        F.lit(None).cast("long").alias("_last")))
-    upto = Window.partitionBy(*SERIES_KEY).orderBy("_o", "_k").rowsBetween(Window.unboundedPreceding, 0)
+    upto = Window.partitionBy(*key).orderBy("_o", "_k").rowsBetween(Window.unboundedPreceding, 0)
     placed = (starts.unionByName(offsets)
-              .select(*SERIES_KEY, "_o", "_k", F.last("hour", ignorenulls=True).over(upto).alias("_hour"),
+              .select(*key, "_o", "_k", F.last("hour", ignorenulls=True).over(upto).alias("_hour"),
                       F.last("_last", ignorenulls=True).over(upto).alias("_upto"))
               .where((F.col("_k") == 1) & F.col("_hour").isNotNull() & (F.col("_o") <= F.col("_upto")))
-              .select(*SERIES_KEY, F.col("_hour").alias("hour")))
-    return placed.unionByName(ranged).groupBy(*SERIES_KEY, "hour").agg(F.count(F.lit(1)).alias("delivered"))
+              .select(*key, F.col("_hour").alias("hour")))
+    return placed.unionByName(ranged).groupBy(*key, "hour").agg(F.count(F.lit(1)).alias("delivered"))

@@ -91,3 +91,42 @@ def test_delivered_counts_each_offset_in_every_hour_whose_interval_holds_it(spar
                    for k, t, lo, hi in intervals if k[2] is not None)
     brute = [r for r in brute if r[2]]
     assert got == brute == [("A", h[0], 2), ("A", h[1], 2), ("A", h[2], 1), ("B", h[0], 3), ("B", h[1], 4)]
+
+
+def test_audit_rows_count_each_keys_distinct_delivered_offsets_per_stored_hour(spark) -> None:  # noqa: ANN001
+    """One row per series key and hour its queue stored; ``delivered``: the key's own distinct offsets in the hour's
+    interval (a broadcast client's apart from another's, a redelivery once, system topics and other keys' not)."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+    from schemas import audit_hours
+
+    key_cols = [StructField(k, LongType() if k == "queue_id" else StringType()) for k in snapshots.SERIES_KEY]
+    series = spark.createDataFrame([
+        ("c", "G", "", "T", "b", 0), ("c", "G", "", "T", "b", 0),  # a key twice (the series has one row a snapshot)
+        ("c", "B", "c1", "T", "b", 0), ("c", "B", "c2", "T", "b", 0),  # a broadcast group's two clients
+        ("c", "G", "", "T", "b", 1),  # a queue with no delivery
+        ("c", "H", None, "T", "b", 0),  # a key with a null column: no delivery matches it
+    ], StructType(key_cols))
+    h = [T(0), T(60)]
+    stats = spark.createDataFrame(
+        [("c", "T", "b", 0, h[0], 0, 9, 10), ("c", "T", "b", 0, h[1], 10, 19, 10), ("c", "T", "b", 1, h[1], 0, 4, 5),
+         ("c", "U", "b", 0, h[0], 0, 9, 10)],  # a queue no key consumes
+        StructType([StructField(k, LongType() if k == "queue_id" else StringType()) for k in snapshots.QUEUE]
+                   + [StructField("hour", TimestampType()), StructField("first_offset", LongType()),
+                      StructField("last_offset", LongType()), StructField("stored", LongType())]))
+    dels = [("G", "", "T", 0, o) for o in (0, 0, 5, 9, 10, 25)]  # 0 twice; 25 past every hour
+    dels += [("B", "c1", "T", 0, o) for o in (1, 2, 11)] + [("B", "c2", "T", 0, 2)]
+    dels += [("G", "", "%RETRY%G", 0, 3), ("X", "", "T", 0, 4), ("H", None, "T", 0, 6), ("G", "", "T", 0, None)]
+    deliveries = spark.createDataFrame([("c", g, cl, t, "b", q, o) for g, cl, t, q, o in dels],
+                                       StructType([*key_cols, StructField("queue_offset", LongType())]))
+    got = audit.audit_rows(series, deliveries, stats)
+    assert got.columns == audit_hours.COLUMNS
+    rows = sorted((r["consumer_group"], r["client_id"], r["queue_id"], r["hour"].replace(tzinfo=UTC)
+                   if r["hour"].tzinfo is None else r["hour"], r["first_offset"], r["last_offset"], r["stored"],
+                   r["delivered"]) for r in got.collect())
+    assert rows == sorted([
+        ("B", "c1", 0, h[0], 0, 9, 10, 2), ("B", "c1", 0, h[1], 10, 19, 10, 1),
+        ("B", "c2", 0, h[0], 0, 9, 10, 1), ("B", "c2", 0, h[1], 10, 19, 10, 0),
+        ("G", "", 0, h[0], 0, 9, 10, 3), ("G", "", 0, h[1], 10, 19, 10, 1), ("G", "", 1, h[1], 0, 4, 5, 0),
+        ("H", None, 0, h[0], 0, 9, 10, 0), ("H", None, 0, h[1], 10, 19, 10, 0),
+    ], key=lambda r: tuple("" if v is None else v for v in r))
