@@ -156,7 +156,8 @@ MSG = ["cluster", "consumer_group", "topic", "msg_key"]  # a message of a POP pa
 PLACE = ["broker", "queue_id", "queue_offset"]
 
 
-def message_fate(copies: DataFrame, messages: DataFrame, pairs: DataFrame) -> DataFrame:
+def message_fate(copies: DataFrame, messages: DataFrame, pairs: DataFrame,
+                 keep: Callable[[DataFrame, str], DataFrame] = lambda df, _name: df) -> DataFrame:
     """One row per place a message a POP group popped is reported at, with what happened to it.
 
     A message of a POP pair (G, T) is its originals on T and its revive copies in G's POP retry topics of T, by
@@ -178,6 +179,9 @@ def message_fate(copies: DataFrame, messages: DataFrame, pairs: DataFrame) -> Da
     pops = pops.select("cluster", "consumer_group", F.col("_base").alias("base"), "topic", "msg_key", "uniq_key",
                        *PLACE, "physical_offset", "reconsume_times", "keys", "store_ts", "pop_time", "revive_time",
                        "acked_ms", "late")
+    # the pops, the copies and each message's newest one are read by several branches of the plan: computed once
+    # (``keep``: the engine recomputes a shared frame at every use; 1.04 -> 0.48 s at 10,000 pops, issue 39)
+    pops = keep(pops, "pop_pops")
     keys = pops.select("cluster", "consumer_group", "base", "msg_key", "uniq_key").distinct()
     # the copies the lake holds: originals on T and revive copies in G's retry topics of T (by UNIQ_KEY), and every
     # popped record (one the key lookup did not give, or the only copy of a keyless message)
@@ -198,12 +202,14 @@ def message_fate(copies: DataFrame, messages: DataFrame, pairs: DataFrame) -> Da
                                  (F.col("topic") == F.col("base")).alias("original"))
     all_copies = originals.unionByName(revive).unionByName(popped_records).dropDuplicates(
         [*MSG[:2], "base", "msg_key", "topic", *PLACE])
+    all_copies = keep(all_copies, "pop_copies")
     on = ["cluster", "consumer_group", "base", "msg_key"]
     wn = Window.partitionBy(*on).orderBy(F.col("reconsume_times").desc_nulls_last(), F.col("store_ts").desc_nulls_last(),
                                          F.col("physical_offset").desc_nulls_last())
     newest = (all_copies.withColumn("_rn", F.row_number().over(wn)).where("_rn = 1")
               .select(*on, F.col("topic").alias("n_topic"), *[F.col(c).alias(f"n_{c}") for c in PLACE],
                       F.col("reconsume_times").alias("newest_r")))
+    newest = keep(newest, "pop_newest")
     is_newest = ((F.col("topic") == F.col("n_topic")) & (F.col("broker") == F.col("n_broker"))
                  & (F.col("queue_id") == F.col("n_queue_id")) & (F.col("queue_offset") == F.col("n_queue_offset")))
     wl = Window.partitionBy(*on).orderBy(F.col("pop_time").desc(), F.col("revive_time").desc())
@@ -317,7 +323,7 @@ def reports(frames: dict[str, DataFrame], msgs: DataFrame, series: DataFrame, re
                  "pop_state")
     pairs = keep(pop_pairs(cks), "pop_pairs")
     msgs = keep(pop_records(msgs, pairs), "pop_records")
-    fate = keep(message_fate(popped_copies(state, msgs), msgs, pairs), "pop_fate")
+    fate = keep(message_fate(popped_copies(state, msgs), msgs, pairs, keep), "pop_fate")
     ends = window_end(series)
     return {"pairs": pairs, "duplicated": late_ack_ranges(fate),
             "lost": lost_ranges(fate, ends, blocking_min_age_s=blocking_min_age_s),

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
+
+from jobs.lake import _spark
 from jobs.rules import pop
 from schemas import pop_acks as PA
 from schemas import pop_checkpoints as PC
@@ -129,7 +132,8 @@ def msg(phys: int, topic: str, qo: int, uniq: str, r: int = 0) -> tuple:
 RETRY = "%RETRY%G_T"
 
 
-def test_late_acks_are_duplicates_and_unrevived_pops_are_lost(spark) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("computed_once", [False, True], ids=["as_one_plan", "shared_frames_materialized"])
+def test_late_acks_are_duplicates_and_unrevived_pops_are_lost(spark, tmp_path, computed_once) -> None:  # noqa: ANN001
     """Originals K10-K16 at T/0/10-16. 10 acked in time. 11 acked late, its revive copy (r 1) popped and acked: one
     POP_LATE_ACK. 12 never acked, its revive copy popped (revive at 140 s) and never acked, no newer copy: lost.
     13 popped (revive 160 s), never acked, never revived (the original had expired): lost; 12-13 one range. 14 popped
@@ -150,7 +154,11 @@ def test_late_acks_are_duplicates_and_unrevived_pops_are_lost(spark) -> None:  #
     as_of = ts(3600)
     c = pop.checkpoints(cks, as_of=as_of)
     state = pop.popped_state(c, pop.acked(acks, as_of=as_of))
-    fate = pop.message_fate(pop.popped_copies(state, msgs), msgs, pop.pop_pairs(c))
+    # (the scheduled run computes its shared frames once, into Parquet: the same rows)
+    keep = _spark.materializer(spark, str(tmp_path)) if computed_once else (lambda df, _name: df)
+    fate = pop.message_fate(pop.popped_copies(state, msgs), msgs, pop.pop_pairs(c), keep)
+    if computed_once:
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["pop_copies", "pop_newest", "pop_pops"]
     assert sorted((r.uniq_key, r.queue_offset, r.newest_r, r.late_again, r.acked, r.in_dlq,
                    None if r.newest_revive_ms is None else (r.newest_revive_ms - PT) // 1000)
                   for r in fate.collect()) == [
