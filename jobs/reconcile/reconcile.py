@@ -313,14 +313,21 @@ def rocksdb_brokers(latest: pd.DataFrame) -> set[tuple[str, str]]:
 
 
 def _original_offset_files(lake: str, latest: pd.DataFrame, version: int | None = None) -> dict[tuple[str, str], str]:
-    """The consumerOffset.json text each broker's latest snapshot held (from bronze/files at ``version``)."""
+    """The consumerOffset.json text each broker's latest snapshot held (from bronze/files at ``version``).
+
+    Read from the data files whose snapshot times admit the oldest of those snapshots (the ingest writes a file's row
+    with its snapshot's time, as the offsets read from it): bronze/files gains a row per file of every snapshot, and
+    a read by path alone scanned them all (issue 39)."""
     if not len(latest) or not _delta.exists(lake, files.TABLE):
         return {}
     wanted = set(latest["source_file"].dropna())
     if not wanted:
         return {}
+    first = pd.Timestamp(latest.loc[latest["source_file"].notna(), "snapshot_ts"].min())
+    first = (first.tz_localize(UTC) if first.tzinfo is None else first.tz_convert(UTC)).to_pydatetime()
     df = _delta.read_pandas_columns(lake, files.TABLE, ["cluster", "source_path", "content"],
                                     filters=[("file_kind", "in", ["consumer_offsets", "backup"]),
+                                             ("snapshot_ts", ">=", first),
                                              ("source_path", "in", sorted(wanted))], at=version)
     df = df[df["source_path"].isin(wanted)]
     texts = {(r["cluster"], r["source_path"]): bytes(r["content"]).decode("utf-8", "replace")

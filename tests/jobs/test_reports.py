@@ -318,3 +318,45 @@ def test_a_corrected_file_is_the_same_whatever_order_the_rows_come_in() -> None:
             for t, g, q, o in [("T", "G", 0, 9), ("U", "G", 3, 7), ("U", "G", 1, 6), ("T", "G", 2, 8)]]
     texts = {reports.corrected_offset_file(original, order) for order in (rows, rows[::-1], rows[1:] + rows[:1])}
     assert texts == {'{\n\t"offsetTable":{\n\t\t"T@G":{1:5,0:9,2:8\n\t\t},\n\t\t"U@G":{1:6,3:7\n\t\t}\n\t}\n}'}
+
+
+def test_original_offset_files_are_read_from_the_latest_snapshots_files_only(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """Each broker's consumerOffset.json as its latest snapshot held it (its .bak when that was read), read with the
+    oldest of those snapshots' time as a filter, so that delta-rs skips the older snapshots' data files."""
+    import datetime as dt
+
+    import pandas as pd
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from jobs.lake import _delta
+    from jobs.reconcile import reconcile
+    from schemas import files
+
+    lake = str(tmp_path / "lake")
+    schema = pa.schema([pa.field(f.name, {"StringType": pa.string(), "TimestampType": pa.timestamp("us", "UTC"),
+                                          "LongType": pa.int64(), "BinaryType": pa.binary(),
+                                          "BooleanType": pa.bool_()}[type(f.dataType).__name__])
+                        for f in files.TABLE.schema.fields])
+    t = lambda h: dt.datetime(2026, 1, 5, h, tzinfo=dt.timezone.utc)  # noqa: E731
+
+    def snapshot(h: int, rows: list[tuple[str, str, str, bytes]]) -> None:  # one data file per snapshot, as an ingest
+        cols = {f.name: [None] * len(rows) for f in files.TABLE.schema.fields}
+        cols.update(cluster=["c"] * len(rows), broker=[b for b, _, _, _ in rows], snapshot_ts=[t(h)] * len(rows),
+                    source_path=[p for _, p, _, _ in rows], file_kind=[k for _, _, k, _ in rows],
+                    content=[c for _, _, _, c in rows])
+        write_deltalake(files.TABLE.path(lake), pa.table(cols, schema=schema), mode="append")
+
+    path = lambda b, h, name="consumerOffset.json": f"c/{b}/snapshot_ts={h}/config/{name}"  # noqa: E731
+    snapshot(1, [("a", path("a", 1), "consumer_offsets", b"a1"), ("b", path("b", 1), "consumer_offsets", b"b1")])
+    snapshot(2, [("a", path("a", 2), "consumer_offsets", b"a2"), ("b", path("b", 2), "consumer_offsets", b"b2")])
+    snapshot(3, [("a", path("a", 3), "consumer_offsets", b"a3"),
+                 ("a", path("a", 3, "consumerOffset.json.bak"), "backup", b"a3-bak")])
+    latest = pd.DataFrame({"cluster": ["c", "c"], "broker": ["a", "b"],  # (naive UTC, as offset_state gives them)
+                           "snapshot_ts": [pd.Timestamp(t(3)).tz_localize(None), pd.Timestamp(t(2)).tz_localize(None)],
+                           "source_file": [path("a", 3, "consumerOffset.json.bak"), path("b", 2)]})
+    seen: list[object] = []
+    read = _delta.read_pandas_columns
+    monkeypatch.setattr(_delta, "read_pandas_columns", lambda *a, **k: seen.append(k["filters"]) or read(*a, **k))
+    assert reconcile._original_offset_files(lake, latest) == {("c", "a"): "a3-bak", ("c", "b"): "b2"}
+    assert [f for f in seen[0] if f[0] == "snapshot_ts"] == [("snapshot_ts", ">=", t(2))]
