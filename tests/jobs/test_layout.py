@@ -274,3 +274,44 @@ def test_message_chunks_read_only_the_staged_records(tmp_path: pathlib.Path) -> 
     assert [c.column("physical_offset").to_pylist() for c in got] == [[0], [2], [5], [5]]
     assert [c.column("physical_offset").to_pylist()
             for c in Decoded(staging=str(staging), parts=[str(part)]).message_chunks(messages.TABLE, 9)] == [[5]]
+
+
+def test_files_admitting_choose_a_brokers_files_by_its_range_and_mixed_files_by_any(tmp_path: pathlib.Path,
+                                                                                   caplog: pytest.LogCaptureFixture
+                                                                                   ) -> None:
+    """The ingest's read of the records it checks consume queue entries against (``known_records.lake_records``)
+    reads only these files: a file of one broker when its offsets meet that broker's range (another broker's file
+    at the same offsets is skipped), a file of several brokers, or of a name its statistics may truncate, when its
+    offsets meet any wanted range."""
+    long = "b" * 40  # a broker name statistics may truncate (32 characters): not trusted as the file's one broker
+    lake = _table(tmp_path, A, B)
+    layout.arrange(lake, messages.TABLE)  # b1 [0, 130], b2 [930, 2050], b3 [0, 120]
+    write_deltalake(messages.TABLE.path(lake), _rows(C), mode="append")  # mixed: b1 300, b3 500 and 510
+    write_deltalake(messages.TABLE.path(lake), _rows([(long, 3000), (long, 3010)]), mode="append")
+    acts = pa.table(DeltaTable(messages.TABLE.path(lake)).get_add_actions(flatten=True)).to_pylist()
+    name = {a["path"]: (a["min.broker"] if a["min.broker"] == a["max.broker"] else "mixed") for a in acts}
+    assert sorted(name.values()) == sorted(["b1", "b2", "b3", "mixed", long])
+
+    def chosen(wanted: dict[tuple[str, str], tuple[int, int]]) -> list[str]:
+        return sorted(name[p] for p in layout.files_admitting(lake, messages.TABLE, wanted))
+
+    assert chosen({("C", "b3"): (100, 121)}) == ["b3"]  # not b1's file, whose offsets 0-130 meet the range too
+    assert chosen({("C", "b3"): (121, 300)}) == []  # b3's file ends at 120, the mixed file starts at 300 (hi excluded)
+    assert chosen({("C", "b1"): (120, 301)}) == ["b1", "mixed"]
+    assert chosen({("C", "b2"): (2050, 2051), ("C", "b1"): (0, 1)}) == ["b1", "b2"]
+    assert chosen({("C", "b2"): (2051, 3001)}) == [long]  # b2 ends at 2050, the mixed file at 510
+    assert chosen({("C", "b9"): (0, 10_000)}) == [long, "mixed"]
+    assert layout.files_admitting(lake, messages.TABLE, {}) is None
+
+    def scanned(files: list[str] | None) -> list[tuple[str, int]]:
+        return sorted((r["broker"], r["physical_offset"]) for b in _delta.scan_batches(
+            lake, messages.TABLE, ["broker", "physical_offset"], filters=None, files=files) for r in b.to_pylist())
+
+    b3 = layout.files_admitting(lake, messages.TABLE, {("C", "b3"): (100, 121)})
+    assert scanned(b3) == [("b3", 40 * i) for i in range(4)]
+    assert scanned([]) == []
+    every = sorted((b, o) for b, o in A + B + C + [(long, 3000), (long, 3010)])
+    assert scanned(None) == every
+    with caplog.at_level("WARNING"):  # a path the dataset does not know: every file, never a silently short read
+        assert scanned([*b3, "part-gone.parquet"]) == every
+    assert "1 of 2 chosen data files not found by name; reading every file" in caplog.text
