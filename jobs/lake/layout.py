@@ -173,9 +173,9 @@ def files_admitting(lake: str, table: "Table", wanted: dict[tuple[str, str], tup
     keep = []
     for f in files:
         lo, hi = f["min_physical_offset"], f["max_physical_offset"]
-        exact = _one_broker(f) and max(len(f["min_cluster"]), len(f["min_broker"])) < EXACT_STAT_CHARS
-        ranges = [wanted[(f["min_cluster"], f["min_broker"])]] if exact and (f["min_cluster"], f["min_broker"]) in \
-            wanted else [] if exact else wanted.values()
+        key = (f["min_cluster"], f["min_broker"])
+        exact = _one_broker(f) and max(len(key[0]), len(key[1])) < EXACT_STAT_CHARS
+        ranges = ([wanted[key]] if key in wanted else []) if exact else wanted.values()
         if any(lo < w_hi and hi >= w_lo for w_lo, w_hi in ranges):
             keep.append(f["path"])
     return keep
