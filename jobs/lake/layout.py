@@ -93,8 +93,11 @@ def append(lake: str, table: "Table", chunks: Iterable[Any], name: str,
     committed; ``maintain`` vacuums them). Returns the rows appended (no commit when none)."""
     fs = _filesystem(lake, table)
     schema = _append_schema(fs, lake, table)
+    # One row group's rows held back, not two: an append's files are small (a run's rows of one broker) and are
+    # merged by maintenance, which re-cuts their row groups; bench_age's hourly ingest of 1 M records held 330 ->
+    # 235 MiB of Arrow memory at its peak, at the same or less CPU (issue 39: that ingest peaked at 1.53 GiB once).
     out = _Outputs(fs, schema, [(c, "ascending") for c in sort_key(table)],
-                   lambda n: f"part-append-{name}-{n:04d}.zstd.parquet")
+                   lambda n: f"part-append-{name}-{n:04d}.zstd.parquet", buffer_rows=ROW_GROUP_ROWS)
     rows = 0
     for chunk in chunks:
         rows += len(chunk)
@@ -356,16 +359,18 @@ def _dictionary_columns(t: Any) -> list[str]:
 
 class _Outputs:
     """One Parquet file per broker key, written in sorted row groups of :data:`ROW_GROUP_ROWS`; at most
-    :data:`BUFFER_ROWS` rows held back across keys (the largest buffer is written first).
+    ``buffer_rows`` (default :data:`BUFFER_ROWS`) rows held back across keys (the largest buffer is written first).
 
     A row group is sorted, encoded and compressed on a writer thread (Arrow releases the GIL) while the caller
     reads and groups the next rows, one group at a time: bench_export's 6.1 M staged records 16.7 -> 10.1-12.0 s
     wall (CPU 16.7 -> 17.2-19.7 s, peak RSS 701 -> 800 MiB: a row group more in memory)."""
 
-    def __init__(self, fs: Any, schema: Any, key: list[tuple[str, str]], name: Callable[[int], str]) -> None:
+    def __init__(self, fs: Any, schema: Any, key: list[tuple[str, str]], name: Callable[[int], str],
+                 buffer_rows: int | None = None) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
         self.fs, self.schema, self.key, self.name = fs, schema, key, name
+        self.buffer_rows = BUFFER_ROWS if buffer_rows is None else buffer_rows
         self.buffers: dict[tuple[str, str], list[Any]] = {}
         self.files: dict[tuple[str, str], dict[str, Any]] = {}
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="layout-writer")
@@ -386,7 +391,7 @@ class _Outputs:
         self.buffers.setdefault(broker, []).append(rows)
         if sum(len(t) for t in self.buffers[broker]) >= ROW_GROUP_ROWS:
             self._flush(broker, whole_groups=True)
-        while sum(len(t) for ts in self.buffers.values() for t in ts) > BUFFER_ROWS:
+        while sum(len(t) for ts in self.buffers.values() for t in ts) > self.buffer_rows:
             self._flush(max(self.buffers, key=lambda b: sum(len(t) for t in self.buffers[b])))
 
     def _flush(self, broker: tuple[str, str], whole_groups: bool = False) -> None:

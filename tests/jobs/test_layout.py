@@ -206,13 +206,23 @@ def _chunks(spec: list[tuple[str, int]], size: int) -> list[pa.Table]:
     return [t.slice(i, size) for i in range(0, len(t), size)]
 
 
-def test_the_ingest_appends_new_rows_as_a_sorted_file_per_broker(tmp_path: pathlib.Path) -> None:
+def test_the_ingest_appends_new_rows_as_a_sorted_file_per_broker(tmp_path: pathlib.Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """``layout.append`` (the ingest's load of records decoded for the first time): the rows of chunks that
     interleave brokers land as one file per broker, every row group sorted, in one commit of new data."""
     lake = _table(tmp_path, B)  # version 0: the table's own file (b1 and b2)
     said: list[str] = []
     rows = A + C  # 23 rows, three brokers interleaved, b2's offsets descending
+    held: list[int] = []  # rows held back across brokers after each chunk: at most one row group (4)
+    add = layout._Outputs.add
+
+    def add_and_count(out: Any, broker: tuple[str, str], chunk: pa.Table) -> None:
+        add(out, broker, chunk)
+        held.append(sum(len(t) for ts in out.buffers.values() for t in ts))
+
+    monkeypatch.setattr(layout._Outputs, "add", add_and_count)
     assert layout.append(lake, messages.TABLE, _chunks(rows, 5), "run1", said.append) == 23
+    assert max(held) == 4
     assert said == ["silver/messages: appended 23 rows as 3 file(s) of one broker each"]
     assert _content(lake) == sorted(_content(_table(tmp_path / "ref", B, rows)))
     root = pathlib.Path(messages.TABLE.path(lake))
@@ -221,8 +231,10 @@ def test_the_ingest_appends_new_rows_as_a_sorted_file_per_broker(tmp_path: pathl
     assert not [a for a in log if "remove" in a]
     assert sorted((json.loads(a["stats"])["minValues"]["broker"], json.loads(a["stats"])["numRecords"],
                    a["dataChange"], a["path"]) for a in adds) == [
-        ("b1", 9, True, "part-append-run1-0000.zstd.parquet"),  # numbered as each first fills a row group
-        ("b2", 8, True, "part-append-run1-0001.zstd.parquet"),
+        # numbered as each is first written: the first chunk's 3 rows of b2 and 2 of b1 are 5 rows held, more than
+        # a row group (4), so b2's, the largest, are written first
+        ("b1", 9, True, "part-append-run1-0001.zstd.parquet"),
+        ("b2", 8, True, "part-append-run1-0000.zstd.parquet"),
         ("b3", 6, True, "part-append-run1-0002.zstd.parquet")]
     for a in adds:
         f = pq.ParquetFile(str(root / a["path"]))
