@@ -163,8 +163,9 @@ def feed_setup(a: argparse.Namespace, work: Path, source: Path, figs: dict[str, 
     hours = max(1, -(-int((max(ts for ts, _ in folders) - t0).total_seconds()) // 3600))
     figs["hours"] = []
     start, prefill = getattr(a, "start_hour", 1), getattr(a, "prefill_hours", 0)
-    if prefill:
-        backfill(a, landing, lake, reports, source, folders, t0, start, prefill, retention_h, figs)
+    if prefill:  # bench_age --from-backfill: a copy of the lake a backfill left
+        (getattr(a, "restore", None) or backfill)(a, landing, lake, reports, source, folders, t0, start, prefill,
+                                                  retention_h, figs)
     return {"source": source, "folders": folders, "t0": t0, "retention_h": retention_h,
             "hours": list(range(max(start, prefill + 1), (min(hours, a.until_hour) if a.until_hour else hours) + 1)),
             "meta": {k: meta.get(k) for k in ("hours", "rate", "every_min", "messages_stored", "bulk_messages")}}
