@@ -87,6 +87,13 @@ def setup_history(a: argparse.Namespace, work: Path, source: Path, history: int,
 KEPT = ("lake", "landing", "reports")
 
 
+def _copy_lake(src: Path, dest: Path) -> None:
+    """The ``KEPT`` folders of ``src`` into ``dest``: the landing zone hard-linked (the snapshots are never
+    rewritten), the rest copied (the lake's tables and reports change in the measured hours)."""
+    for name in KEPT:
+        subprocess.run(["cp", "-al" if name == "landing" else "-a", str(src / name), str(dest / name)], check=True)
+
+
 def keep_backfill(lakes: list[dict[str, Any]], keep: Path) -> None:
     """A copy of every lake as its backfill left it (the landing zone hard-linked) and the backfill's figures, so
     that ``--from-backfill`` measures the same hours again without feeding the backfill (20 of bench_age's 30
@@ -95,9 +102,7 @@ def keep_backfill(lakes: list[dict[str, Any]], keep: Path) -> None:
         dest = keep / x["dir"].name
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir(parents=True)
-        for name in KEPT:
-            subprocess.run(["cp", "-al" if name == "landing" else "-a", str(x["dir"] / name), str(dest / name)],
-                           check=True)
+        _copy_lake(x["dir"], dest)
         (dest / "backfill.json").write_text(json.dumps(x["figs"]["backfill"], indent=2, default=str))
         bench_soak.say(f"{x['dir'].name}: backfill kept in {dest}")
 
@@ -108,8 +113,7 @@ def restore_backfill(kept: Path, lake_dir: Path, figs: dict[str, Any]) -> None:
         raise SystemExit(f"--from-backfill: {kept}/backfill.json not found: run once with --keep-backfill first")
     for name in KEPT:
         shutil.rmtree(lake_dir / name, ignore_errors=True)
-        subprocess.run(["cp", "-al" if name == "landing" else "-a", str(kept / name), str(lake_dir / name)],
-                       check=True)
+    _copy_lake(kept, lake_dir)
     figs["backfill"] = {**json.loads((kept / "backfill.json").read_text()), "restored_from": str(kept)}
     bench_soak.say(f"{lake_dir.name}: backfill restored from {kept}")
 
