@@ -93,9 +93,10 @@ def append(lake: str, table: "Table", chunks: Iterable[Any], name: str,
     committed; ``maintain`` vacuums them). Returns the rows appended (no commit when none)."""
     fs = _filesystem(lake, table)
     schema = _append_schema(fs, lake, table)
-    # One row group's rows held back, not two: an append's files are small (a run's rows of one broker) and are
-    # merged by maintenance, which re-cuts their row groups; bench_age's hourly ingest of 1 M records held 330 ->
-    # 235 MiB of Arrow memory at its peak, at the same or less CPU (issue 39: that ingest peaked at 1.53 GiB once).
+    # One row group's rows held back, not two: bench_age's hourly ingest of 1 M records held 330 -> 235 MiB of
+    # Arrow memory at its peak, at the same or less CPU (issue 39: that ingest peaked at 1.53 GiB once). The cost is
+    # smaller row groups. Maintenance merges a file under SMALL_ROWS and re-cuts its row groups, which covers a
+    # 15-minute run of a broker below 1 M records; a broker writing more keeps its append's row groups as written.
     out = _Outputs(fs, schema, [(c, "ascending") for c in sort_key(table)],
                    lambda n: f"part-append-{name}-{n:04d}.zstd.parquet", buffer_rows=ROW_GROUP_ROWS)
     rows = 0
