@@ -25,7 +25,8 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     from jobs import simulate
 
     _print_json(simulate.run(a.scenario, a.out, seed=a.seed, scale=a.scale, bulk_messages=a.bulk_messages,
-                             hours=a.hours, rate=a.rate, every=a.every, progress=_progress))
+                             hours=a.hours, rate=a.rate, every=a.every, bulk_brokers=a.bulk_brokers,
+                             progress=_progress))
     return 0
 
 
@@ -198,6 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="mixed: bulk messages per virtual hour (the fleet is sized for that rate)")
     s.add_argument("--every", type=int, default=30, choices=[15, 30],
                    help="mixed: minutes between snapshots (15 or 30; default 30)")
+    s.add_argument("--bulk-brokers", type=int, default=None,
+                   help="mixed: the bulk traffic on this many brokers (default: one per 1 M messages of 6 hours)")
     s.set_defaults(func=cmd_simulate)
 
     s = sub.add_parser("ingest", help="landing zone -> bronze/silver Delta tables (incremental, idempotent)")

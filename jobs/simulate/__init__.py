@@ -38,7 +38,7 @@ def tree_size(root: str | os.PathLike[str]) -> tuple[int, int, int]:
 
 
 def run(scenario: str, out: str, *, seed: int = 7, scale: int = 1, bulk_messages: int | None = None,
-        hours: int | None = None, rate: int | None = None, every: int = 30,
+        hours: int | None = None, rate: int | None = None, every: int = 30, bulk_brokers: int | None = None,
         progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Simulate ``scenario`` and write its landing zone and ``_truth/`` to the local folder ``out``.
 
@@ -53,6 +53,8 @@ def run(scenario: str, out: str, *, seed: int = 7, scale: int = 1, bulk_messages
         rate: ``mixed`` only: bulk messages per virtual hour (instead of ``bulk_messages``), on the fleet a 6-hour
             run at that rate has.
         every: ``mixed`` only: minutes between snapshots (15 or 30).
+        bulk_brokers: ``mixed`` only: the bulk traffic on that many brokers (default: one per 1 M messages of a
+            6-hour run).
         progress: called with a line per step and per snapshot written (the CLI prints them on stderr).
 
     Returns:
@@ -76,6 +78,8 @@ def run(scenario: str, out: str, *, seed: int = 7, scale: int = 1, bulk_messages
         raise ValueError(f"--every {every}: snapshots every 15 or 30 minutes; give 15 or 30")
     if hours is not None and hours < 1:
         raise ValueError(f"--hours {hours}: give 1 or more virtual hours")
+    if bulk_brokers is not None and (scenario != "mixed" or bulk_brokers < 1):
+        raise ValueError(f"--bulk-brokers {bulk_brokers}: give 1 or more, for the mixed scenario")
     if rate is not None and (rate < 0 or bulk_messages is not None):
         raise ValueError(f"--rate {rate}: give 0 or more messages per hour, without --bulk-messages")
     say(f"simulate: {scenario} (seed {seed}, scale {scale}) into {out}")
@@ -84,7 +88,8 @@ def run(scenario: str, out: str, *, seed: int = 7, scale: int = 1, bulk_messages
         if scenario == "mixed":
             from jobs.simulate.mixed import mixed
 
-            world = mixed(out, seed, scale, bulk_messages, hours=hours or 6, rate=rate, every=every)
+            world = mixed(out, seed, scale, bulk_messages, hours=hours or 6, rate=rate, every=every,
+                          bulk_brokers=bulk_brokers)
         else:
             world = SCENARIOS[scenario](out, seed, scale)
     finally:

@@ -39,7 +39,7 @@ def bulk_messages_for(scale: int) -> int:
 
 
 def mixed(out: str, seed: int, scale: int = 1, bulk_messages: int | None = None, *, hours: int = 6,
-          rate: int | None = None, every: int = 30) -> World:
+          rate: int | None = None, every: int = 30, bulk_brokers: int | None = None) -> World:
     """Build and run the mixed fleet; ``scale`` multiplies brokers, topics and traffic.
 
     Up to scale 3 every message goes through the event loop (topics on every broker, consumer x queue work
@@ -50,7 +50,8 @@ def mixed(out: str, seed: int, scale: int = 1, bulk_messages: int | None = None,
     A soak (``hours``, ``rate``, ``every``): the same world over ``hours`` virtual hours with a snapshot every
     ``every`` minutes; ``rate`` bulk messages per hour on the fleet a 6-hour run of that rate has (brokers and
     topics follow the rate, not the total, so hour 48 sees the same fleet as hour 4). The defaults are the
-    6-hour ``mixed``, byte for byte.
+    6-hour ``mixed``, byte for byte. ``bulk_brokers``: the bulk topics on that many brokers instead of one per
+    ``BULK_MESSAGES_PER_BROKER`` (1 at ``rate`` 1 M: a broker storing 1 M messages an hour, issue 37's exporter).
     """
     w = World(out, seed, broker_cfg=BrokerConfig(segment_size=256 * 1024, cq_entries_per_file=1000,
                                                  file_reserved_ms=1 * HOUR))
@@ -82,7 +83,7 @@ def mixed(out: str, seed: int, scale: int = 1, bulk_messages: int | None = None,
     _pop_part(w, seed, scale, end)
     _inner_batch_part(w, seed, end)
     if bulk:
-        w.add_bulk(-(-shape // BULK_MESSAGES_PER_BROKER), max(1, round(5 * shape / BULK_UNIT_MESSAGES)), bulk,
+        w.add_bulk(bulk_brokers or -(-shape // BULK_MESSAGES_PER_BROKER), max(1, round(5 * shape / BULK_UNIT_MESSAGES)), bulk,
                    cfg=BrokerConfig(segment_size=4 * 1024 * 1024, cq_entries_per_file=6000,
                                     file_reserved_ms=1 * HOUR),
                    start=T0_MS + 10 * SECOND, end=end - 20 * MINUTE, group_start=T0_MS + 5 * SECOND)

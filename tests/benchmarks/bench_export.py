@@ -17,7 +17,7 @@ broker) into a second landing zone. Printed:
 * whether the two lakes hold the same rows (silver tables, trace records, quarantine; by the engine, both ways).
 
     .venv/bin/python tests/benchmarks/bench_export.py [--hours 6] [--rate 1000000] [--every 15] [--seed 7]
-        [--workdir /tmp/rmq-bench-export] [--stages simulate,export,ingest,compare]
+        [--bulk-brokers N] [--workdir /tmp/rmq-bench-export] [--stages simulate,export,loop,ingest,compare]
 """
 from __future__ import annotations
 
@@ -200,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=int, default=1_000_000)
     p.add_argument("--every", type=int, default=15, choices=[15, 30])
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--bulk-brokers", type=int, default=None,
+                   help="the bulk traffic on this many brokers (1: one broker storing --rate messages an hour, the "
+                        "issue's exporter case; default: mixed's fleet, a broker per 1 M messages of 6 hours)")
     p.add_argument("--workdir", default="/tmp/rmq-bench-export")
     p.add_argument("--stages", default="simulate,export,loop,ingest,compare")
     p.add_argument("--replay", default=None, help=argparse.SUPPRESS)  # (loop_all's child)

@@ -100,8 +100,9 @@ def simulate(a: argparse.Namespace, source: Path) -> dict[str, Any]:
     """``mixed`` for ``a.hours`` hours at ``a.rate`` messages an hour, a snapshot every ``a.every`` minutes, into
     ``source`` (emptied first); its wall and CPU seconds, peak RSS and messages stored."""
     shutil.rmtree(source, ignore_errors=True)
+    brokers = ["--bulk-brokers", str(a.bulk_brokers)] if getattr(a, "bulk_brokers", None) else []
     sim = run_measured("simulate", "simulate", "--scenario", "mixed", "--hours", str(a.hours), "--rate",
-                       str(a.rate), "--every", str(a.every), "--seed", str(a.seed), "--out", str(source))
+                       str(a.rate), "--every", str(a.every), "--seed", str(a.seed), "--out", str(source), *brokers)
     say(f"simulate: {sim['result']['messages_stored']:,} messages, {sim['result']['snapshots']} snapshots in "
         f"{sim['wall_s']:.0f} s, peak RSS {sim['peak_rss'] / GiB:.2f} GiB")
     return {**{k: sim[k] for k in ("wall_s", "peak_rss", "cpu_s")},

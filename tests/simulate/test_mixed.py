@@ -140,3 +140,22 @@ def test_mixed_sends_batches_to_a_batch_cq_topic(mixed) -> None:
         dup = [(r["topic"], r["broker"], r["queue_id"], r["start_offset"], r["end_offset"], r["messages"],
                 r["evidence"], r["cause"]) for r in csv.DictReader(f) if r["consumer_group"] == "GID_inner_killed"]
     assert dup == [("TopicInner", "broker-d", "1", "936", "939", "4", "TRACE", "HEAD_BLOCKED")]
+
+
+def test_bulk_brokers_puts_the_bulk_topics_on_that_many_brokers(tmp_path: pathlib.Path) -> None:
+    """``--bulk-brokers`` (bench_export's one broker storing the whole rate, issue 37): 12,000 messages an hour size
+    a fleet of one bulk broker with round(5 * 72,000 / 98,000) = 4 topics; three brokers take them round robin."""
+    out = tmp_path / "three"
+    summary = simulate.run("mixed", str(out), seed=7, hours=1, rate=12_000, every=30, bulk_brokers=3)
+    meta = json.loads((out / "_truth" / "scenario.json").read_text())
+    bulk = sorted(b for b in meta["brokers"] if b.startswith("broker-bulk-"))
+    assert bulk == ["broker-bulk-00", "broker-bulk-01", "broker-bulk-02"]
+    last = sorted((out / "cluster=DefaultCluster" / "broker=broker-bulk-00").iterdir())[-1]
+    topics = {b: sorted(p.name for p in (last.parent.parent / f"broker={b}" / last.name / "store" / "consumequeue")
+                        .iterdir() if not p.name.startswith("%")) for b in bulk}
+    assert {b: len(t) for b, t in topics.items()} == {"broker-bulk-00": 2, "broker-bulk-01": 1, "broker-bulk-02": 1}
+    assert summary["messages_stored"] > meta["bulk_messages"] > 0
+    with pytest.raises(ValueError, match="--bulk-brokers 0"):
+        simulate.run("mixed", str(tmp_path / "none"), seed=7, hours=1, rate=12_000, bulk_brokers=0)
+    with pytest.raises(ValueError, match="--bulk-brokers 1"):
+        simulate.run("blocked-head", str(tmp_path / "other"), seed=7, bulk_brokers=1)
