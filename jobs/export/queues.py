@@ -27,6 +27,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from jobs.export import layout
+from jobs.formats.consumequeue import CQ_STORE_UNIT_SIZE
 
 # Bytes before the shipped end compared on the host before appending (819 entries). A rewrite is a suffix (truncated
 # back, then appended again): it changes or zeroes the last entries shipped unless it wrote the same bytes again. 64 KiB
@@ -76,6 +77,19 @@ def _last_nonzero(buf: bytes | memoryview) -> int:
     return 0
 
 
+def _written_past(fd: int, end: int) -> bool:
+    """Whether a byte after ``end`` (where the last export found the data to end) up to the end of the entry after
+    it is not zero. The same modification time does not say a queue file is unchanged: the broker writes it through
+    a mapping, and Linux stamps a mapped file only when a clean page is first written (``page_mkwrite``), so entries
+    added to a page still dirty from an earlier write leave the time as it was. RocketMQ flushes a queue's pages
+    when two are due and all of them every 60 s (``FlushConsumeQueueService``: ``flushConsumeQueueLeastPages`` 2,
+    ``flushConsumeQueueThoroughInterval``): an entry written just after an export, into the page that export read,
+    can keep its file's time. Judged by the time alone (until stop 68), such an entry waited for the file's next
+    write into a clean page, or for the file's reship (``--reship-after``), and the lake's queue ended short of it."""
+    hi = -(-end // CQ_STORE_UNIT_SIZE) * CQ_STORE_UNIT_SIZE + CQ_STORE_UNIT_SIZE
+    return bool(os.pread(fd, hi - end, end).strip(b"\0"))
+
+
 def _sha(buf: bytes | memoryview) -> str:
     return hashlib.sha256(buf).hexdigest()
 
@@ -108,7 +122,8 @@ class Packer:
             prev = self.prior.get(rel)
             entry = None
             if prev is not None and self._keeps(prev, size):
-                entry = prev if prev["mtime_ns"] == mtime_ns else self._appended(fd, prev, mtime_ns)
+                same = prev["mtime_ns"] == mtime_ns and not _written_past(fd, prev["end"])
+                entry = prev if same else self._appended(fd, prev, mtime_ns)
             if entry is None:  # new, changed in size, rewritten at its tail, or due to ship whole
                 entry = {"size": size, "mtime_ns": mtime_ns, "since": self.tag, "pieces": [], "end": 0}
                 entry.update(self._read_on(fd, 0, 0, data_extent_end(fd, 0, size), entry["pieces"]))

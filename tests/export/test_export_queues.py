@@ -76,6 +76,33 @@ def test_each_export_ships_the_appended_bytes_and_the_pieces_read_back_as_the_fi
     assert not (host.landing / f3.path.split("/store/")[0] / layout.PACK).exists()
 
 
+def test_entries_written_without_a_new_modification_time_still_ship(tmp_path: pathlib.Path) -> None:
+    """The broker writes through a mapping: an entry written into a page still dirty keeps the file's time
+    (``queues._written_past``). Here the time is set back after each write, as such a write leaves it."""
+    host = Host(tmp_path)
+    host.write(0, entry(1) + entry(2) + entry(3))  # entry 3 ends in 8 zeros: the data ends at byte 52
+    host.export()
+    stamp = host.file.stat().st_mtime_ns
+    with open(host.file, "r+b") as fh:  # entry 4, with its time as it was
+        fh.seek(60)
+        fh.write(entry(4))
+    os.utime(host.file, ns=(stamp, stamp))
+    got, f = host.export()
+    assert got["shipped"] == 80 - 52 and got["pieces"][1] == ["20240301T001500Z", 0, 28, 52]
+    assert landing.read_file(f) == host.file.read_bytes() and host.state[REL]["end"] == 80
+
+    got, f2 = host.export()  # nothing written since: nothing read past the end, nothing shipped, the same id
+    assert got["shipped"] == 0 and f2.etag == f.etag
+
+    with open(host.file, "r+b") as fh:  # entry 5 right after entry 4's end, the time kept again
+        fh.seek(80)
+        fh.write(entry(5))
+    os.utime(host.file, ns=(stamp, stamp))
+    got, f3 = host.export()
+    assert got["shipped"] == 20 and got["pieces"][2] == ["20240301T004500Z", 0, 20, 80]
+    assert landing.read_file(f3) == host.file.read_bytes()
+
+
 def test_a_rewritten_tail_a_new_size_or_too_many_pieces_ship_the_file_whole(tmp_path: pathlib.Path) -> None:
     host = Host(tmp_path)
     host.write(0, entry(0) + entry(1))
