@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Optional
 
 from jobs.formats import fastjson
 from jobs.simulate import stores
@@ -44,6 +44,21 @@ class ClientSnap:
     offsets: dict[tuple[str, str, int], int]  # (broker, topic, qid) -> C_s
 
 
+BLOCK = 4096
+
+
+def _write_mapped(f: BinaryIO, data: bytes) -> None:
+    """``data`` as a broker's mapped file holds it on its host: written up to the end of the last 4 KiB block with a
+    non-zero byte, extended to its full size without writing the zeros after. ``MappedFile`` maps the file at its
+    full size and the JDK extends it for the mapping (``ftruncate``, or ``fallocate`` since 8u162), so the blocks
+    the broker has not written yet are holes to ``SEEK_HOLE`` (the exporter reads a queue file to its data, not its
+    end: jobs.export.queues.data_extent_end). Same bytes as writing them all; a sync job's copy (S3, ``cp``) is
+    whole either way."""
+    end = min(len(data), -(-len(data.rstrip(b"\0")) // BLOCK) * BLOCK)
+    f.write(memoryview(data)[:end])
+    f.truncate(len(data))
+
+
 class SnapshotWriter:
     """Writes snapshot folders under ``out`` and remembers their contents."""
 
@@ -57,8 +72,10 @@ class SnapshotWriter:
         self.files_written = 0
 
     def _put(self, path: str, data: bytes | Callable[[], bytes], cache_key: Optional[tuple[Any, ...]] = None,
-             size: Optional[int] = None) -> None:
-        """Write ``data`` (or what the callable returns; built only when the file is not linked) to ``path``."""
+             size: Optional[int] = None, mapped: bool = False) -> None:
+        """Write ``data`` (or what the callable returns; built only when the file is not linked) to ``path``.
+        ``mapped``: a file the broker maps at its full size (commitlog segments, consume queue files), written as the
+        broker host holds it: its blocks up to the last one with data, the rest unwritten (:func:`_write_mapped`)."""
         os.makedirs(os.path.dirname(path), exist_ok=True)
         self.files_written += 1
         if cache_key is not None and self.link and cache_key in self._written:
@@ -72,7 +89,10 @@ class SnapshotWriter:
             data = data()
         self.bytes_written += len(data)
         with open(path, "wb") as f:
-            f.write(data)
+            if mapped:
+                _write_mapped(f, data)
+            else:
+                f.write(data)
         if cache_key is not None:
             self._written[cache_key] = path
 
@@ -105,7 +125,7 @@ class SnapshotWriter:
         for start in sorted(cl.segments):
             key = None if start == active else ("cl", b.cluster, b.name, start, cl.last_write.get(start))
             self._put(os.path.join(root, "commitlog", f"{start:020d}"), lambda seg=cl.segments[start]: bytes(seg), key,
-                      size=cl.segment_size)
+                      size=cl.segment_size, mapped=True)
         bounds = {}
         in_rocksdb = []
         for (topic, qid), cq in sorted(b.cqs.items()):
@@ -121,7 +141,7 @@ class SnapshotWriter:
             for f in files:
                 key = ("cq", b.cluster, b.name, topic, qid, f) if f < files[-1] else None
                 self._put(os.path.join(root, "consumequeue", topic, str(qid), f"{f * cq.file_bytes:020d}"),
-                          lambda cq=cq, f=f: cq.file(f), key, size=cq.file_bytes)
+                          lambda cq=cq, f=f: cq.file(f), key, size=cq.file_bytes, mapped=True)
         if in_rocksdb:  # storeType=defaultRocksDB: the consume queue is a RocksDB database
             stores.write_rocksdb_cq(os.path.join(root, "consumequeue"), in_rocksdb)
             self.files_written += 1

@@ -121,3 +121,27 @@ def test_same_seed_same_bytes(tmp_path: pathlib.Path) -> None:
     _world(tmp_path / "b", seed=5, messages=2_000)
     _world(tmp_path / "c", seed=6, messages=2_000)
     assert _digest(tmp_path / "a") == _digest(tmp_path / "b") != _digest(tmp_path / "c")
+
+
+def test_mapped_files_are_written_as_a_broker_host_holds_them(world: World) -> None:
+    """Commitlog segments and consume queue files are written up to their last block with data and extended to their
+    full size without writing the zeros (jobs.simulate.snapshot._write_mapped): the exporter on a broker host finds
+    their data by seeking, and the bytes are the broker's."""
+    from jobs.export.queues import data_extent_end
+
+    b = world.bulk_brokers[0]
+    folder = pathlib.Path(world.out) / f"cluster={b.cluster}" / f"broker={b.name}"
+    store = sorted(folder.iterdir())[-1] / "store"  # the last snapshot: every queue and the segments as they end
+    seen = 0
+    for path, want in [(store / "commitlog" / f"{s:020d}", bytes(seg)) for s, seg in b.commitlog.segments.items()] + [
+            (store / "consumequeue" / t / str(q) / f"{f * cq.file_bytes:020d}", cq.file(f))
+            for (t, q), cq in b.cqs.items() if t.startswith("Bulk") for f in cq.file_numbers()]:
+        assert path.read_bytes() == want
+        data = len(want.rstrip(b"\0"))
+        with open(path, "rb") as fh:
+            end = data_extent_end(fh.fileno(), 0, len(want))
+        assert end == min(len(want), -(-data // 4096) * 4096), path
+        seen += end < len(want)
+    # with holes: the active segment (145,524 bytes of records: 147,456 written of 262,144) and the four queue files
+    # whose 10,000 bytes hold under 4 KiB of entries; the others' data reaches their last block
+    assert seen == 5
