@@ -30,8 +30,11 @@ UTC = dt.timezone.utc
 CHUNK_BYTES = 16 << 20  # commitlog bytes read at a time (the ingest reads 64 MiB: a host keeps less in memory)
 BATCH_ROWS = 100_000
 PART_ROWS = 1_000_000  # rows of a part before the next one starts
-GROUP_ROWS = 50_000  # rows held before they are written as a row group (progress rows come one a segment; a
-# decoded window gives a batch of up to 32,768 messages: 1,000 wrote each as a row group, 5% more CPU, 15 MiB less RSS)
+GROUP_ROWS = 32_768  # rows held before they are written as a row group (progress rows come one a segment; a
+# decoded window gives a batch of up to 32,768 messages). 50,000 until stop 68: a broker storing 1 M messages an hour
+# (265,000 a run) held up to 82,000 rows and peaked at 290-293 MiB, against 275-276 MiB now (target < 300); CPU
+# within the noise both ways (3 runs each: 2.23-2.28 s per million against 2.15-2.45; a 6-broker fleet's bulk broker
+# 3.2-4.0 against 3.5-4.0).
 # Dictionary pages only for the columns of few values: on the high-cardinality ones (keys, properties, message ids)
 # they cost time and bytes. With no statistics (the ingest reads the parts whole) a part is written in 1.03 s per
 # million rows and 3.1 MB per 176k rows, against 1.55 s and 5.5 MB with pyarrow's defaults (bench_export's bulk
