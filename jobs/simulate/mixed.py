@@ -83,7 +83,8 @@ def mixed(out: str, seed: int, scale: int = 1, bulk_messages: int | None = None,
     _pop_part(w, seed, scale, end)
     _inner_batch_part(w, seed, end)
     if bulk:
-        w.add_bulk(bulk_brokers or -(-shape // BULK_MESSAGES_PER_BROKER), max(1, round(5 * shape / BULK_UNIT_MESSAGES)), bulk,
+        n_brokers = bulk_brokers or -(-shape // BULK_MESSAGES_PER_BROKER)
+        w.add_bulk(n_brokers, max(1, round(5 * shape / BULK_UNIT_MESSAGES)), bulk,
                    cfg=BrokerConfig(segment_size=4 * 1024 * 1024, cq_entries_per_file=6000,
                                     file_reserved_ms=1 * HOUR),
                    start=T0_MS + 10 * SECOND, end=end - 20 * MINUTE, group_start=T0_MS + 5 * SECOND)
