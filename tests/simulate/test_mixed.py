@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 
 from jobs import simulate
+from jobs.formats import consumequeue
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +155,13 @@ def test_bulk_brokers_puts_the_bulk_topics_on_that_many_brokers(tmp_path: pathli
     topics = {b: sorted(p.name for p in (last.parent.parent / f"broker={b}" / last.name / "store" / "consumequeue")
                         .iterdir() if not p.name.startswith("%")) for b in bulk}
     assert {b: len(t) for b, t in topics.items()} == {"broker-bulk-00": 2, "broker-bulk-01": 1, "broker-bulk-02": 1}
-    assert summary["messages_stored"] > meta["bulk_messages"] > 0
+    # every bulk message is on one of the three: their queue files' entries add up to the bulk count (11,896)
+    decoded = {b: [consumequeue.decode_cq(f.read_bytes(), file_start_byte=int(f.name)) for t in topics[b]
+                   for f in (last.parent.parent / f"broker={b}" / last.name / "store" / "consumequeue" / t).glob("*/*")]
+               for b in bulk}
+    entries = {b: sum(d.end_index - d.first_index for d in ds) for b, ds in decoded.items()}
+    assert sum(entries.values()) == meta["bulk_messages"] == summary["bulk_messages"] == 11_896
+    assert min(entries.values()) > 0, entries
     with pytest.raises(ValueError, match="--bulk-brokers 0"):
         simulate.run("mixed", str(tmp_path / "none"), seed=7, hours=1, rate=12_000, bulk_brokers=0)
     with pytest.raises(ValueError, match="--bulk-brokers 1"):
