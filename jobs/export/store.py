@@ -99,8 +99,7 @@ def _export(root: Path, to: str, cluster: str, broker: str, ts: dt.datetime, fol
                          f"({st.last_ts:%Y-%m-%dT%H:%M:%SZ}); exports of a store are taken in time order")
     if storage.exists(storage.join(target, landing.MARKER)):
         raise UsageError(f"{target} already holds a complete snapshot; choose another --snapshot-ts")
-    st.pending = {"folder": target, "ts": ts.isoformat(), "segments": None, "queues": None}
-    st.save()  # from here a killed run's folder is deleted by the next run
+    st.begin(target, ts)  # from here a killed run's folder is deleted by the next run
     storage.delete_tree(target)
     started = time.process_time()
     scratch = st.path.with_name(f".{st.path.stem}.export")  # this broker's: what a killed run left is dropped
@@ -125,13 +124,12 @@ def _export(root: Path, to: str, cluster: str, broker: str, ts: dt.datetime, fol
                 "queue_bytes": {"shipped": packer.shipped, "read": packer.read},
                 "store_dirs": sorted(p.name for p in root.iterdir() if p.is_dir()),
                 "cpu_s": round(time.process_time() - started, 3)}
-    st.pending["segments"], st.pending["queues"] = commitlog["state"], packer.state
-    st.save()
+    st.prepare(commitlog["state"], packer.state)
     storage.write_bytes(storage.join(target, layout.MANIFEST), state.encode(manifest))
     failpoints.hit("export.before_marker")
     storage.write_bytes(storage.join(target, landing.MARKER), b"")
     failpoints.hit("export.after_marker")
-    _commit(st)
+    st.commit()
     c = commitlog["counts"]
     say(f"export: {target}: {c.get('message', 0)} message(s), {c.get('trace', 0)} trace record(s), "
         f"{c.get('problem', 0)} problem(s) from {commitlog['bytes_read']} new commitlog byte(s); "
@@ -146,20 +144,11 @@ def _recover(st: state.HostState, say: Callable[[str], None]) -> None:
         return
     if p.get("segments") is not None and storage.exists(storage.join(p["folder"], landing.MARKER)):
         say(f"export: the previous run ended after {p['folder']} was complete: its state kept")
-        _commit(st)
+        st.commit()
         return
     say(f"export: the previous run stopped before {p['folder']} was complete: deleted, its range exported again")
     storage.delete_tree(p["folder"])
-    st.pending = None
-    st.save()
-
-
-def _commit(st: state.HostState) -> None:
-    """Adopt the pending export's state: its folder is complete (``_SUCCESS`` written)."""
-    p = st.pending or {}
-    st.segments, st.queues = p["segments"], p.get("queues") or {}
-    st.last_ts, st.pending = dt.datetime.fromisoformat(p["ts"]), None
-    st.save()
+    st.drop()
 
 
 def _ship_files(root: Path, out: Path, packer: queues.Packer) -> list[dict[str, Any]]:
