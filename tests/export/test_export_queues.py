@@ -74,6 +74,17 @@ def test_each_export_ships_the_appended_bytes_and_the_pieces_read_back_as_the_fi
     got, f3 = host.export()  # nothing written: nothing shipped, the same id
     assert got["shipped"] == 0 and f3.etag == f2.etag and landing.read_file(f3) == host.file.read_bytes()
     assert not (host.landing / f3.path.split("/store/")[0] / layout.PACK).exists()
+    # the id a run carries on from the state's is the one the pieces give from scratch (an entry from before stop
+    # 69 has none), and another file of the same size and pieces but one gets another
+    assert f2.etag == queues.piece_id({"size": SIZE, "pieces": got["pieces"]}) == queues.piece_id(
+        {"size": SIZE, "pieces": [list(p) for p in got["pieces"]]})
+    assert len({queues.piece_id({"size": SIZE, "pieces": got["pieces"][:1]}), f.etag,
+                queues.piece_id({"size": SIZE + 20, "pieces": got["pieces"]}), f2.etag}) == 3
+    host.state = {REL: {k: v for k, v in host.state[REL].items() if k != "id"}}
+    host.write(112, entry(6))
+    got, f4 = host.export()
+    assert f4.etag == queues.piece_id({"size": SIZE, "pieces": got["pieces"]}) and len(got["pieces"]) == 3
+    assert host.state[REL]["id"] == f4.etag
 
 
 def test_entries_written_without_a_new_modification_time_still_ship(tmp_path: pathlib.Path) -> None:
@@ -276,15 +287,17 @@ def test_the_pieces_of_many_files_in_one_pack_cost_one_read(tmp_path: pathlib.Pa
 
 
 def test_the_tail_check_covers_the_window_the_state_names(tmp_path: pathlib.Path) -> None:
-    """The digest of an entry covers the last CHECKED_TAIL bytes shipped (``tail_bytes``); an entry a host state kept
-    from before stop 59 has no ``tail_bytes`` and covers 64 KiB: it is checked over its own 64 KiB, so a rewrite there
-    ships the file whole, and the next entry covers the new window."""
+    """The digest of an entry covers the last CHECKED_TAIL bytes shipped (``tail_bytes``), a CRC-32 (``tail_crc32``).
+    Entries a host state kept from before are checked as they were written: before stop 59 a SHA-256 of 64 KiB (no
+    ``tail_bytes``), until stop 69 a SHA-256 of 16 KiB (``tail_sha``). A rewrite inside the window ships the file
+    whole; the next entry covers the new window by CRC-32."""
     import hashlib
+    import zlib
 
     size, n = 100_000, 4000  # 80,000 bytes of entries
     data = b"".join(entry(i) for i in range(n))
     hosts = {}
-    for name in ("kept", "rewritten"):
+    for name in ("kept", "rewritten", "sha16", "sha16-rewritten", "crc", "crc-rewritten"):
         host = Host(tmp_path / name)
         host.file.write_bytes(bytes(size))
         host.write(0, data)
@@ -292,22 +305,29 @@ def test_the_tail_check_covers_the_window_the_state_names(tmp_path: pathlib.Path
         assert got["shipped"] == 80_000 - 8  # (entry 3999's tags code is 0: its last 8 bytes are zeros)
         entry_ = host.state[REL]
         assert (entry_["end"], entry_["tail_bytes"]) == (80_000 - 8, queues.CHECKED_TAIL) == (79_992, 16_384)
-        assert entry_["tail_sha"] == hashlib.sha256(data[79_992 - 16_384:79_992]).hexdigest()
-        legacy = {k: v for k, v in entry_.items() if k != "tail_bytes"}
-        legacy["tail_sha"] = hashlib.sha256(data[79_992 - 65_536:79_992]).hexdigest()
-        host.state = {REL: legacy}
+        assert entry_["tail_crc32"] == zlib.crc32(data[79_992 - 16_384:79_992]) and "tail_sha" not in entry_
+        earlier = {k: v for k, v in entry_.items() if k not in ("tail_crc32", "id")}
+        if name.startswith("sha16"):
+            earlier["tail_sha"] = hashlib.sha256(data[79_992 - 16_384:79_992]).hexdigest()
+            host.state = {REL: earlier}
+        elif not name.startswith("crc"):
+            earlier.pop("tail_bytes")
+            earlier["tail_sha"] = hashlib.sha256(data[79_992 - 65_536:79_992]).hexdigest()
+            host.state = {REL: earlier}
         hosts[name] = host
-    at = 60_000  # entry 3000, 19,992 bytes before the shipped end: outside 16 KiB, inside 64 KiB
-    hosts["rewritten"].write(at, entry(9_999))
+    hosts["rewritten"].write(60_000, entry(9_999))  # entry 3000, 19,992 bytes before the shipped end: outside 16 KiB
+    for name in ("sha16-rewritten", "crc-rewritten"):
+        hosts[name].write(79_960, entry(9_999))  # entry 3998, inside the 16 KiB window
     for host in hosts.values():
         host.write(80_000, entry(4_001))
-    got, f = hosts["kept"].export()
-    assert got["shipped"] == 80_020 - 79_992 and len(got["pieces"]) == 2
-    assert landing.read_file(f) == hosts["kept"].file.read_bytes()
-    assert hosts["kept"].state[REL]["tail_bytes"] == 16_384
-    got, f = hosts["rewritten"].export()
-    assert got["shipped"] == 80_020 and len(got["pieces"]) == 1
-    assert landing.read_file(f) == hosts["rewritten"].file.read_bytes()
+    for name, host in hosts.items():
+        got, f = host.export()
+        whole = name.endswith("rewritten")
+        assert (got["shipped"], len(got["pieces"])) == ((80_020, 1) if whole else (80_020 - 79_992, 2)), name
+        assert landing.read_file(f) == host.file.read_bytes()
+        now = host.file.read_bytes()
+        assert host.state[REL]["tail_bytes"] == 16_384 and "tail_sha" not in host.state[REL]
+        assert host.state[REL]["tail_crc32"] == zlib.crc32(now[80_020 - 16_384:80_020])
 
 
 @pytest.mark.parametrize("length", [0, 5, 8, 13, 4096, 4099, 20_000, 20_003])
