@@ -123,7 +123,7 @@ class Packer:
         self._pack: BinaryIO | None = None
         self._buf = bytearray()
 
-    def add(self, path: Path, rel: str) -> None:
+    def add(self, path: str | Path, rel: str) -> None:
         """One queue file of the store (gone since the listing: left out, as a copy would)."""
         try:
             fd = os.open(path, os.O_RDONLY)

@@ -157,19 +157,20 @@ def _ship_files(root: Path, out: Path, packer: queues.Packer) -> list[dict[str, 
     are; the consume queue files' new bytes go to ``packer``. Returns the copies' (rel, size, sha256)."""
     shipped: list[dict[str, Any]] = []
     dbs: set[str] = set()
+    base = str(root)
     for sub in _files_below(root):
-        path, rel = root / sub, "store/" + sub
-        kind = landing.classify(rel, clients=False)["kind"]
+        rel = "store/" + sub
+        kind = _kind(rel)
         if kind in ("rocksdb", "rocksdb_cq"):  # a database: its folder is copied as one version
             parts = rel.split("/")
             dbs.add("/".join(parts[:3]) if kind == "rocksdb" else "store/consumequeue")
             continue
-        if kind == "consumequeue" and not (landing.misplaced(rel, clients=False) or landing.bad_name_in(
-                rel, clients=False)):  # (a name the ingest refuses ships as a file, to be refused as a copy's is)
-            packer.add(path, rel)
+        if kind == _PACKED:  # (a string: 1,224 Path objects a run were 20 ms of a bulk broker's, stop 69)
+            packer.add(f"{base}/{sub}", rel)
             continue
         if kind not in SHIPPED and kind != "consumequeue":
             continue
+        path = root / sub
         try:
             before = path.stat()
         except FileNotFoundError:
@@ -195,6 +196,26 @@ def _ship_files(root: Path, out: Path, packer: queues.Packer) -> list[dict[str, 
         n = stable.copy_dir_stable(src, out / db, flat=db == "store/consumequeue")
         shipped.append({"rel": db + "/", "files": n})
     return shipped
+
+
+_PACKED = "consumequeue (packed)"
+_KINDS: dict[str, str] = {}  # rel -> kind: a long-lived exporter meets the same files run after run
+
+
+def _kind(rel: str) -> str:
+    """``landing.classify``'s kind of a store file, :data:`_PACKED` for a consume queue file whose bytes go to the pack
+    (a name the ingest refuses ships as a file, to be refused as a copy's is). Remembered: 8.5 ms a run for a bulk
+    broker's 1,224 queue files, a tenth of a run with nothing new (stop 69)."""
+    kind = _KINDS.get(rel)
+    if kind is None:
+        kind = landing.classify(rel, clients=False)["kind"]
+        if kind == "consumequeue" and not (landing.misplaced(rel, clients=False)
+                                           or landing.bad_name_in(rel, clients=False)):
+            kind = _PACKED
+        if len(_KINDS) >= 1 << 20:
+            _KINDS.clear()
+        _KINDS[rel] = kind
+    return kind
 
 
 def _files_below(root: Path) -> list[str]:
@@ -271,6 +292,26 @@ def unit_id(ts: dt.datetime, index: int) -> int:
     return (int(ts.timestamp()) << 16) + index
 
 
+def _coalesced(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    """``batches`` with each run of small ones (progress rows: one a segment) made one batch, in order: the writer
+    pays per batch and column, and a bulk broker's 97 progress rows written as 97 batches of ~60 columns cost 10 ms a
+    run (stop 69)."""
+    out: list[pa.RecordBatch] = []
+    run: list[pa.RecordBatch] = []
+    for b in batches + [None]:
+        if b is not None and b.num_rows < 1024:
+            run.append(b)
+            continue
+        if len(run) > 1:
+            out.append(pa.concat_batches(run))
+        else:
+            out.extend(run)
+        run = []
+        if b is not None:
+            out.append(b)
+    return out
+
+
 class _Parts:
     """Rows of decode units into ``store-export/records-<lo>-<hi>.parquet`` parts of about :data:`PART_ROWS` rows,
     through one local file at a time (the host's memory holds a batch, not a part)."""
@@ -339,7 +380,7 @@ class _Parts:
             self._writer = pq.ParquetWriter(str(self._tmp), decode_tasks.OUTPUT_ARROW, compression=COMPRESSION,
                                             use_dictionary=DICTIONARY_COLUMNS, write_statistics=False,
                                             column_encoding=dict.fromkeys(DELTA_COLUMNS, "DELTA_BINARY_PACKED"))
-        self._writer.write_table(pa.Table.from_batches(self._held, decode_tasks.OUTPUT_ARROW))
+        self._writer.write_table(pa.Table.from_batches(_coalesced(self._held), decode_tasks.OUTPUT_ARROW))
         self._held, self._held_rows = [], 0
 
     def _abort(self) -> None:

@@ -227,6 +227,8 @@ def _batch(kind: str, unit: int, n: int, cols: dict[str, pa.Array], seq0: int = 
 # A progress row (one a segment and run, most of its ~50 columns null) built its null columns afresh each time:
 # 0.28 ms a row, 0.1 s of a bulk broker's 23 exports (stop 59). Arrow arrays are immutable: shared.
 _ONE_NULL = {f.name: pa.nulls(1, f.type) for f in OUTPUT_ARROW}
+_COLUMN = {f.name: i for i, f in enumerate(OUTPUT_ARROW)}
+_PROGRESS_ROW = _batch(PROGRESS, 0, 1, {})  # (seq 0, the rest null but for the columns progress_batch sets)
 
 
 def _parse_ts(s: str | None) -> dt.datetime | None:
@@ -604,9 +606,15 @@ def decode_unit(unit: dict[str, Any]) -> Iterator[pa.RecordBatch]:
 
 
 def progress_batch(unit: int, cluster: str, broker: str, info: dict[str, Any]) -> pa.RecordBatch:
-    """The progress row of a unit (or of a piece of one)."""
-    return _batch(PROGRESS, unit, 1, {"cluster": pa.array([cluster], _STR), "broker": pa.array([broker], _STR),
-                                      "info": pa.array([json.dumps(info)], _STR)})
+    """The progress row of a unit (or of a piece of one): the null row with its six columns set, 50 us against 210
+    us for the row built column by column (:func:`_batch`); an exporter writes one for each segment at every run
+    (stop 69)."""
+    b = _PROGRESS_ROW
+    for name, value in (("unit", pa.scalar(unit, pa.int64())), ("cluster", pa.scalar(cluster, _STR)),
+                        ("broker", pa.scalar(broker, _STR)), ("info", pa.scalar(json.dumps(info), _STR))):
+        i = _COLUMN[name]
+        b = b.set_column(i, OUTPUT_ARROW.field(i), pa.repeat(value, 1))
+    return b
 
 
 def merge_pieces(unit: dict[str, Any], pieces: list[dict[str, Any]]) -> dict[str, Any] | None:
