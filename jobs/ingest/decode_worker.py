@@ -31,6 +31,8 @@ from typing import Any, BinaryIO, Iterator
 
 import pyarrow as pa
 
+from jobs import unused
+
 log = logging.getLogger(__name__)
 _FRAME = struct.Struct("<q")
 ENV = "RMQ_RECON_DECODE_PROCESS"
@@ -179,18 +181,6 @@ def run(units: list[dict[str, Any]]) -> Iterator[pa.RecordBatch]:
         gate.release()
 
 
-class _Without:
-    """An import finder that reports the named packages as not installed (pyarrow and numba then go without)."""
-
-    def __init__(self, *names: str) -> None:
-        self.names = frozenset(names)
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
-        if name.partition(".")[0] in self.names:
-            raise ModuleNotFoundError(f"{name} is not used in a decode helper", name=name)
-        return None
-
-
 def main() -> None:
     """The helper's loop: a task in, its batches out, until stdin closes."""
     import traceback
@@ -198,7 +188,7 @@ def main() -> None:
     # A helper hands nothing to pandas or to linear algebra, yet each would be imported at its start: pandas by
     # pyarrow's first pa.array of a numpy array (to ask whether it is a pandas object: 0.25 s), scipy by numba
     # (its BLAS check: 0.2 s). Without them the helper starts in half the time (1.1 -> 0.6 s of CPU).
-    sys.meta_path.insert(0, _Without("pandas", "scipy"))
+    sys.meta_path.insert(0, unused.Without("pandas", "scipy", why="is not used in a decode helper"))
     from jobs.ingest.decode_tasks import decode_unit
 
     stdin = sys.stdin.buffer

@@ -171,7 +171,7 @@ def test_the_deployment_examples_run_a_valid_export_command(name: str) -> None:
 def test_the_exporter_on_a_broker_host_loads_no_spark(tmp_path: pathlib.Path) -> None:
     """The issue: no Spark on the broker host. A whole export (blocked-head's first store copy) in a fresh process,
     then its modules: importing pyspark for a constant cost every run ~0.4 s CPU, pandas (which pyarrow imports at
-    its first numpy conversion) 0.18 s. Arrow allocates from malloc there (jobs.export.host_process: its default pool
+    its first numpy conversion) 0.18 s, scipy (which numba imports) 0.13 s. Arrow allocates from malloc there (jobs.export.host_process: its default pool
     kept 45 MiB more of a bulk broker's exporter)."""
     import subprocess
     import sys
@@ -182,7 +182,7 @@ def test_the_exporter_on_a_broker_host_loads_no_spark(tmp_path: pathlib.Path) ->
     store = sorted((tmp_path / "copies").glob("cluster=*/broker=*/snapshot_ts=*"))[0] / "store"
     code = ("import sys; from jobs import cli; rc = cli.main(sys.argv[1:]); "
             "print(rc, sorted({m.split('.')[0] for m in sys.modules} "
-            "& {'pyspark', 'pysail', 'delta', 'deltalake', 'pandas'}), "
+            "& {'pyspark', 'pysail', 'delta', 'deltalake', 'pandas', 'scipy'}), "
             "__import__('pyarrow').default_memory_pool().backend_name, file=sys.stderr)")
     p = subprocess.run([sys.executable, "-c", code, "export", "--store", str(store), "--broker", "broker-a",
                         "--cluster", "C", "--to", str(tmp_path / "to"), "--state", str(tmp_path / "state"),

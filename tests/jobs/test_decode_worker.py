@@ -211,7 +211,9 @@ def test_a_helper_decodes_without_loading_pandas_or_scipy(units: list[dict], mon
 
 
 def test_the_helper_import_finder_refuses_only_the_names_given() -> None:
-    finder = decode_worker._Without("pandas", "scipy")
+    from jobs import unused
+
+    finder = unused.Without("pandas", "scipy", why="is not used in a decode helper")
     for name in ("pandas", "pandas.core.api", "scipy.linalg"):
         with pytest.raises(ModuleNotFoundError, match=f"{name} is not used in a decode helper"):
             finder.find_spec(name)
