@@ -158,9 +158,10 @@ def _ship_files(root: Path, out: Path, packer: queues.Packer) -> list[dict[str, 
     shipped: list[dict[str, Any]] = []
     dbs: set[str] = set()
     base = str(root)
-    for sub in _files_below(root):
+    listed = [(sub, _kind("store/" + sub)) for sub in _files_below(root)]
+    packer.max_pieces = queues.max_pieces(sum(kind == _PACKED for _, kind in listed))
+    for sub, kind in listed:
         rel = "store/" + sub
-        kind = _kind(rel)
         if kind in ("rocksdb", "rocksdb_cq"):  # a database: its folder is copied as one version
             parts = rel.split("/")
             dbs.add("/".join(parts[:3]) if kind == "rocksdb" else "store/consumequeue")
@@ -296,20 +297,18 @@ def _coalesced(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
     """``batches`` with each run of small ones (progress rows: one a segment) made one batch, in order: the writer
     pays per batch and column, and a bulk broker's 97 progress rows written as 97 batches of ~60 columns cost 10 ms a
     run (stop 69)."""
+    def joined(run: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+        return [pa.concat_batches(run)] if len(run) > 1 else run
+
     out: list[pa.RecordBatch] = []
     run: list[pa.RecordBatch] = []
-    for b in batches + [None]:
-        if b is not None and b.num_rows < 1024:
+    for b in batches:
+        if b.num_rows < 1024:
             run.append(b)
             continue
-        if len(run) > 1:
-            out.append(pa.concat_batches(run))
-        else:
-            out.extend(run)
+        out += [*joined(run), b]
         run = []
-        if b is not None:
-            out.append(b)
-    return out
+    return out + joined(run)
 
 
 class _Parts:

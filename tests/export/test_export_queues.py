@@ -40,13 +40,13 @@ class Host:
         st = self.file.stat()
         os.utime(self.file, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
 
-    def export(self, *, minutes: int = 15,
-               reship_after_s: float = queues.RESHIP_AFTER_S) -> tuple[dict, landing.LandingFile]:
+    def export(self, *, minutes: int = 15, reship_after_s: float = queues.RESHIP_AFTER_S,
+               max_pieces: int = queues.MAX_PIECES) -> tuple[dict, landing.LandingFile]:
         ts = self.ts
         self.ts += dt.timedelta(minutes=minutes)
         folder = f"cluster=c/broker=b/snapshot_ts={landing.format_snapshot_ts(ts)}"
         out = self.landing / folder
-        packer = queues.Packer(out, ts, self.state, reship_after_s)
+        packer = queues.Packer(out, ts, self.state, reship_after_s, max_pieces)
         packer.add(self.file, REL)
         packer.close()
         self.state = packer.state
@@ -137,6 +137,41 @@ def test_a_rewritten_tail_a_new_size_or_too_many_pieces_ship_the_file_whole(tmp_
     got, f = host.export(minutes=1)
     assert len(got["pieces"]) == 1 and got["shipped"] == 20 * (4 + queues.MAX_PIECES) and f.size == SIZE + 20
     assert landing.read_file(f) == host.file.read_bytes()
+
+
+def test_a_store_of_many_queue_files_ships_each_whole_again_after_fewer_pieces(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host state holds PIECES_BUDGET pieces in all (its memory: 9,792 files at 32 pieces each peaked at 324 MiB):
+    a file's share, from MIN_PIECES to MAX_PIECES, is how many it may have before it ships whole again."""
+    assert (queues.PIECES_BUDGET, queues.MIN_PIECES, queues.MAX_PIECES) == (100_000, 4, 32)
+    assert [queues.max_pieces(n) for n in (0, 1, 1_224, 3_125, 3_126, 9_792, 25_000, 25_001, 80_000)] == [
+        32, 32, 32, 32, 31, 10, 4, 4, 4]
+    host = Host(tmp_path)
+    for i in range(4):
+        host.write(20 * i, entry(i + 1))
+        got, f = host.export(max_pieces=4)
+    assert len(got["pieces"]) == 4 and got["shipped"] == 28  # (entry 3 ends in zeros: shipped with entry 4)
+    host.write(80, entry(5))
+    got, f = host.export(max_pieces=4)
+    assert len(got["pieces"]) == 1 and got["shipped"] == 100 and landing.read_file(f) == host.file.read_bytes()
+
+    # the export of a store takes the share of its number of queue files (blocked-head's first copy)
+    from jobs import simulate
+    from jobs.export import store
+
+    simulate.run("blocked-head", str(tmp_path / "copies"), seed=7)
+    copy = sorted((tmp_path / "copies").glob("cluster=*/broker=broker-a/snapshot_ts=*"))[0] / "store"
+    asked: list[int] = []
+    monkeypatch.setattr(queues, "max_pieces", lambda n: asked.append(n) or 7)
+    made: list[queues.Packer] = []
+    monkeypatch.setattr(queues, "Packer", lambda *a, **k: made.append(queues_Packer(*a, **k)) or made[-1])
+    m = store.export_store(str(copy), str(tmp_path / "to"), cluster="C", broker="broker-a",
+                           snapshot_ts=dt.datetime(2026, 12, 3, tzinfo=UTC), state_dir=str(tmp_path / "state"),
+                           say=lambda _: None)
+    assert asked == [len(m["queues"])] == [len(list(copy.glob("consumequeue/*/*/*")))] and made[0].max_pieces == 7
+
+
+queues_Packer = queues.Packer
 
 
 def test_a_file_ships_whole_again_once_its_oldest_piece_is_due(tmp_path: pathlib.Path) -> None:

@@ -270,3 +270,9 @@ def test_small_batches_are_written_together_as_one_row_group(tmp_path: pathlib.P
     f = pq.ParquetFile(tmp_path / done["name"])
     assert (done["rows"], f.metadata.num_row_groups, f.metadata.row_group(0).num_rows) == (1553, 2, 1550)
     assert f.read(columns=["unit"]).column("unit").to_pylist() == list(range(1553))
+    # each run of small batches becomes one, in order (the writer pays per batch and column)
+    got = store._coalesced([batch(0, 1), batch(1, 1), batch(2, 2000), batch(2002, 1), batch(2003, 1500),
+                            batch(3503, 1), batch(3504, 2)])
+    assert [b.num_rows for b in got] == [2, 2000, 1, 1500, 3]
+    assert pa.Table.from_batches(got).column("unit").to_pylist() == list(range(3506))
+    assert store._coalesced([]) == []
