@@ -80,23 +80,17 @@ def _legacy(tmp_path: pathlib.Path, copies: list[pathlib.Path], *, complete: boo
     return to, said
 
 
-def test_a_state_from_before_holding_a_complete_export_is_kept(copies: list, clean: tuple,
-                                                              tmp_path: pathlib.Path) -> None:
-    to, said = _legacy(tmp_path, copies, complete=True)
-    assert said[0] == (f"export: the previous run ended after {to}/cluster=C/broker=broker-a/"
-                       "snapshot_ts=20261203T103000Z was complete: its state kept")
+@pytest.mark.parametrize("complete, said_first", [
+    (True, "ended after {folder} was complete: its state kept"),
+    (False, "stopped before {folder} was complete: deleted, its range exported again")])
+def test_a_state_from_before_holding_its_pending_export_is_finished_or_undone(
+        complete: bool, said_first: str, copies: list, clean: tuple, tmp_path: pathlib.Path) -> None:
+    to, said = _legacy(tmp_path, copies, complete=complete)
+    folder = f"{to}/cluster=C/broker=broker-a/snapshot_ts=20261203T103000Z"
+    assert said[0] == "export: the previous run " + said_first.format(folder=folder)
     assert landing_content(to) == clean[0]
     assert _state(tmp_path / "state") == clean[1]
     assert not (tmp_path / "state/cluster=C/broker=broker-a.pending.json").exists()
-
-
-def test_a_state_from_before_holding_an_unfinished_export_has_it_exported_again(copies: list, clean: tuple,
-                                                                              tmp_path: pathlib.Path) -> None:
-    to, said = _legacy(tmp_path, copies, complete=False)
-    assert said[0] == (f"export: the previous run stopped before {to}/cluster=C/broker=broker-a/"
-                       "snapshot_ts=20261203T103000Z was complete: deleted, its range exported again")
-    assert landing_content(to) == clean[0]
-    assert _state(tmp_path / "state") == clean[1]
 
 
 def test_a_state_file_replaced_or_moved_away_is_not_taken_from_memory(copies: list, clean: tuple,
