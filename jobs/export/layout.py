@@ -4,9 +4,14 @@
   ``store/config/...``, ``store/batchconsumequeue/...``: the files the ingest reads, as they are on the host (no
   commitlog segment, no consume queue file);
   ``store-export/records-<lo>-<hi>.parquet``: the commitlog's records decoded since the previous export, rows of
-  :data:`jobs.ingest.decode_tasks.OUTPUT_ARROW` (messages, trace records, POP checkpoints and acks, the decode's
-  problems and one progress row per retained segment), ``lo``/``hi`` the physical offsets (20 digits) of the bytes
-  they were decoded from;
+  :data:`jobs.ingest.decode_tasks.OUTPUT_ARROW` (trace records, POP checkpoints and acks, the decode's problems and
+  one progress row per retained segment), ``lo``/``hi`` the physical offsets (20 digits) of the bytes they were
+  decoded from;
+  ``store-export/messages-<lo>-<hi>.parquet`` (layout 2; beside the records part of the same range when its bytes
+  held messages): the messages, as a file of silver/messages (:data:`jobs.ingest.decode_tasks.MESSAGES_ARROW`: one
+  broker, in commitlog order, with Parquet statistics), which the ingest adds to the table as it is
+  (:func:`jobs.lake.layout.append`'s ``adopt``) instead of writing the rows again; in layout 1 the messages were rows
+  of the records part;
   ``store-export/queues.bin``: the consume queue files' bytes appended since the previous export
   (:mod:`jobs.export.queues`); the manifest's ``queues`` lists each queue file of the store as pieces of this and
   earlier folders' packs, which the ingest reads back as the file (:func:`jobs.ingest.landing.read_file`);
@@ -22,7 +27,10 @@ from typing import Any
 FOLDER = "store-export"
 MANIFEST = f"{FOLDER}/manifest.json"
 PACK = f"{FOLDER}/queues.bin"
-LAYOUT = "rmq-recon-export/1"
+LAYOUT = "rmq-recon-export/2"
+# the layouts the ingest reads: 1 held the messages in the records parts (until stop 70). An ingest older than
+# layout 2 refuses its folders by this name, where it would have read no message from them.
+LAYOUTS = ("rmq-recon-export/1", LAYOUT)
 
 
 def parse_snapshot_ts(value: str) -> dt.datetime:
@@ -54,9 +62,21 @@ def part_name(lo: int, hi: int) -> str:
     return f"{FOLDER}/records-{lo:020d}-{hi:020d}.parquet"
 
 
+def messages_name(lo: int, hi: int) -> str:
+    return f"{FOLDER}/messages-{lo:020d}-{hi:020d}.parquet"
+
+
 def is_part(rel: str) -> bool:
+    return _is(rel, "records-")
+
+
+def is_messages(rel: str) -> bool:
+    return _is(rel, "messages-")
+
+
+def _is(rel: str, prefix: str) -> bool:
     parts = rel.split("/")
-    return len(parts) == 2 and parts[0] == FOLDER and parts[1].startswith("records-") and parts[1].endswith(".parquet")
+    return len(parts) == 2 and parts[0] == FOLDER and parts[1].startswith(prefix) and parts[1].endswith(".parquet")
 
 
 def segments_of(manifest: dict[str, Any]) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -311,22 +312,90 @@ def _coalesced(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
     return out + joined(run)
 
 
+class _Sink:
+    """One Parquet file being written through a local temporary file, in row groups of at least :data:`GROUP_ROWS`
+    rows: each segment already exported gives a progress row at every run, and a row group per row cost 0.6 ms each
+    (a small broker's run of 60 segments: two thirds of its CPU)."""
+
+    def __init__(self, tmp: Path, schema: pa.Schema, **options: Any) -> None:
+        self.tmp, self.schema, self.options = tmp, schema, options
+        self.writer: pq.ParquetWriter | None = None
+        self.rows = 0
+        self._held: list[pa.RecordBatch] = []
+        self._held_rows = 0
+
+    def write(self, b: pa.RecordBatch) -> None:
+        self._held.append(b)
+        self._held_rows += b.num_rows
+        self.rows += b.num_rows
+        if self._held_rows >= GROUP_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._held:
+            return
+        if self.writer is None:
+            self.tmp.parent.mkdir(parents=True, exist_ok=True)
+            self.writer = pq.ParquetWriter(str(self.tmp), self.schema, compression=COMPRESSION, **self.options)
+        self.writer.write_table(pa.Table.from_batches(_coalesced(self._held), self.schema))
+        self._held, self._held_rows = [], 0
+
+    def abort(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.tmp.unlink()
+        self.writer, self.rows, self._held, self._held_rows = None, 0, [], 0
+
+    def finish(self, target: Path) -> bool:
+        """Close the file as ``target``; False when it got no row (no file)."""
+        self.flush()
+        if self.writer is None:
+            return False
+        self.writer.close()
+        self.tmp.replace(target)
+        self.writer, self.rows = None, 0
+        return True
+
+
+def _message_columns(b: pa.RecordBatch) -> pa.RecordBatch:
+    """A decoded batch of messages with silver/messages' columns only, in commitlog order (a record's messages by
+    queue offset): the order the decode gives, so a check that costs a pass over two columns."""
+    po, qo = b.column("physical_offset").to_numpy(), b.column("queue_offset").to_numpy()
+    b = pa.RecordBatch.from_arrays([b.column(n) for n in decode_tasks.MESSAGES_ARROW.names],
+                                   schema=decode_tasks.MESSAGES_ARROW)
+    step_po, step_qo = np.diff(po), np.diff(qo)
+    if bool(((step_po > 0) | ((step_po == 0) & (step_qo > 0))).all()):
+        return b
+    return b.take(pa.array(np.lexsort((qo, po))))
+
+
 class _Parts:
     """Rows of decode units into ``store-export/records-<lo>-<hi>.parquet`` parts of about :data:`PART_ROWS` rows,
-    through one local file at a time (the host's memory holds a batch, not a part)."""
+    their messages into ``messages-<lo>-<hi>.parquet`` beside, each through one local file at a time (the host's
+    memory holds a batch, not a part).
+
+    A messages file is written as a file of silver/messages, to be adopted whole (:mod:`jobs.export.layout`): with the
+    Parquet statistics the lake's Delta log is given, and dictionary pages for the columns of few values."""
 
     def __init__(self, out: Path) -> None:
         self.out = out
         self.done: list[dict[str, Any]] = []
         self.counts: dict[str, int] = {}
-        self._writer: pq.ParquetWriter | None = None
-        self._tmp = out / layout.FOLDER / ".open.parquet"
-        self._rows = 0
+        folder = out / layout.FOLDER
+        self._records = _Sink(folder / ".open.parquet", decode_tasks.OUTPUT_ARROW, use_dictionary=DICTIONARY_COLUMNS,
+                              write_statistics=False,
+                              column_encoding=dict.fromkeys(DELTA_COLUMNS, "DELTA_BINARY_PACKED"))
+        names = decode_tasks.MESSAGES_ARROW.names
+        self._messages = _Sink(folder / ".open-messages.parquet", decode_tasks.MESSAGES_ARROW,
+                               use_dictionary=[c for c in DICTIONARY_COLUMNS if c in names], write_statistics=True,
+                               column_encoding={c: "DELTA_BINARY_PACKED" for c in DELTA_COLUMNS if c in names})
         self._lo: int | None = None
         self._hi: int | None = None
         self._kinds: dict[str, int] = {}
-        self._held: list[pa.RecordBatch] = []
-        self._held_rows = 0
+
+    @property
+    def _rows(self) -> int:
+        return self._records.rows + self._messages.rows
 
     def write_unit(self, unit: dict[str, Any], *, retry_tail: bool) -> dict[str, Any]:
         """Stream a unit's rows into the open part. The active segment's unit gets a part of its own: a problem
@@ -344,7 +413,10 @@ class _Parts:
                 if kind == decode_tasks.PROGRESS:
                     info = json.loads(b.column("info")[0].as_py())
                 kinds[kind] = kinds.get(kind, 0) + b.num_rows
-                self._write(b)
+                if kind == decode_tasks.MESSAGE:
+                    self._messages.write(_message_columns(b))
+                else:
+                    self._records.write(b)
             if not retry_tail or not kinds.get(decode_tasks.PROBLEM) or attempt == TAIL_TRIES - 1:
                 break
             self._abort()
@@ -361,43 +433,25 @@ class _Parts:
             self._finish()
         return info
 
-    def _write(self, b: pa.RecordBatch) -> None:
-        """Batches are written in row groups of at least :data:`GROUP_ROWS` rows: each segment already exported
-        gives a progress row at every run, and a row group per row cost 0.6 ms each (a small broker's run of 60
-        segments: two thirds of its CPU)."""
-        self._held.append(b)
-        self._held_rows += b.num_rows
-        self._rows += b.num_rows
-        if self._held_rows >= GROUP_ROWS:
-            self._flush()
-
-    def _flush(self) -> None:
-        if not self._held:
-            return
-        if self._writer is None:
-            self._tmp.parent.mkdir(parents=True, exist_ok=True)
-            self._writer = pq.ParquetWriter(str(self._tmp), decode_tasks.OUTPUT_ARROW, compression=COMPRESSION,
-                                            use_dictionary=DICTIONARY_COLUMNS, write_statistics=False,
-                                            column_encoding=dict.fromkeys(DELTA_COLUMNS, "DELTA_BINARY_PACKED"))
-        self._writer.write_table(pa.Table.from_batches(_coalesced(self._held), decode_tasks.OUTPUT_ARROW))
-        self._held, self._held_rows = [], 0
-
     def _abort(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._tmp.unlink()
-        self._writer, self._rows, self._lo, self._hi, self._kinds = None, 0, None, None, {}
-        self._held, self._held_rows = [], 0
+        self._records.abort()
+        self._messages.abort()
+        self._lo, self._hi, self._kinds = None, None, {}
 
     def _finish(self) -> None:
-        self._flush()
-        if self._writer is None:
+        rows = self._rows
+        lo, hi = self._lo or 0, self._hi or 0
+        n_messages = self._messages.rows
+        messages = self._messages.finish(self.out / layout.messages_name(lo, hi))
+        # every unit gives its progress row: a part whose bytes held messages has its records part too
+        if not self._records.finish(self.out / layout.part_name(lo, hi)):
+            assert not messages, "a messages file without its records part"
             return
-        self._writer.close()
-        name = layout.part_name(self._lo or 0, self._hi or 0)
-        self._tmp.replace(self.out / name)
-        self.done.append({"name": name, "rows": self._rows, "lo": self._lo, "hi": self._hi, "kinds": self._kinds})
-        self._writer, self._rows, self._lo, self._hi, self._kinds = None, 0, None, None, {}
+        part = {"name": layout.part_name(lo, hi), "rows": rows, "lo": self._lo, "hi": self._hi, "kinds": self._kinds}
+        if messages:
+            part["messages"] = {"name": layout.messages_name(lo, hi), "rows": n_messages}
+        self.done.append(part)
+        self._lo, self._hi, self._kinds = None, None, {}
 
     def close(self) -> None:
         self._finish()

@@ -69,23 +69,30 @@ class Decoded:
     # the export folders' decoded parts (``rmq-recon export``), read where they landed beside the staging folder:
     # copying them into it was 6 s of bench_export's 6.1 M records
     parts: list[str] = field(default_factory=list)
+    # their messages files (export layout 2): rows of silver/messages, no ``kind`` column
+    message_parts: list[str] = field(default_factory=list)
     # whether the run's own decode wrote the staging folder
     decoded_here: bool = False
 
-    def files(self) -> Iterator[tuple[Any, str]]:
-        """(Arrow filesystem, path) of each file staged: the staging folder's and the export parts."""
+    def files(self, messages: bool = True) -> Iterator[tuple[Any, str, bool]]:
+        """(Arrow filesystem, path, whether it is an export's messages file) of each file staged: the staging folder's
+        and the export parts, and the exports' messages files unless not ``messages``."""
         import pyarrow.dataset as pads
 
         if self.decoded_here:
             dataset = pads.dataset(self.staging, format="parquet")
             for fragment in dataset.get_fragments():
-                yield dataset.filesystem, fragment.path
+                yield dataset.filesystem, fragment.path, False
         for uri in self.parts:
-            yield _delta.arrow_file(uri)
+            yield *_delta.arrow_file(uri), False
+        for uri in self.message_parts if messages else []:
+            yield *_delta.arrow_file(uri), True
 
     def read(self, spark: Any, table: Any, kind: str, renamed: dict[str, str] | None = None) -> Any:
         """The staged rows of ``kind`` with the columns of ``table`` (``renamed``: table column -> staged column)."""
         from pyspark.sql import functions as F
+
+        from jobs.ingest import decode_tasks
 
         renamed = renamed or {}
         cols = ", ".join(f"`{renamed.get(f.name, f.name)}` {f.dataType.simpleString()}" for f in table.schema.fields)
@@ -97,6 +104,9 @@ class Decoded:
             part = (spark.read.schema(f"kind STRING, {cols}").parquet(*paths).where(F.col("kind") == kind)
                     .select(*[F.col(renamed.get(c, c)).alias(c) for c in table.columns]))
             rows = part if rows is None else rows.unionByName(part)
+        if kind == decode_tasks.MESSAGE and self.message_parts:  # the exports' messages files: no kind
+            part = spark.read.schema(cols).parquet(*self.message_parts).select(*table.columns)
+            rows = part if rows is None else rows.unionByName(part)
         assert rows is not None, "read() of a run that staged nothing"
         if not self.overlap:
             return rows
@@ -107,15 +117,15 @@ class Decoded:
                                                         table.columns])
         return rows.withColumn("_n", F.row_number().over(first)).where(F.col("_n") == 1).drop("_n")
 
-    def message_chunks(self, table: Any, rows: int) -> Iterator[pa.Table]:
+    def message_chunks(self, table: Any, rows: int, messages_files: bool = True) -> Iterator[pa.Table]:
         """The staged records with ``table``'s columns (a column a file lacks: left out, null in
         :func:`jobs.lake.layout.append`), in Arrow tables of up to ``rows`` rows: as :meth:`read`, without the
-        engine."""
-        for b in self.record_batches(list(table.columns), rows):
+        engine; the exports' messages files' too unless not ``messages_files`` (the load adopts them)."""
+        for b in self.record_batches(list(table.columns), rows, messages_files=messages_files):
             yield pa.Table.from_batches([b])
 
-    def record_batches(self, columns: list[str], rows: int, dictionary: tuple[str, ...] = ()
-                       ) -> Iterator[pa.RecordBatch]:
+    def record_batches(self, columns: list[str], rows: int, dictionary: tuple[str, ...] = (),
+                       messages_files: bool = True) -> Iterator[pa.RecordBatch]:
         """The staged records' ``columns`` (those a file has), file by file in the driver, in batches of up to
         ``rows`` rows (``dictionary``: columns read dictionary-encoded).
 
@@ -126,8 +136,14 @@ class Decoded:
 
         from jobs.ingest import decode_tasks
 
-        for fs, path in self.files():
+        for fs, path, messages_file in self.files(messages_files):
             with fs.open_input_file(path) as f:
+                if messages_file:  # every row a message, no kind
+                    pf = pq.ParquetFile(f, read_dictionary=list(dictionary))
+                    have = set(pf.schema_arrow.names)
+                    yield from pf.iter_batches(batch_size=rows, columns=[c for c in columns if c in have],
+                                               use_threads=False)
+                    continue
                 pf = pq.ParquetFile(f, read_dictionary=["kind", *dictionary])
                 have = set(pf.schema_arrow.names)
                 cols = ["kind", *[c for c in columns if c in have]]
@@ -260,14 +276,26 @@ def _stage_exports(spark: Any, exports: list[Snapshot], staged: Decoded) -> list
     uris = [f.uri for snap in exports for f in snap.files if f.kind == "export_part"]
     if not uris:
         return []
-    log.info("ingest: %d export folder(s) to stage (%d part(s))", len(exports), len(uris))
+    staged.message_parts = [f.uri for snap in exports for f in snap.files if f.kind == "export_messages"]
+    log.info("ingest: %d export folder(s) to stage (%d part(s), %d messages file(s))", len(exports), len(uris),
+             len(staged.message_parts))
     staged.parts = uris
     small, counts = _read_back(spark.read.schema(decode_tasks.output_ddl()).parquet(*uris))
-    staged.messages += counts.get(decode_tasks.MESSAGE, 0)
+    # the messages files' rows, from their footers (an export of layout 1 counts them among its parts' kinds)
+    staged.messages += counts.get(decode_tasks.MESSAGE, 0) + sum(
+        _parquet_rows(uri) for uri in staged.message_parts)
     staged.trace += counts.get(decode_tasks.TRACE, 0)
     staged.pop_checkpoints += counts.get(decode_tasks.POP_CK, 0)
     staged.pop_acks += counts.get(decode_tasks.POP_ACK, 0)
     return small
+
+
+def _parquet_rows(uri: str) -> int:
+    import pyarrow.parquet as pq
+
+    fs, path = _delta.arrow_file(uri)
+    with fs.open_input_file(path) as f:
+        return pq.ParquetFile(f).metadata.num_rows
 
 
 def _merge_pieces(small: list[pa.RecordBatch], split: dict[int, dict[str, Any]]) -> list[pa.RecordBatch] | None:

@@ -68,6 +68,10 @@ OUTPUT_ARROW = pa.schema(
     + [("source_path", _STR), ("position", pa.int64()), ("reason", _STR), ("info", _STR)]
 )
 
+# silver/messages' columns (schemas.messages, as jobs.lake._delta._arrow_schema gives them): the columns of an export's
+# messages files (jobs.export.layout), which the lake adopts as they are
+MESSAGES_ARROW = pa.schema([("cluster", _STR), ("broker", _STR)] + _MESSAGE_FIELDS)
+
 
 def output_ddl() -> str:
     """:data:`OUTPUT_ARROW` as a Spark DDL string (the ``mapInArrow`` schema)."""

@@ -47,7 +47,7 @@ CONFIG_FILES = {
 FileKind = Literal[
     "consumer_offsets", "subscription_groups", "topics", "delay_offsets", "client_offsets", "order_info",
     "commitlog", "consumequeue", "batch_consumequeue", "rocksdb_cq", "export", "backup", "rocksdb", "tiered", "marker",
-    "export_manifest", "export_part", "export_pack", "other",
+    "export_manifest", "export_part", "export_messages", "export_pack", "other",
 ]
 EXPORT_MANIFEST = export_layout.MANIFEST
 
@@ -134,7 +134,7 @@ class Snapshot:
     @property
     def is_export(self) -> bool:
         """Written by ``rmq-recon export``: decoded records instead of commitlog segments."""
-        return any(f.kind in ("export_manifest", "export_part") for f in self.files)
+        return any(f.kind in ("export_manifest", "export_part", "export_messages") for f in self.files)
 
     def segment_starts(self) -> list[int]:
         """The start offsets of the broker's commitlog segments at this snapshot: the copy's files, or an export's
@@ -261,6 +261,8 @@ def classify(rel: str, *, clients: bool) -> dict[str, object]:
         return {"kind": "export_pack"}
     if export_layout.is_part(rel):
         return {"kind": "export_part"}
+    if export_layout.is_messages(rel):
+        return {"kind": "export_messages"}
     if len(parts) >= 2 and parts[0] == "export" and name.endswith((".parquet", ".jsonl", ".json")):
         return {"kind": "export"}
     return {"kind": "other"}
@@ -531,15 +533,17 @@ def read_manifests(snaps: list[Snapshot], problem: Callable[[Snapshot, Problem],
             if f is None:
                 raise ValueError("no manifest")
             doc = json.loads(storage.read_bytes(f.uri) or b"")
-            if doc.get("layout") != export_layout.LAYOUT:
-                raise ValueError(f"layout {doc.get('layout')!r}, expected {export_layout.LAYOUT!r}")
+            if doc.get("layout") not in export_layout.LAYOUTS:
+                raise ValueError(f"layout {doc.get('layout')!r}, expected one of {', '.join(export_layout.LAYOUTS)} "
+                                 "(an export newer than this ingest: upgrade rmq-recon where the ingest runs)")
             if (doc.get("cluster"), doc.get("broker")) != (snap.cluster, snap.broker):
                 raise ValueError(f"written for cluster={doc.get('cluster')}/broker={doc.get('broker')}")
-            have = {x.rel for x in snap.files if x.kind == "export_part"}
-            lacking = [p["name"] for p in doc.get("parts", []) if p["name"] not in have]
+            have = {x.rel for x in snap.files if x.kind in ("export_part", "export_messages")}
+            named = [n for p in doc.get("parts", []) for n in (p["name"], (p.get("messages") or {}).get("name")) if n]
+            lacking = [n for n in named if n not in have]
             if lacking:
                 raise ValueError(f"names {len(lacking)} part(s) the folder lacks (e.g. {lacking[0]})")
-            extra = sorted(have - {p["name"] for p in doc.get("parts", [])})
+            extra = sorted(have - set(named))
             if extra:
                 raise ValueError(f"the folder holds {len(extra)} part(s) it does not name (e.g. {extra[0]})")
         except (ValueError, TypeError, KeyError, OSError) as exc:

@@ -37,6 +37,8 @@ def lower_first_held(spark: Any, lake: str, late: list[Snapshot]) -> int:
                                     batch_rows=decode.MESSAGE_BATCH_ROWS, trace_batch_rows=decode.TRACE_BATCH_ROWS)
     # an export folder's records are its parts (its host decoded them), not segments to decode again
     parts = [f.uri for s in late if s.is_export for f in s.files if f.kind == "export_part"]
+    # and their messages files (export layout 2: rows of silver/messages, no kind)
+    message_files = [f.uri for s in late if s.is_export for f in s.files if f.kind == "export_messages"]
     if not units and not parts:
         return 0
     folder = f"{rows_folder(lake)}/late-first-held"
@@ -47,6 +49,10 @@ def lower_first_held(spark: Any, lake: str, late: list[Snapshot]) -> int:
     held = (spark.read.schema(decode_tasks.output_ddl()).parquet(*sources, *parts)
             .where(F.col("kind") == decode_tasks.MESSAGE)
             .select(*messages.TABLE.key, F.col("first_snapshot_ts").alias("_ts"), F.col("segment").alias("_path")))
+    if message_files:
+        cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in messages.TABLE.schema.fields)
+        held = held.unionByName(spark.read.schema(cols).parquet(*message_files).select(
+            *messages.TABLE.key, F.col("first_snapshot_ts").alias("_ts"), F.col("segment").alias("_path")))
     # From the decode alone, not from the lake's times: a run killed between the two MERGEs lowers the trace records
     # when run again, though the messages are lowered already. Computed once, read by both.
     firsts = _spark.materialize(spark, held.groupBy(*messages.TABLE.key).agg(

@@ -40,8 +40,10 @@ def load_decoded(spark: Any, lake: str, staged: Decoded, say: Callable[[str], No
     if _appends_per_broker(lake, staged):
         if not _delta.exists(lake, messages.TABLE):
             _delta.create_empty(spark, lake, messages.TABLE)
-        layout.append(lake, messages.TABLE, staged.message_chunks(messages.TABLE, layout.CHUNK_ROWS),
-                      uuid.uuid4().hex, say)
+        # the exports' messages files are adopted as the table's files, as they are (export layout 2)
+        layout.append(lake, messages.TABLE, staged.message_chunks(messages.TABLE, layout.CHUNK_ROWS,
+                                                                  messages_files=False),
+                      uuid.uuid4().hex, say, adopt=staged.message_parts)
         return staged.messages
     df = staged.read(spark, messages.TABLE, "message")
     _delta.insert_new(spark, df, lake, messages.TABLE, target_filter=spans_filter(staged.spans),

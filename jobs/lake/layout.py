@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import itertools
 import json
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -85,14 +86,24 @@ def split_added(lake: str, table: "Table", since: int | None, say: Callable[[str
 
 
 def append(lake: str, table: "Table", chunks: Iterable[Any], name: str,
-           say: Callable[[str], None] = lambda _line: None) -> int:
+           say: Callable[[str], None] = lambda _line: None, adopt: Sequence[str] = ()) -> int:
     """Append new rows (Arrow tables of the table's columns) as files of one broker each, in one commit: what the
     engine's append then :func:`split_added` leave, without writing the rows twice. The ingest's load of the records
     it decoded for the first time (``jobs.ingest.load``): the engine's append and the split were 33 s of
     bench_export's 58 s ingest of 6.1 M records. ``name`` names the outputs (a killed run's orphans are never
-    committed; ``maintain`` vacuums them). Returns the rows appended (no commit when none)."""
+    committed; ``maintain`` vacuums them). Returns the rows appended (no commit when none).
+
+    ``adopt``: Parquet files (URIs) of new rows already laid out as the table's files are (an export's messages
+    files, ``jobs.export.layout``), copied in whole with the Delta statistics their footers give
+    (:func:`_adoptable`); one that is not (another schema, more than one broker) is read and written as ``chunks``
+    are. bench_export's 6.1 M exported records were 13.5 s of its ingest's 30 s written again."""
     fs = _filesystem(lake, table)
     schema = _append_schema(fs, lake, table)
+    adopted, rewritten = [], []
+    for uri in adopt:
+        stats = _adoptable(uri, table, schema)
+        (adopted if stats is not None else rewritten).append((uri, stats))
+    chunks = itertools.chain(chunks, *(_file_chunks(uri, schema) for uri, _ in rewritten))
     # One row group's rows held back, not two: bench_age's hourly ingest of 1 M records held 330 -> 235 MiB of
     # Arrow memory at its peak, at the same or less CPU (issue 39: that ingest peaked at 1.53 GiB once). The cost is
     # smaller row groups. Maintenance merges a file under SMALL_ROWS and re-cuts its row groups, which covers a
@@ -104,12 +115,78 @@ def append(lake: str, table: "Table", chunks: Iterable[Any], name: str,
         rows += len(chunk)
         _add_per_broker(out, _conform(chunk, schema))
     outputs = out.close()
+    for uri, (stats, n) in adopted:
+        outputs.append(_adopt(fs, uri, f"part-adopted-{name}-{hashlib.sha256(uri.encode()).hexdigest()[:24]}"
+                                        ".zstd.parquet", stats))
+        rows += n
     if not outputs:
         return 0
     failpoints.hit("layout.append.before_commit")
     _commit(lake, table, "append", [], outputs)
-    say(f"{table.qualified}: appended {rows:,} rows as {len(outputs)} file(s) of one broker each")
+    say(f"{table.qualified}: appended {rows:,} rows as {len(outputs)} file(s) of one broker each"
+        + (f" ({len(adopted)} adopted as written)" if adopted else ""))
     return rows
+
+
+def _adoptable(uri: str, table: "Table", schema: Any) -> tuple[str, int] | None:
+    """(Delta statistics, rows) of the Parquet file ``uri`` if it can be one of ``table``'s files as it is: the
+    table's columns and types (``schema``, its files', or as declared), rows of one (cluster, broker), statistics for
+    both; else None. The statistics come from the file's footer (:class:`_Stats` of its row groups' statistics); a
+    column whose row groups lack some gets none (which only means "may match")."""
+    import pyarrow.parquet as pq
+
+    fs, path = _delta.arrow_file(uri)
+    with fs.open_input_file(path) as fh:
+        pf = pq.ParquetFile(fh)
+        if not (pf.schema_arrow.remove_metadata().equals(schema.remove_metadata())
+                or pf.schema_arrow.remove_metadata().equals(_delta._arrow_schema(table))):
+            return None
+        meta = pf.metadata
+    stats = _Stats(pf.schema_arrow)
+    stats.rows = meta.num_rows
+    index = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
+    unknown = set()
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        for c in stats.cols:
+            st = group.column(index[c]).statistics
+            if st is None or not st.has_null_count:
+                return None  # the null counts are a part of the statistics the log is given
+            stats.nulls[c] += st.null_count
+            if st.null_count == group.num_rows:
+                continue
+            if not st.has_min_max:
+                unknown.add(c)
+                continue
+            stats.min[c] = st.min if c not in stats.min else min(stats.min[c], st.min)
+            stats.max[c] = st.max if c not in stats.max else max(stats.max[c], st.max)
+    for c in unknown:
+        stats.min.pop(c, None)
+        stats.max.pop(c, None)
+    brokers = [c for c in ("cluster", "broker") if c in stats.cols]
+    if not stats.rows or any(stats.nulls[c] or c not in stats.min or stats.min[c] != stats.max[c] for c in brokers):
+        return None
+    return stats.json(), stats.rows
+
+
+def _file_chunks(uri: str, schema: Any) -> Iterator[Any]:
+    """The rows of the Parquet file ``uri`` in ``schema`` (a column it lacks: null), :data:`CHUNK_ROWS` at a time."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    fs, path = _delta.arrow_file(uri)
+    with fs.open_input_file(path) as fh:
+        for batch in pq.ParquetFile(fh, pre_buffer=False).iter_batches(batch_size=CHUNK_ROWS):
+            yield _conform(pa.Table.from_batches([batch]), schema)
+
+
+def _adopt(fs: Any, uri: str, target: str, stats: str) -> dict[str, Any]:
+    """Copy the file ``uri`` to ``target`` in the table's folder (``fs``); the add action's fields."""
+    src_fs, src_path = _delta.arrow_file(uri)
+    with src_fs.open_input_stream(src_path) as src, fs.open_output_stream(target) as dst:
+        while chunk := src.read(8 << 20):
+            dst.write(chunk)
+    return {"path": target, "size": fs.get_file_info(target).size, "stats": stats}
 
 
 def _append_schema(fs: Any, lake: str, table: "Table") -> Any:

@@ -108,6 +108,8 @@ def _manifest(**over: object) -> bytes:
 
 
 PART = "store-export/records-00000000000000000000-00000000000000000100.parquet"
+MESSAGES = "store-export/messages-00000000000000000000-00000000000000000100.parquet"
+LAYOUT2 = {"layout": "rmq-recon-export/2", "parts": [{"name": PART, "messages": {"name": MESSAGES}}]}
 
 
 def test_an_export_folder_is_complete_with_its_manifest_and_marker_and_measures_min_from_its_listing(
@@ -121,6 +123,10 @@ def test_an_export_folder_is_complete_with_its_manifest_and_marker_and_measures_
     assert snap.completed_by(time.time(), 0, False) is None  # the marker comes last
     snap = _snap(tmp_path, {PART: b"p", "store-export/manifest.json": _manifest(), "_SUCCESS": b""})
     assert snap.completed_by(time.time(), 0, False) == "marker"
+    layout2 = _snap(tmp_path / "2", {PART: b"p", MESSAGES: b"m", "store-export/manifest.json": _manifest(**LAYOUT2),
+                                     "_SUCCESS": b""})
+    assert [f.kind for f in layout2.files] == ["export_part", "export_messages", "export_manifest", "marker"]
+    assert len(landing.read_manifests([layout2], lambda s, p: None)) == 1
     problems: list = []
     [got] = landing.read_manifests([snap], lambda s, p: problems.append(p))
     assert got.oldest_segment_start() == 0 and got.segment_starts() == [0, 1073741824]
@@ -136,7 +142,13 @@ def test_an_export_folder_is_complete_with_its_manifest_and_marker_and_measures_
       "store-export/manifest.json": _manifest()}, "holds 1 part\\(s\\) it does not name"),
     ({PART: b"p", "store-export/manifest.json": _manifest(broker="other")}, "written for cluster=c/broker=other"),
     ({PART: b"p", "store-export/manifest.json": b"{not json"}, "Expecting property name"),
-    ({PART: b"p", "store-export/manifest.json": _manifest(layout="rmq-recon-export/9")}, "layout"),
+    ({PART: b"p", "store-export/manifest.json": _manifest(layout="rmq-recon-export/9")},
+     "layout 'rmq-recon-export/9', expected one of rmq-recon-export/1, rmq-recon-export/2 \\(an export newer than "
+     "this ingest: upgrade rmq-recon where the ingest runs\\)"),
+    # layout 2: a part's messages file, named and there
+    ({PART: b"p", "store-export/manifest.json": _manifest(**LAYOUT2)}, "names 1 part\\(s\\) the folder lacks"),
+    ({PART: b"p", MESSAGES: b"m", "store-export/manifest.json": _manifest(layout="rmq-recon-export/2")},
+     "holds 1 part\\(s\\) it does not name \\(e.g. store-export/messages-0"),
 ])
 def test_an_export_whose_manifest_does_not_match_its_folder_is_quarantined_and_not_taken(
         tmp_path: pathlib.Path, files: dict, why: str) -> None:
@@ -190,6 +202,50 @@ def test_the_exporter_on_a_broker_host_loads_no_spark(tmp_path: pathlib.Path) ->
                        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
     assert p.stderr.splitlines()[-1] == "0 [] system", p.stderr[-2000:]
     assert json.loads(p.stdout)["counts"]["message"] > 0
+
+
+def test_an_exports_messages_are_files_of_silver_messages_beside_its_records_parts(tmp_path: pathlib.Path) -> None:
+    """Export layout 2: a part's messages are a file of silver/messages (its columns and types, one broker, in
+    commitlog order, with the Parquet statistics the lake's log is given), which the ingest adopts as it is; the
+    records part keeps the other kinds. Two exports of blocked-head's first and last store copies."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from jobs import simulate
+    from jobs.export import layout, store
+    from jobs.lake import _delta
+    from schemas import messages
+
+    simulate.run("blocked-head", str(tmp_path / "copies"), seed=7)
+    history = sorted((tmp_path / "copies").glob("cluster=*/broker=*/snapshot_ts=*"))
+    to = tmp_path / "to"
+    made = [store.export_store(str(folder / "store"), str(to), cluster="C", broker="broker-a",
+                               snapshot_ts=dt.datetime(2026, 1, 5, i + 1, tzinfo=UTC),
+                               state_dir=str(tmp_path / "state"), say=lambda _: None)
+            for i, folder in enumerate([history[0], history[-1]])]
+    total = 0
+    for m in made:
+        assert m["layout"] == layout.LAYOUT == "rmq-recon-export/2"
+        folder = to / "cluster=C/broker=broker-a" / f"snapshot_ts={m['snapshot_ts'].replace('-', '').replace(':', '')}"
+        named = [p for p in m["parts"] if "messages" in p]
+        assert sum(p["messages"]["rows"] for p in named) == m["counts"]["message"] > 0
+        for p in m["parts"]:
+            kinds = pq.read_table(folder / p["name"], columns=["kind"]).column("kind").to_pylist()
+            assert "message" not in kinds and p["kinds"]["message" if "messages" in p else "progress"] > 0
+        for p in named:
+            assert p["messages"]["name"] == layout.messages_name(p["lo"], p["hi"])
+            f = pq.ParquetFile(folder / p["messages"]["name"])
+            assert f.schema_arrow.remove_metadata() == _delta._arrow_schema(messages.TABLE)
+            t = f.read()
+            assert set(t.column("cluster").to_pylist()) == {"C"} and set(t.column("broker").to_pylist()) == {"broker-a"}
+            key = list(zip(t.column("physical_offset").to_pylist(), t.column("queue_offset").to_pylist()))
+            assert key == sorted(key) and len(set(key)) == len(key) and p["lo"] <= key[0][0] <= key[-1][0] < p["hi"]
+            g = f.metadata.row_group(0).column(2).statistics  # physical_offset
+            assert (g.has_min_max, g.min, g.null_count) == (True, key[0][0], 0)
+            assert pa.types.is_map(t.schema.field("properties").type)
+            total += t.num_rows
+    # every record of the last store copy, once, over the two exports
+    assert total == 2641
 
 
 def test_the_loop_exports_a_growing_store_at_each_tick_and_goes_on_after_a_failed_run(tmp_path: pathlib.Path) -> None:
@@ -261,9 +317,9 @@ def test_small_batches_are_written_together_as_one_row_group(tmp_path: pathlib.P
     monkeypatch.setattr(store, "GROUP_ROWS", 1_000)
     parts = store._Parts(tmp_path)
     for i in range(50):
-        parts._write(batch(i, 1))
-    parts._write(batch(50, 1500))  # past GROUP_ROWS: written with the 50 held before it
-    parts._write(batch(1550, 3))
+        parts._records.write(batch(i, 1))
+    parts._records.write(batch(50, 1500))  # past GROUP_ROWS: written with the 50 held before it
+    parts._records.write(batch(1550, 3))
     parts._lo, parts._hi = 0, 10
     parts.close()
     [done] = parts.done

@@ -327,3 +327,75 @@ def test_files_admitting_choose_a_brokers_files_by_its_range_and_mixed_files_by_
     with caplog.at_level("WARNING"):  # a path the dataset does not know: every file, never a silently short read
         assert scanned([*b3, "part-gone.parquet"]) == every
     assert "1 of 2 chosen data files not found by name; reading every file" in caplog.text
+
+
+def _export_file(path: pathlib.Path, spec: list[tuple[str, int]], *, row_group: int = 3, **over: Any) -> str:
+    """A file as an exporter writes its messages (jobs.export.store._Parts: statistics, zstd), ``over`` replacing
+    columns (name -> Arrow array)."""
+    t = _rows(spec)
+    for name, values in over.items():
+        t = t.set_column(t.schema.get_field_index(name), name, values)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(t, path, row_group_size=row_group, compression="zstd", write_statistics=True)
+    return str(path)
+
+
+def test_an_append_adopts_an_exports_messages_file_as_written_with_its_footers_statistics(
+        tmp_path: pathlib.Path) -> None:
+    """An export's messages file (one broker, the table's columns) becomes a file of the table as it is, its Delta
+    statistics taken from its Parquet footer: the ones :class:`layout._Stats` gives its rows, in the same commit as
+    the chunks' files."""
+    lake = _table(tmp_path, B)
+    # 7 rows of b3 in 3 row groups; a tag in 2 rows only (null counts per row group)
+    spec = [("b3", 600 + 10 * i) for i in range(7)]
+    tags = pa.array([None, "x", None, None, None, "a", None], pa.string())
+    f = _export_file(tmp_path / "landing" / "messages-600-670.parquet", spec, tags=tags)
+    said: list[str] = []
+    assert layout.append(lake, messages.TABLE, _chunks(C, 5), "run1", said.append, adopt=[f]) == 10
+    assert said == ["silver/messages: appended 10 rows as 3 file(s) of one broker each (1 adopted as written)"]
+    root = pathlib.Path(messages.TABLE.path(lake))
+    log = [json.loads(line) for line in (root / "_delta_log" / "00000000000000000001.json").read_text().splitlines()]
+    [adopted] = [a["add"] for a in log if "add" in a and "adopted" in a["add"]["path"]]
+    assert adopted["path"].startswith("part-adopted-run1-") and adopted["dataChange"] is True
+    assert (root / adopted["path"]).read_bytes() == pathlib.Path(f).read_bytes()
+    want = layout._Stats(_delta._arrow_schema(messages.TABLE))
+    want.add(pq.read_table(f))
+    assert json.loads(adopted["stats"]) == json.loads(want.json())
+    stats = json.loads(adopted["stats"])
+    assert (stats["numRecords"], stats["minValues"]["physical_offset"], stats["maxValues"]["physical_offset"],
+            stats["nullCount"]["tags"], stats["minValues"]["tags"], stats["maxValues"]["tags"]) == (
+        7, 600, 660, 5, "a", "x")
+    # timestamps to the millisecond, widened outwards (store_ts has 500 us)
+    assert (stats["minValues"]["store_ts"], stats["maxValues"]["store_ts"]) == (
+        "2026-01-05T00:10:00.000Z", "2026-01-05T00:11:00.001Z")
+    assert _content(lake) == sorted(_content(_table(tmp_path / "ref", B, C, spec)))
+
+
+@pytest.mark.parametrize("why", ["two brokers", "another schema", "no statistics"])
+def test_a_file_that_is_not_laid_out_as_the_tables_is_written_again(tmp_path: pathlib.Path, why: str) -> None:
+    """Not adopted but read and written per broker as chunks are: a file of two brokers (statistics of one broker
+    each would be wrong), of other columns (an older exporter's: a column it lacks is null), without statistics."""
+    lake = _table(tmp_path, B)
+    spec = [("b3", 600), ("b3", 610), ("b4", 5)] if why == "two brokers" else [("b3", 600), ("b3", 610)]
+    path = tmp_path / "landing" / "m.parquet"
+    if why == "another schema":
+        t = _rows(spec).drop_columns(["segment"])
+        path.parent.mkdir()
+        pq.write_table(t, path)
+    elif why == "no statistics":
+        path.parent.mkdir()
+        pq.write_table(_rows(spec), path, write_statistics=False)
+    else:
+        _export_file(path, spec)
+    said: list[str] = []
+    assert layout.append(lake, messages.TABLE, [], "run1", said.append, adopt=[str(path)]) == len(spec)
+    assert said == [f"silver/messages: appended {len(spec)} rows as {len({b for b, _ in spec})} file(s) of one "
+                    "broker each"]
+    root = pathlib.Path(messages.TABLE.path(lake))
+    log = [json.loads(line) for line in (root / "_delta_log" / "00000000000000000001.json").read_text().splitlines()]
+    stats = [json.loads(a["add"]["stats"]) for a in log if "add" in a]
+    assert sorted((s["minValues"]["broker"], s["maxValues"]["broker"], s["numRecords"],
+                   s["minValues"]["physical_offset"], s["maxValues"]["physical_offset"]) for s in stats) == [
+        ("b3", "b3", 2, 600, 610), *([("b4", "b4", 1, 5, 5)] if why == "two brokers" else [])]
+    assert all("adopted" not in a["add"]["path"] for a in log if "add" in a)
+    assert _content(lake) == sorted(_content(_table(tmp_path / "ref", B, spec)))
