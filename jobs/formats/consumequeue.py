@@ -195,6 +195,8 @@ def dangling_entries(cq: CQDecode, record_offsets: np.ndarray, record_sizes: np.
     k = np.searchsorted(record_offsets, offs)
     k_clip = np.minimum(k, max(len(record_offsets) - 1, 0))
     found = (len(record_offsets) > 0) & (record_offsets[k_clip] == offs) if len(record_offsets) else np.zeros(len(offs), bool)
+    if len(record_offsets) and found.all() and bool((record_sizes[k_clip] == cq.size[inside]).all()):
+        return []  # every entry at a record of its size: the usual file, checked without the steps below
     # An entry that points between records (bytes that were not decoded: a damaged or unreadable stretch, already
     # quarantined with its own position) is not reported again; one that points into a record's bytes is.
     prev = np.where(found, k, k - 1)
