@@ -506,9 +506,9 @@ def read_file(f: LandingFile, start: int = 0, end: int | None = None) -> bytes |
         return b""
     buf = bytearray(end - start)
     for uri, at, n, pos in f.pieces:
-        lo, hi = max(pos, start), min(pos + n, end)
-        if lo >= hi:
+        if n <= 0 or pos + n <= start or pos >= end:  # (most pieces, when the bounds read a grown file's new ones)
             continue
+        lo, hi = max(pos, start), min(pos + n, end)
         data = PACKS.read(uri, at + lo - pos, at + hi - pos)
         if data is None or len(data) != hi - lo:
             raise OSError(f"{uri}: {'missing' if data is None else 'shorter than its manifest says'} (a piece of "
