@@ -101,8 +101,9 @@ def append(lake: str, table: "Table", chunks: Iterable[Any], name: str,
     fs = _filesystem(lake, table)
     schema = _append_schema(fs, lake, table)
     adopted, rewritten = [], []
+    shapes = [schema.remove_metadata(), _delta._arrow_schema(table)]
     for uri in adopt:
-        stats = _adoptable(uri, table, schema)
+        stats = _adoptable(uri, shapes)
         (adopted if stats is not None else rewritten).append((uri, stats))
     chunks = itertools.chain(chunks, *(_file_chunks(uri, schema) for uri, _ in rewritten))
     # One row group's rows held back, not two: bench_age's hourly ingest of 1 M records held 330 -> 235 MiB of
@@ -129,18 +130,17 @@ def append(lake: str, table: "Table", chunks: Iterable[Any], name: str,
     return rows
 
 
-def _adoptable(uri: str, table: "Table", schema: Any) -> tuple[str, int] | None:
-    """(Delta statistics, rows) of the Parquet file ``uri`` if it can be one of ``table``'s files as it is: the
-    table's columns and types (``schema``, its files', or as declared), rows of one (cluster, broker), statistics for
-    both; else None. The statistics come from the file's footer (:class:`_Stats` of its row groups' statistics); a
+def _adoptable(uri: str, shapes: list[Any]) -> tuple[str, int] | None:
+    """(Delta statistics, rows) of the Parquet file ``uri`` if it can be one of a table's files as it is: one of the
+    table's schemas ``shapes`` (its files', as declared), rows of one (cluster, broker), statistics for both; else
+    None. The statistics come from the file's footer (:class:`_Stats` of its row groups' statistics); a
     column whose row groups lack some gets none (which only means "may match")."""
     import pyarrow.parquet as pq
 
     fs, path = _delta.arrow_file(uri)
     with fs.open_input_file(path) as fh:
         pf = pq.ParquetFile(fh)
-        if not (pf.schema_arrow.remove_metadata().equals(schema.remove_metadata())
-                or pf.schema_arrow.remove_metadata().equals(_delta._arrow_schema(table))):
+        if not any(pf.schema_arrow.remove_metadata().equals(shape) for shape in shapes):
             return None
         meta = pf.metadata
     stats = _Stats(pf.schema_arrow)
