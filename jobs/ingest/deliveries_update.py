@@ -2,7 +2,7 @@
 requests that what was added since the last completed ingest touches."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from jobs.lake import _delta, _spark, lookups, point_index, storage
 from schemas import consumer_offsets, deliveries, key_index, messages, trace_records
@@ -25,7 +25,8 @@ def deliveries_stale(lake: str, previous: dict[str, Any] | None) -> bool:
     return any(_delta.version(lake, t) != recorded.get(t.qualified) for t in DELIVERIES_INPUTS)
 
 
-def build_deliveries(spark: Any, lake: str, since: dict[str, int] | None = None) -> int:
+def build_deliveries(spark: Any, lake: str, since: dict[str, int] | None = None,
+                     index_ready: Callable[[], Any] = lambda: None) -> int:
     """Bring silver/deliveries up to date with the trace records, messages and broadcast clients the lake holds.
 
     A delivery's row depends only on the trace records of its (cluster, request_id), the original copies of their
@@ -33,6 +34,9 @@ def build_deliveries(spark: Any, lake: str, since: dict[str, int] | None = None)
     last completed ingest left) only the requests touched by what was added since are derived again and merged:
     new trace records, new original copies of traced keys, and groups with a new client id. Without it (no
     completed ingest, or Parquet tables, which have no versions) every request is.
+
+    ``index_ready``: waits until silver/key_index's segments are built (the ingest builds them on a thread beside
+    this update); called only before the touched requests' keys are looked up through them.
     """
     from pyspark.sql import functions as F
 
@@ -82,6 +86,7 @@ def build_deliveries(spark: Any, lake: str, since: dict[str, int] | None = None)
         if requests is not None and lookups.index_enabled() and _delta.exists(lake, key_index.TABLE):
             # the copies of the touched requests' keys, found through silver/key_index (up to date: the ingest
             # updates it first) and read by position, not by a scan of every message's key
+            index_ready()
             msgs = lookups.copies_of(msgs, keys, point_index.PointIndex.of_delta(spark, lake, key_index.TABLE, None),
                                      small, "copies")
         else:  # every request: every message's copies are read anyway

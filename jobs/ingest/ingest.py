@@ -111,6 +111,12 @@ class _Background:
                 self.result()
                 return
 
+    def settled(self) -> None:
+        """Until the function has ended, its outcome dropped: for a caller already raising another error, so that
+        no thread still writes once the caller has let go of the lake."""
+        while not self._done.wait(0.2):
+            pass
+
     def result(self) -> Any:
         while not self._done.wait(0.2):
             pass
@@ -259,19 +265,25 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
                 spark, lake, previous["table_versions"] if previous else None, say)
             say(f"ingest: silver/key_index up to date ({_since(t_decode)} since the decode began)")
             failpoints.hit("ingest.after_key_index")
-        # its segments for the point look-ups that follow (and the reconcile's)
-        if written := point_index.warm(lake, max_merge_rows=point_index.INGEST_MERGE_ROWS,
-                                       say=lambda line: say(f"ingest: {line}")):
+        # Its segments for the point look-ups (the reconcile's, and the deliveries update's) are built on a thread
+        # beside that update, which waits for them only where it looks keys up (a first build looks none up).
+        warming = _Background(lambda: point_index.warm(lake, max_merge_rows=point_index.INGEST_MERGE_ROWS,
+                                                       say=lambda line: say(f"ingest: {line}")))
+        try:
+            # Derived tables are rebuilt from what the lake holds whenever their inputs moved since the last
+            # completed run, not only when this run loaded something: rows a killed run loaded are taken in here.
+            if deliveries_stale(lake, previous):
+                say("ingest: bringing silver/deliveries up to date")
+                counts[deliveries.TABLE.qualified] = build_deliveries(
+                    spark, lake, previous["table_versions"] if previous else None, index_ready=warming.result)
+                say(f"ingest: silver/deliveries up to date ({_since(t_decode)} since the decode began)")
+                failpoints.hit("ingest.after_deliveries")
+        except BaseException:
+            warming.settled()
+            raise
+        if written := warming.result():
             say(f"ingest: silver/key_index segments up to date, {written:,} rows written ({_since(t_decode)} since "
                 f"the decode began)")
-        # Derived tables are rebuilt from what the lake holds whenever their inputs moved since the last completed
-        # run, not only when this run loaded something: rows a killed run loaded are taken in here.
-        if deliveries_stale(lake, previous):
-            say("ingest: bringing silver/deliveries up to date")
-            counts[deliveries.TABLE.qualified] = build_deliveries(
-                spark, lake, previous["table_versions"] if previous else None)
-            say(f"ingest: silver/deliveries up to date ({_since(t_decode)} since the decode began)")
-            failpoints.hit("ingest.after_deliveries")
         # Files the engine appended (a rerun's anti-join, an export beside a store copy, a killed run's) hold every
         # broker: one file per broker, so that look-ups by position skip the other brokers' files (issue 39;
         # maintenance merges them). The usual load wrote a file per broker already (jobs.ingest.load).

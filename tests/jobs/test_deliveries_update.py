@@ -9,7 +9,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from jobs.ingest import ingest
 from jobs.ingest import key_index as key_index_update
-from jobs.lake import _delta, ledger
+from jobs.lake import _delta, ledger, point_index
 from schemas import deliveries as D
 from schemas import key_index as K
 from schemas import messages as M
@@ -65,16 +65,21 @@ def test_an_update_finds_old_messages_and_messages_that_land_after_their_trace(s
     """Run 1 stores K1 (never delivered yet) and derives r0. Run 2 adds r1, a late delivery of the old K1 (its copy
     is found among the messages stored before), and r2, traced before its message K2 was stored. Run 3 adds no
     trace record, only K2's copy and a copy of K1 on a lower broker (the new original): both rows change. The same
-    with the copies found through silver/key_index (updated first, as the ingest does) and without it."""
+    with the copies found through silver/key_index (updated first, as the ingest does) and without it. The
+    index's segments are awaited only by an update that looks keys up through them (the ingest builds them beside
+    the update)."""
+    waits: list[int] = []
 
     def build(since: dict | None) -> int:
         if indexed:
             key_index_update.update(spark, lake, since)
-        return ingest.build_deliveries(spark, lake, since)
+        return ingest.build_deliveries(spark, lake, since,
+                                       index_ready=lambda: waits.append(point_index.warm(lake)))
 
     _delta.merge(spark, _msgs(spark, [("b", 50, 0, 5, "K0"), ("b", 100, 0, 10, "K1")]), lake, M.TABLE)
     _delta.merge(spark, _trace(spark, [_before("r0", "K0", 1, 1), _after("r0", "K0", 2, 2)]), lake, T.TABLE)
     assert build(None) == 1
+    assert waits == []  # every request derived: no key looked up
     since = ledger.versions(lake, INPUTS)
 
     _delta.merge(spark, _trace(spark, [_before("r1", "K1", 3, 100), _after("r1", "K1", 4, 101),
@@ -88,6 +93,8 @@ def test_an_update_finds_old_messages_and_messages_that_land_after_their_trace(s
 
     _delta.merge(spark, _msgs(spark, [("b", 300, 1, 20, "K2"), ("a", 900, 3, 30, "K1")]), lake, M.TABLE)
     assert build(since) == 2
+    # run 2 built the segments of K0, K1 and K5 (none before: run 1 looked nothing up), run 3 those of K2 and K1's copy
+    assert waits == ([3, 2] if indexed else [])
     want = spark.createDataFrame([
         _row("r0", "K0", 1, 2, ("b", 0, 5), 1), _row("r1", "K1", 100, 101, ("a", 3, 30), 3),
         _row("r2", "K2", 110, None, ("b", 1, 20), 5)], D.SCHEMA)
