@@ -436,17 +436,26 @@ def looks_like_a_landing_zone(root: str) -> bool:
     return any(t.startswith("cluster=") for t in top) and not any(t in ("bronze", "silver", "gold") for t in top)
 
 
-def _queue_files(snap: Snapshot, manifest_uri: str, queues: list[dict[str, Any]]) -> list[LandingFile]:
-    """The consume queue files an export's manifest lists, each as its pieces (:mod:`jobs.export.queues`): a piece
-    names the broker's export folder whose pack holds it by its snapshot time."""
+def _queue_files(snap: Snapshot, manifest_uri: str, queues: list[Any]) -> list[LandingFile]:
+    """The consume queue files an export's manifest lists (:func:`jobs.export.layout.read_manifest`'s entries), each
+    as its pieces (:mod:`jobs.export.queues`): a piece names the broker's export folder whose pack holds it by its
+    snapshot time."""
     broker_dir = manifest_uri[: -len(f"{snap.folder.rsplit('/', 1)[-1]}/{EXPORT_MANIFEST}")]
+    folder_uri = manifest_uri[: -len(EXPORT_MANIFEST)]
+    packs: dict[str, str] = {}
+
+    def pack(tag: str) -> str:
+        uri = packs.get(tag)
+        if uri is None:
+            uri = packs[tag] = f"{broker_dir}snapshot_ts={tag}/{export_layout.PACK}"
+        return uri
+
     out = []
     for q in queues:
-        rel = q["rel"]
-        pieces = tuple((f"{broker_dir}snapshot_ts={tag}/{export_layout.PACK}", int(at), int(n), int(pos))
-                       for tag, at, n, pos in q["pieces"])
-        out.append(LandingFile(uri=f"{manifest_uri[: -len(EXPORT_MANIFEST)]}{rel}", path=f"{snap.folder}/{rel}",
-                               rel=rel, size=int(q["size"]), mtime=float(q["mtime"]), etag=q["id"], pieces=pieces,
+        rel = q.rel
+        pieces = tuple([(pack(tag), at, n, pos) for tag, at, n, pos in q.pieces])
+        out.append(LandingFile(uri=f"{folder_uri}{rel}", path=f"{snap.folder}/{rel}", rel=rel, size=q.size,
+                               mtime=q.mtime, etag=q.id, pieces=pieces,
                                **classify(rel, clients=False)))  # type: ignore[arg-type]
     return out
 
@@ -521,8 +530,6 @@ def read_manifests(snaps: list[Snapshot], problem: Callable[[Snapshot, Problem],
     """``snaps`` with each export folder's manifest read (``Snapshot.manifest``); an export whose manifest is
     unreadable or names parts the folder lacks is quarantined and left out (the next run tries it again), and the
     problems its host found in the store's listing are recorded."""
-    import json
-
     kept = []
     for snap in snaps:
         if not snap.is_export:
@@ -532,7 +539,7 @@ def read_manifests(snaps: list[Snapshot], problem: Callable[[Snapshot, Problem],
         try:
             if f is None:
                 raise ValueError("no manifest")
-            doc = json.loads(storage.read_bytes(f.uri) or b"")
+            doc = export_layout.read_manifest(storage.read_bytes(f.uri) or b"")
             if doc.get("layout") not in export_layout.LAYOUTS:
                 raise ValueError(f"layout {doc.get('layout')!r}, expected one of {', '.join(export_layout.LAYOUTS)} "
                                  "(an export newer than this ingest: upgrade rmq-recon where the ingest runs)")
@@ -546,13 +553,14 @@ def read_manifests(snaps: list[Snapshot], problem: Callable[[Snapshot, Problem],
             extra = sorted(have - set(named))
             if extra:
                 raise ValueError(f"the folder holds {len(extra)} part(s) it does not name (e.g. {extra[0]})")
+            queue_files = _queue_files(snap, f.uri, doc.get("queues", []))
         except (ValueError, TypeError, KeyError, OSError) as exc:
             where = f.path if f is not None else f"{snap.folder}/{EXPORT_MANIFEST}"
             problem(snap, Problem(where, 0, f"export manifest unusable ({exc}): this snapshot is not ingested; "
                                   "run rmq-recon export again on the host for a new folder"))
             continue
         snap.manifest = doc
-        snap.files.extend(_queue_files(snap, f.uri, doc.get("queues", [])))
+        snap.files.extend(queue_files)
         for p in doc.get("listing_problems", []):
             problem(snap, Problem(p["source_path"], int(p["position"]), p["reason"]))
         kept.append(snap)

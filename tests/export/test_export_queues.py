@@ -9,13 +9,18 @@ import struct
 
 import pytest
 
-from jobs.export import layout, queues
+from jobs.export import layout, queues, state
 from jobs.ingest import landing
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2024, 3, 1, tzinfo=UTC)
 REL = "store/consumequeue/TopicA/0/00000000000000000000"
 SIZE = 2000  # 100 entries, preallocated
+
+
+def _as_read(files: list[dict]) -> list:
+    """A packer's queue files as the ingest reads them back from the manifest it writes."""
+    return layout.read_manifest(state.encode({"queues": files}))["queues"]
 
 
 def entry(i: int) -> bytes:
@@ -51,7 +56,7 @@ class Host:
         packer.close()
         self.state = packer.state
         snap = landing.Snapshot("c", "b", ts, folder)
-        [f] = landing._queue_files(snap, str(out / layout.MANIFEST), packer.files)
+        [f] = landing._queue_files(snap, str(out / layout.MANIFEST), _as_read(packer.files))
         return {"shipped": packer.shipped, "pieces": packer.files[0]["pieces"]}, f
 
 
@@ -307,7 +312,7 @@ def test_the_pieces_of_many_files_in_one_pack_cost_one_read(tmp_path: pathlib.Pa
         packer.add(h.file, REL.replace("/0/", f"/{q}/"))
     packer.close()
     snap = landing.Snapshot("c", "b", T0, "cluster=c/broker=b/snapshot_ts=20240301T000000Z")
-    fs = landing._queue_files(snap, str(tmp_path / "landing" / snap.folder / layout.MANIFEST), packer.files)
+    fs = landing._queue_files(snap, str(tmp_path / "landing" / snap.folder / layout.MANIFEST), _as_read(packer.files))
     reads: list[tuple] = []
     real = storage.read_bytes
     monkeypatch.setattr(storage, "read_bytes", lambda *a: reads.append(a) or real(*a))

@@ -109,6 +109,8 @@ def _manifest(**over: object) -> bytes:
 
 PART = "store-export/records-00000000000000000000-00000000000000000100.parquet"
 MESSAGES = "store-export/messages-00000000000000000000-00000000000000000100.parquet"
+QUEUE = {"rel": "store/consumequeue/T/0/00000000000000000000", "size": 6000000, "mtime": 1767574800.5,
+         "id": "pieces-0", "pieces": [["20260105T010000Z", 0, 20, 0]]}
 LAYOUT2 = {"layout": "rmq-recon-export/2", "parts": [{"name": PART, "messages": {"name": MESSAGES}}]}
 
 
@@ -141,7 +143,13 @@ def test_an_export_folder_is_complete_with_its_manifest_and_marker_and_measures_
     ({PART: b"p", "store-export/records-00000000000000000100-00000000000000000200.parquet": b"q",
       "store-export/manifest.json": _manifest()}, "holds 1 part\\(s\\) it does not name"),
     ({PART: b"p", "store-export/manifest.json": _manifest(broker="other")}, "written for cluster=c/broker=other"),
-    ({PART: b"p", "store-export/manifest.json": b"{not json"}, "Expecting property name"),
+    ({PART: b"p", "store-export/manifest.json": b"{not json"}, "JSON is malformed"),
+    # a queue file's entry that is not one (it stopped the whole run before it was read typed)
+    ({PART: b"p", "store-export/manifest.json": _manifest(queues=[QUEUE | {"pieces": [["20260105T010000Z", "0", 20,
+                                                                                        0]]}])},
+     "Expected `int`, got `str` - at `\\$.queues\\[0\\].pieces\\[0\\]\\[1\\]`"),
+    ({PART: b"p", "store-export/manifest.json": _manifest(queues=[{k: v for k, v in QUEUE.items() if k != "size"}])},
+     "missing required field `size` - at `\\$.queues\\[0\\]`"),
     ({PART: b"p", "store-export/manifest.json": _manifest(layout="rmq-recon-export/9")},
      "layout 'rmq-recon-export/9', expected one of rmq-recon-export/1, rmq-recon-export/2 \\(an export newer than "
      "this ingest: upgrade rmq-recon where the ingest runs\\)"),
