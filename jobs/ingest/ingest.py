@@ -253,24 +253,30 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
         say(f"ingest: decoded {staged.messages} records and {staged.trace} trace records in "
             f"{_since(t_decode)}")
         cqs = cq_ledger.CQLedger.load(lake)
+        indexed: dict[str, int] = {}
+
+        def index_keys() -> None:
+            """silver/key_index brought up to date with silver/messages (before silver/deliveries, whose update looks
+            traced keys up through it), while the queue bounds are still read: the engine's work beside the
+            driver's. The late folders' lowering below rewrites no indexed column."""
+            if key_index_update.stale(lake, previous):
+                indexed[key_index.TABLE.qualified] = key_index_update.update(
+                    spark, lake, previous["table_versions"] if previous else None, say)
+                say(f"ingest: silver/key_index up to date ({_since(t_decode)} since the decode began)")
+                failpoints.hit("ingest.after_key_index")
+
         loaded = _load_records_beside_bounds(spark, lake, landing_uri, snaps, staged, cqs, ex, now, retake, say,
-                                             t_decode)
+                                             t_decode, index_keys)
         if todo.late:
             _lower_late(spark, lake, todo.late, say)
         failpoints.hit("ingest.after_trace")
-        counts = load_small(spark, lake, ex, now)
+        counts = {**indexed, **load_small(spark, lake, ex, now)}
         counts[cq_files.TABLE.qualified] = cq_ledger.save(spark, lake, cqs, rows_folder(lake))
         say(f"ingest: small tables loaded ({_since(t_decode)} since the decode began)")
         failpoints.hit("ingest.after_configs")
         counts[segments.TABLE.qualified] = save_segments_state(spark, lake, state, now)
         storage.delete_tree(rows_folder(lake))
         failpoints.hit("ingest.after_segments")
-        # silver/key_index before silver/deliveries, whose update looks traced keys up through it
-        if key_index_update.stale(lake, previous):
-            counts[key_index.TABLE.qualified] = key_index_update.update(
-                spark, lake, previous["table_versions"] if previous else None, say)
-            say(f"ingest: silver/key_index up to date ({_since(t_decode)} since the decode began)")
-            failpoints.hit("ingest.after_key_index")
         # Its segments for the point look-ups (the reconcile's, and the deliveries update's) are built on a thread
         # beside that update, which waits for them only where it looks keys up (a first build looks none up).
         warming = _Background(lambda: point_index.warm(lake, max_merge_rows=point_index.INGEST_MERGE_ROWS,
@@ -343,10 +349,12 @@ def _clear_killed_run(spark: Any, lake: str, say: Callable[[str], None]) -> None
 
 def _load_records_beside_bounds(spark: Any, lake: str, landing_uri: str, snaps: list[landing.Snapshot],
                                 staged: Decoded, cqs: cq_ledger.CQLedger, ex: Extracted, now: dt.datetime,
-                                retake: bool, say: Callable[[str], None], t_decode: float) -> dict[str, int]:
+                                retake: bool, say: Callable[[str], None], t_decode: float,
+                                then: Callable[[], None] = lambda: None) -> dict[str, int]:
     """Load the staged messages, the tabular exports and the trace records while the queue bounds are read beside
-    them; the bounds' rows and problems go into ``ex`` where they would have come had they been read first (the
-    CQ ledger ``cqs`` is updated in place). Returns the rows loaded into silver/messages and bronze/trace_records.
+    them, then run ``then`` (more of the engine's work: beside the bounds while they are still read); the bounds'
+    rows and problems go into ``ex`` where they would have come had they been read first (the CQ ledger ``cqs`` is
+    updated in place). Returns the rows loaded into silver/messages and bronze/trace_records.
     """
     from jobs.lake import failpoints
 
@@ -366,6 +374,7 @@ def _load_records_beside_bounds(spark: Any, lake: str, landing_uri: str, snaps: 
     n_pop = load_pop(spark, lake, staged)
     if n_pop:
         say(f"ingest: silver/pop_checkpoints, silver/pop_acks loaded ({_since(t_decode)} since the decode began)")
+    then()
     reads = bounds.result()
     ex.splice(mark, qx)
     say(f"ingest: queue bounds of {len(snaps)} snapshot(s) ({reads.read} consume queue file(s) read, "
