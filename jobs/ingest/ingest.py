@@ -254,16 +254,22 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
             f"{_since(t_decode)}")
         cqs = cq_ledger.CQLedger.load(lake)
         indexed: dict[str, int] = {}
+        warming: list[_Background] = []
 
         def index_keys() -> None:
             """silver/key_index brought up to date with silver/messages (before silver/deliveries, whose update looks
             traced keys up through it), while the queue bounds are still read: the engine's work beside the
-            driver's. The late folders' lowering below rewrites no indexed column."""
+            driver's. The late folders' lowering below rewrites no indexed column. Then its segments for the point
+            look-ups (the reconcile's and the deliveries update's) are built on a thread, beside the steps up to
+            that update, which waits for them only where it looks keys up (a first build looks none up)."""
             if key_index_update.stale(lake, previous):
                 indexed[key_index.TABLE.qualified] = key_index_update.update(
                     spark, lake, previous["table_versions"] if previous else None, say)
                 say(f"ingest: silver/key_index up to date ({_since(t_decode)} since the decode began)")
                 failpoints.hit("ingest.after_key_index")
+            warming.append(_Background(lambda: point_index.warm(
+                lake, max_merge_rows=point_index.INGEST_MERGE_ROWS, say=lambda line: say(f"ingest: {line}"))))
+            stack.callback(warming[0].settled)  # no thread writes once the run lets go of the lake
 
         loaded = _load_records_beside_bounds(spark, lake, landing_uri, snaps, staged, cqs, ex, now, retake, say,
                                              t_decode, index_keys)
@@ -277,23 +283,16 @@ def run(landing_uri: str, lake: str, *, snapshot_glob: str | None = None,
         counts[segments.TABLE.qualified] = save_segments_state(spark, lake, state, now)
         storage.delete_tree(rows_folder(lake))
         failpoints.hit("ingest.after_segments")
-        # Its segments for the point look-ups (the reconcile's, and the deliveries update's) are built on a thread
-        # beside that update, which waits for them only where it looks keys up (a first build looks none up).
-        warming = _Background(lambda: point_index.warm(lake, max_merge_rows=point_index.INGEST_MERGE_ROWS,
-                                                       say=lambda line: say(f"ingest: {line}")))
-        try:
-            # Derived tables are rebuilt from what the lake holds whenever their inputs moved since the last
-            # completed run, not only when this run loaded something: rows a killed run loaded are taken in here.
-            if deliveries_stale(lake, previous):
-                say("ingest: bringing silver/deliveries up to date")
-                counts[deliveries.TABLE.qualified] = build_deliveries(
-                    spark, lake, previous["table_versions"] if previous else None, index_ready=warming.result)
-                say(f"ingest: silver/deliveries up to date ({_since(t_decode)} since the decode began)")
-                failpoints.hit("ingest.after_deliveries")
-        except BaseException:
-            warming.settled()
-            raise
-        if written := warming.result():
+        ready = warming[0].result if warming else lambda: None
+        # Derived tables are rebuilt from what the lake holds whenever their inputs moved since the last completed
+        # run, not only when this run loaded something: rows a killed run loaded are taken in here.
+        if deliveries_stale(lake, previous):
+            say("ingest: bringing silver/deliveries up to date")
+            counts[deliveries.TABLE.qualified] = build_deliveries(
+                spark, lake, previous["table_versions"] if previous else None, index_ready=ready)
+            say(f"ingest: silver/deliveries up to date ({_since(t_decode)} since the decode began)")
+            failpoints.hit("ingest.after_deliveries")
+        if written := ready():
             say(f"ingest: silver/key_index segments up to date, {written:,} rows written ({_since(t_decode)} since "
                 f"the decode began)")
         # Files the engine appended (a rerun's anti-join, an export beside a store copy, a killed run's) hold every
