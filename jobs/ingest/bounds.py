@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import hashlib
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
@@ -373,8 +374,16 @@ def _pieces_sha(f: LandingFile) -> str:
     pieces (each named by its folder's time, offset and length in that folder's pack, position in the file). Packs are
     never rewritten, so equal digests are equal bytes; a copy grown by new pieces is not hashed again whole (a real
     broker's queue file is 5.7 MiB however few entries it gained)."""
-    named = [(uri.rsplit("/", 3)[-3], at, n, pos) for uri, at, n, pos in f.pieces or ()]
-    return hashlib.sha256(repr((f.size, named)).encode()).hexdigest()
+    # repr((size, [(folder, at, n, pos), ...])), each piece's text made once: a file's pieces recur in every later
+    # copy of it (bench_export: 405 k pieces named, 0.45 s of the queue bounds when each was formatted anew)
+    named = ", ".join([_piece_text(p) for p in f.pieces or ()])
+    return hashlib.sha256(f"({f.size!r}, [{named}])".encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _piece_text(piece: tuple[str, int, int, int]) -> str:
+    uri, at, n, pos = piece
+    return repr((uri.rsplit("/", 3)[-3], at, n, pos))
 
 
 def _grown_pieces(before: "cq_ledger.Entry | None", f: LandingFile, known: "_SnapshotRecords"

@@ -38,6 +38,10 @@ class KnownRecords:
                 offsets, sizes, seen = offsets[keep], sizes[keep], seen[keep]
         self.offsets, self.sizes, self.seen = offsets, sizes, seen
         self._ranges = sorted(ranges.items())
+        # Records are stored in commitlog order, so each snapshot usually sees a prefix of them (a late folder's
+        # records aside): then its part is a view, not a copy of every record of the broker (240 snapshots of
+        # bench_export: 0.3 s of the queue bounds).
+        self._seen_sorted = len(seen) < 2 or bool((seen[1:] >= seen[:-1]).all())
 
     @classmethod
     def load(cls, staged: "Decoded", cluster: str, broker: str,
@@ -64,7 +68,11 @@ class KnownRecords:
         """What the snapshot at ``ts`` sees."""
         spans = [r for t, rs in self._ranges if t <= ts for r in rs]
         rng = (min(r[0] for r in spans), max(r[1] for r in spans)) if spans else None
-        visible = self.seen <= int(ts.timestamp() * 1_000_000)
+        at = int(ts.timestamp() * 1_000_000)
+        if self._seen_sorted:
+            n = int(np.searchsorted(self.seen, at, side="right"))
+            return _SnapshotRecords(self.offsets[:n], self.sizes[:n], rng)
+        visible = self.seen <= at
         if visible.all():
             return _SnapshotRecords(self.offsets, self.sizes, rng)
         return _SnapshotRecords(self.offsets[visible], self.sizes[visible], rng)
