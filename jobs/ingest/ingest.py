@@ -112,14 +112,13 @@ class _Background:
                 return
 
     def settled(self) -> None:
-        """Until the function has ended, its outcome dropped: for a caller already raising another error, so that
-        no thread still writes once the caller has let go of the lake."""
+        """Until the function has ended, its outcome left to :meth:`result` (a run that stops on another error
+        waits here, so that no thread still writes once it has let go of the lake)."""
         while not self._done.wait(0.2):
             pass
 
     def result(self) -> Any:
-        while not self._done.wait(0.2):
-            pass
+        self.settled()
         if self._error is not None:
             raise self._error
         return self._value

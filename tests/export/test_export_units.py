@@ -235,6 +235,12 @@ def test_an_exports_messages_are_files_of_silver_messages_beside_its_records_par
     for m in made:
         assert m["layout"] == layout.LAYOUT == "rmq-recon-export/2"
         folder = to / "cluster=C/broker=broker-a" / f"snapshot_ts={m['snapshot_ts'].replace('-', '').replace(':', '')}"
+        # the ingest's typed reader names every field the exporter writes, and reads its queue files as written
+        raw = (folder / layout.MANIFEST).read_bytes()
+        written, read = json.loads(raw), layout.read_manifest(raw)
+        assert set(written) == set(read) == set(layout.Manifest.__struct_fields__)
+        assert [[q.rel, q.size, q.mtime, q.id, [list(p) for p in q.pieces]] for q in read["queues"]] == [
+            [q["rel"], q["size"], q["mtime"], q["id"], q["pieces"]] for q in written["queues"]] != []
         named = [p for p in m["parts"] if "messages" in p]
         assert sum(p["messages"]["rows"] for p in named) == m["counts"]["message"] > 0
         for p in m["parts"]:
