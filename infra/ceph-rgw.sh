@@ -118,7 +118,8 @@ ms bind ipv6 = false
 ms mon client mode = crc
 ms client mode = crc
 [client.rgw]
-rgw frontends = beast endpoint=127.0.0.1:$rgwp
+# tcp_nodelay: without it a small response waits ~40 ms for the client's delayed ACK (Nagle): a GET 45 -> 2.6 ms
+rgw frontends = beast endpoint=127.0.0.1:$rgwp tcp_nodelay=1
 rgw data = $D/rgw
 rgw enable usage log = false
 CONF
