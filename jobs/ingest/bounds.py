@@ -261,20 +261,15 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
             except OSError:
                 continue  # read whole below: its error is quarantined there
         stand_in[f.rel] = e if f.pieces is None else dataclasses.replace(e, pieces=f.pieces)
-    # export files that are an earlier copy's entries and new pieces: read from where those ended, or (the queue's
-    # oldest kept entry may lie inside: the bounds search its entries) read whole with only the new entries checked
-    grown, extended = {}, {}
+    # export files that are an earlier copy's entries and new pieces: read from where those ended (the queue's oldest
+    # kept entry may lie inside: the bounds search for it, 8 bytes an entry, as in a file the ledger stands in for)
+    grown = {}
     for f in fs:
         g = None if read_all or f.rel in stand_in else _grown_pieces(prior.get(f.rel), f, known)
-        if g is None:
-            continue
-        s = g[0].summary
-        if oldest is not None and s.entries and (s.first_commit_offset or 0) < oldest:
-            extended[f.rel] = g[1]
-        else:
+        if g is not None:
             grown[f.rel] = g
     try:
-        added = {}  # the new entries of each grown file, decoded, and its summary
+        added = {}  # the new entries of each grown file, decoded, its summary and where Min's entry is in it
         for f in fs:
             if f.rel in grown:
                 before, lo, hi = grown[f.rel]
@@ -283,13 +278,12 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
                 summary = _grown_summary(before.summary, cq, f.size)
                 # A new piece begins where the copy before had its last non-zero byte, which can lie inside its last
                 # entry (a tags code ending in zero bytes): up to where its entries ended those bytes were zeros. If
-                # they are not (written again below the new pieces), or the new entries are out of order or reach
-                # below the oldest segment (the bounds would search them), the file is read and checked whole.
-                if any(data[:n0 - lo]) or summary.problems or (
-                        oldest is not None and summary.entries and (summary.first_commit_offset or 0) < oldest):
+                # they are not (written again below the new pieces), or the new entries are out of order, the file
+                # is read and checked whole.
+                if any(data[:n0 - lo]) or summary.problems:
                     del grown[f.rel]
                 else:
-                    added[f.rel] = (cq, summary)
+                    added[f.rel] = (cq, summary, _oldest_at(f, before.summary, cq, summary, oldest))
         raw = {f.rel: read_file(f) or b"" for f in fs if f.rel not in stand_in and f.rel not in grown}
     except OSError as exc:
         out.problem(snap.cluster, snap.broker, snap.ts, Problem(
@@ -313,14 +307,14 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
             out.add(files.NAME, _files_row(base, f, f.size, e.sha256, now))
             continue
         if f.rel in grown:  # an export's file: its entries before the new pieces are the earlier copy's
-            before, (cq, summary) = grown[f.rel][0], added[f.rel]
+            before, (cq, summary, at) = grown[f.rel][0], added[f.rel]
             n0 = before.summary.entries * CQ_STORE_UNIT_SIZE
             dangling = list(before.dangling) + [(pos + n0, why) for pos, why in
                                                 known.dangling(snap.cluster, snap.broker, cq)]
             entries[f.rel] = dataclasses.replace(_entry(f, _pieces_sha(f), summary,
                                                         dangling, known, None), pieces=f.pieces)
             parts.append(consumequeue.QueueFile(start // CQ_STORE_UNIT_SIZE, summary.entries, summary.full, None,
-                                                summary.first_commit_offset, summary.last_commit_offset))
+                                                summary.first_commit_offset, summary.last_commit_offset, at))
             checks.append((f, None, dangling))
             out.add(files.NAME, _files_row(base, f, f.size, entries[f.rel].sha256, now))
             continue
@@ -334,10 +328,8 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
         plain = not cq.problems  # the bytes are the entries as read
         if f.pieces is None:
             sha, prefix, grown_ = _sha_grown(data, cq.count if plain else None, before if plain else None)
-        else:  # an export's file is named by its pieces, which tell a grown copy
-            sha, prefix = _pieces_sha(f), None
-            grown_ = f.rel in extended and before is not None \
-                and not any(data[extended[f.rel]:before.summary.entries * CQ_STORE_UNIT_SIZE])
+        else:  # an export's file is named by its pieces; a grown copy that could be read as one was, above
+            sha, prefix, grown_ = _pieces_sha(f), None, False
         summary = consumequeue.summarize(data, cq)
         if len(data) != f.size:  # it changed since the listing: its fingerprint does not name these bytes
             summary = dataclasses.replace(summary, problems=True)
@@ -404,6 +396,23 @@ def _grown_pieces(before: "cq_ledger.Entry | None", f: LandingFile, known: "_Sna
         return None
     end = max(pos + length for _, _, length, pos in f.pieces[n:])
     return before, lo, min(f.size, -(-end // unit) * unit)
+
+
+def _oldest_at(f: LandingFile, s: "consumequeue.CQSummary", cq: "consumequeue.CQDecode",
+               summary: "consumequeue.CQSummary", oldest: int | None) -> tuple[int, int] | None:
+    """Where the first entry at or past ``oldest`` (the oldest commitlog segment's start) is in a grown export file
+    whose earlier entries (``s``) were not read and whose new ones are ``cq`` (``summary``: of them all), as
+    ``QueueFile.found`` gives it: None when Min does not depend on it (no entry, or every entry at or past
+    ``oldest``, or every one below). Inside the earlier entries, a binary search reads 8 bytes an entry
+    (``consumequeue.search``): the file is not read whole for it (a real one is 5.7 MiB)."""
+    from jobs.formats import consumequeue
+
+    first, last = summary.first_commit_offset, summary.last_commit_offset
+    if oldest is None or not summary.entries or oldest <= (first or 0) or oldest > (last or 0):
+        return None  # QueueFile.position: 0 or every entry
+    if s.entries and oldest <= (s.last_commit_offset or 0):  # first < oldest: inside the earlier entries
+        return oldest, consumequeue.search(lambda a, b: read_file(f, a, b) or b"", s.entries, oldest)
+    return oldest, s.entries + int(np.searchsorted(cq.commit_offset, oldest, side="left"))
 
 
 def _grown_summary(s: "consumequeue.CQSummary", cq: "consumequeue.CQDecode", size: int) -> "consumequeue.CQSummary":

@@ -478,15 +478,19 @@ def test_the_ingest_reads_a_grown_export_file_from_where_its_entries_ended_and_f
 
 
 @pytest.mark.parametrize("case", ["oldest inside", "rewritten below the piece"])
-def test_a_grown_export_file_is_read_whole_when_the_oldest_entry_lies_inside_or_its_last_entry_was_rewritten(
+def test_a_grown_export_file_the_oldest_entry_lies_inside_is_searched_and_one_whose_last_entry_was_rewritten_read_whole(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
-    """The bounds search a file the oldest commitlog segment starts inside: such a copy is read whole, its new entries
-    alone checked. A last entry whose zero tags code the broker wrote again (the host's tail check covers the bytes
-    before the shipped end only) makes the new piece's first bytes non-zero: read and checked whole. Either way the
-    rows equal those of the same bytes read as store copies."""
+    """The bounds search a file the oldest commitlog segment starts inside: a grown copy is read from where its
+    entries ended, its new entries alone checked, and Min's entry among the earlier ones found by a binary search of 8
+    bytes an entry (a real file is 5.7 MiB). A last entry whose zero tags code the broker wrote again (the host's tail
+    check covers the bytes before the shipped end only) makes the new piece's first bytes non-zero: read and checked
+    whole. Either way the rows equal those of the same bytes read as store copies."""
     rewritten = case != "oldest inside"
     run = Bounds(tmp_path, monkeypatch, oldest=1000 if rewritten else 1000 + 100 * 5)
     ends = [10, 19 if rewritten else 20, 30]  # entries after each export (entry 18's tags code is zero)
+    # entry k's commit offset at bytes (20 k, 20 k + 8): the searches for Min (entry 5, commit offset 1500) among the
+    # 10, then 20 entries the copy before held
+    searched = [[], [(80, 88), (120, 128), (100, 108)], [(180, 188), (80, 88), (120, 128), (100, 108)]]
     for n in range(3):
         for i in range(([0] + ends)[n], ends[n]):
             run.host.write(20 * i, entry(i) if i != 13 else struct.pack(">qiq", 1000 + 100 * i + 50, 100, 7))
@@ -498,16 +502,18 @@ def test_a_grown_export_file_is_read_whole_when_the_oldest_entry_lies_inside_or_
         assert [pos for pos, _ in got["export"]["problems"]] == ([] if n == 0 else [260])
         # the rewritten case's second export grows (from byte 192: entry 9's tags code is zero too); its third reads
         # from entry 18's last bytes, finds them no longer zero and reads the file whole
-        assert got["export"]["reads"] == ([(0, None)] if not rewritten or n == 0 else
-                                          [(192, 380)] if n == 1 else [(372, 600), (0, None)])
+        assert got["export"]["reads"] == ([(0, None)] if n == 0 else
+                                          [(192, 400 if not rewritten else 380)] + ([] if rewritten else searched[1])
+                                          if n == 1 else [(372, 600), (0, None)] if rewritten
+                                          else [(400, 600)] + searched[2])
 
 
 @pytest.mark.parametrize("case", ["out of order", "first entries below the oldest segment"])
-def test_new_entries_the_bounds_cannot_take_as_they_come_make_the_file_read_whole(
+def test_new_entries_out_of_order_make_the_file_read_whole_and_those_below_the_oldest_segment_are_searched_as_read(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
-    """New entries out of order (a damaged one pointing back), or the first entries of a file that had none pointing
-    below the oldest segment (the bounds would search them): the grown copy is read whole, as a store copy's is, and
-    gives its rows."""
+    """New entries out of order (a damaged one pointing back): the grown copy is read whole, as a store copy's is, and
+    gives its rows. The first entries of a file that had none, pointing below the oldest segment: Min is found among
+    the new entries just decoded (the file is not read again)."""
     below = case != "out of order"
     run = Bounds(tmp_path, monkeypatch, oldest=1000 + 100 * 5 if below else 1000)
     first = [] if below else [entry(i) for i in range(10)]
@@ -520,5 +526,19 @@ def test_new_entries_the_bounds_cannot_take_as_they_come_make_the_file_read_whol
         _same(got)
     assert got["export"]["bounds"] == ([(5, 10)] if below else got["copy"]["bounds"])
     assert got["export"]["entry"].summary.problems is (not below)
-    # the new part read, found unusable, then the file whole
-    assert got["export"]["reads"] == [(0, 200) if below else (192, 400), (0, None)]
+    # the new part read; out of order, found unusable, then the file whole
+    assert got["export"]["reads"] == ([(0, 200)] if below else [(192, 400), (0, None)])
+
+
+def test_min_among_a_grown_copys_new_entries_is_found_in_them_without_a_search(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The oldest segment starts past every entry the copy before held and inside the new ones (entries 10-19, Min
+    entry 15): Min comes from the new entries just decoded, nothing else is read, and the rows equal a whole read's."""
+    run = Bounds(tmp_path, monkeypatch, oldest=1000 + 100 * 15)
+    for n, (lo, hi) in enumerate([(0, 10), (10, 20)]):
+        for i in range(lo, hi):
+            run.host.write(20 * i, entry(i))
+        _, got = run.export()
+        _same(got)
+        assert got["export"]["bounds"] == [(10, 10) if n == 0 else (15, 20)]
+    assert got["export"]["reads"] == [(192, 400)]
