@@ -236,6 +236,12 @@ def piece_id(entry: dict[str, Any]) -> str:
     return _chain("pieces-" + hashlib.sha256(f"size {entry['size']}".encode()).hexdigest()[:32], entry["pieces"])
 
 
+def extend_id(prior: str, added: list[list[Any]]) -> str:
+    """The id of a file whose pieces are those of the file ``prior`` names, then ``added`` (:func:`piece_id`): the
+    ingest tells with it that a copy's first pieces are those of a copy an earlier run read."""
+    return _chain(prior, added)
+
+
 def _chain(prior: str, added: list[list[Any]]) -> str:
     for p in added:
         prior = "pieces-" + hashlib.sha256(f"{prior}|{p!r}".encode()).hexdigest()[:32]

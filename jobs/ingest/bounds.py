@@ -381,15 +381,16 @@ def _piece_text(piece: tuple[str, int, int, int]) -> str:
 def _grown_pieces(before: "cq_ledger.Entry | None", f: LandingFile, known: "_SnapshotRecords"
                   ) -> tuple["cq_ledger.Entry", int, int] | None:
     """(``before``, first byte, end byte) of what to read of an export's queue file whose pieces are those of the
-    copy ``before`` (read earlier in this run) and more, all past its valid entries: the file is that copy's entries,
-    then the new pieces' bytes (read from the first of them, which may begin inside its last entry). None: check it
-    whole (a file shipped whole again, or a copy with problems or whose findings do not hold for these records)."""
+    copy ``before`` (read earlier in this run, or by an earlier run: :func:`_pieces_of`) and more, all past its valid
+    entries: the file is that copy's entries, then the new pieces' bytes (read from the first of them, which may begin
+    inside its last entry). None: check it whole (a file shipped whole again, or a copy with problems or whose findings do not hold for these records)."""
     unit = CQ_STORE_UNIT_SIZE
-    if before is None or before.pieces is None or f.pieces is None:
+    if before is None or f.pieces is None:
         return None
-    s, n = before.summary, len(before.pieces)
-    if s.problems or s.full or before.size != f.size or f.size % unit or n >= len(f.pieces) \
-            or f.pieces[:n] != before.pieces:
+    n = len(before.pieces) if before.pieces is not None else _pieces_of(before, f)
+    s = before.summary
+    if n is None or s.problems or s.full or before.size != f.size or f.size % unit or n >= len(f.pieces) \
+            or (before.pieces is not None and f.pieces[:n] != before.pieces):
         return None
     lo = min(s.entries * unit, min(pos for _, _, _, pos in f.pieces[n:]))
     if s.entries and not _findings_hold(before, known):
@@ -413,6 +414,23 @@ def _oldest_at(f: LandingFile, s: "consumequeue.CQSummary", cq: "consumequeue.CQ
     if s.entries and oldest <= (s.last_commit_offset or 0):  # first < oldest: inside the earlier entries
         return oldest, consumequeue.search(lambda a, b: read_file(f, a, b) or b"", s.entries, oldest)
     return oldest, s.entries + int(np.searchsorted(cq.commit_offset, oldest, side="left"))
+
+
+def _pieces_of(before: "cq_ledger.Entry", f: LandingFile) -> int | None:
+    """How many of ``f``'s first pieces are the copy ``before`` names, an entry of the ledger table (which keeps no
+    pieces: a scheduled run reads each broker's one new snapshot against it): an export's file id is a hash chain over
+    its pieces (``jobs.export.queues.piece_id``), so the prefix whose chain gives ``before``'s id holds that copy's
+    bytes. None: no prefix does (or either is not an export's file)."""
+    from jobs.export import queues as export_queues
+
+    if not before.etag.startswith("pieces-") or not f.etag.startswith("pieces-"):
+        return None
+    chain = export_queues.piece_id({"size": f.size, "pieces": []})
+    for k, (uri, at, n, pos) in enumerate(f.pieces or ()):
+        if chain == before.etag:
+            return k
+        chain = export_queues.extend_id(chain, [[uri.rsplit("/", 3)[-3].split("=", 1)[-1], at, n, pos]])
+    return None
 
 
 def _grown_summary(s: "consumequeue.CQSummary", cq: "consumequeue.CQDecode", size: int) -> "consumequeue.CQSummary":
