@@ -191,8 +191,8 @@ def _stands_in(e: "cq_ledger.Entry", oldest: int | None, known: "_SnapshotRecord
     """Whether an unchanged file's ledger entry gives what reading it would: not when its commit offsets straddle
     ``oldest`` (Min is inside it: the caller passes None when it searches the file for Min instead,
     :func:`jobs.formats.consumequeue.search`),
-    nor when they meet the range of records the snapshot checks entries against, unless all of them are inside it
-    and the records they span are those the entry's dangling entries were found against."""
+    nor when they meet the range of records the snapshot checks entries against, unless the records that decide the
+    entries it checks are those the entry's dangling entries were found against (:func:`_checked_digest`)."""
     s = e.summary
     if not s.entries:
         return True
@@ -201,7 +201,24 @@ def _stands_in(e: "cq_ledger.Entry", oldest: int | None, known: "_SnapshotRecord
         return False
     if not known.meets(first, last):
         return True
-    return e.records_digest is not None and known.covers(first, last) and known.digest(first, last) == e.records_digest
+    return e.records_digest is not None and _checked_digest(known, first, last) == e.records_digest
+
+
+def _checked_digest(known: "_SnapshotRecords", first: int, last: int) -> str | None:
+    """What says the records that decide the entries pointing into ``[first, last]`` the snapshot checks
+    (``_SnapshotRecords.digest``): all of them when the range is inside the checked one; when only its first entries
+    point below it (the oldest commitlog segment starts inside the file: entries below it are never checked, a
+    broker's queue file until every entry in it expired), those from the checked range's start, which the digest
+    names, so that it equals one made from the same start only. None: some entry points past the checked range.
+
+    Without the second case a queue's oldest file was read whole in every scheduled run once its broker had deleted
+    a segment: on a broker whose queues each fit one file (300,000 entries), every file read again, every run."""
+    if known.covers(first, last):
+        return known.digest(first, last)
+    rng = known.rng
+    if rng is not None and first < rng[0] <= last < rng[1]:
+        return f"from {rng[0]}: {known.digest(rng[0], last)}"
+    return None
 
 
 def _tail_agrees(f: LandingFile, e: "cq_ledger.Entry") -> bool:
@@ -470,23 +487,23 @@ def _sha_grown(data: bytes, entries: int | None, before: "cq_ledger.Entry | None
 
 
 def _findings_hold(before: "cq_ledger.Entry", known: "_SnapshotRecords") -> bool:
-    """Whether ``before``'s dangling entries are what checking its entries against this snapshot's records gives:
-    all of them are inside the checked range and the records they span are those they were found against."""
+    """Whether ``before``'s dangling entries are what checking its entries against this snapshot's records gives: the
+    records that decide the entries it checks are those they were found against (:func:`_checked_digest`)."""
     first, last = before.summary.first_commit_offset or 0, before.summary.last_commit_offset or 0
-    return known.covers(first, last) and known.digest(first, last) == before.records_digest
+    return before.records_digest is not None and _checked_digest(known, first, last) == before.records_digest
 
 
 def _entry(f: LandingFile, sha: str, summary: Any, dangling: list[tuple[int, str]] | None,
            known: "_SnapshotRecords", before: "cq_ledger.Entry | None", prefix: str | None = None
            ) -> "cq_ledger.Entry":
     """The ledger entry of a file just read. Its dangling entries are kept when every entry was checked (``dangling``
-    of the file as it is, all inside the decoded range), with a digest of the records they were checked against;
-    else those of its unchanged earlier copy, still tied to their own records. ``prefix``: the sha256 of its
-    entries' bytes (:func:`_sha_grown`)."""
+    of the file as it is, none pointing past the decoded range), with a digest of the records they were checked
+    against (:func:`_checked_digest`); else those of its unchanged earlier copy, still tied to their own records.
+    ``prefix``: the sha256 of its entries' bytes (:func:`_sha_grown`)."""
     first, last = summary.first_commit_offset, summary.last_commit_offset
-    if dangling is not None and not summary.problems and summary.entries and known.covers(first, last):
-        return cq_ledger.Entry(f.size, f.mtime, f.etag, sha, summary, known.digest(first, last), tuple(dangling),
-                               prefix)
+    digest = _checked_digest(known, first, last) if summary.entries else None
+    if dangling is not None and not summary.problems and digest is not None:
+        return cq_ledger.Entry(f.size, f.mtime, f.etag, sha, summary, digest, tuple(dangling), prefix)
     if before is not None:
         return cq_ledger.Entry(f.size, f.mtime, f.etag, sha, summary, before.records_digest, before.dangling)
     return cq_ledger.Entry(f.size, f.mtime, f.etag, sha, summary)
