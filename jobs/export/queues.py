@@ -174,7 +174,7 @@ class Packer:
             return None
         entry = {k: v for k, v in prev.items() if k != "tail_sha"}
         entry.update(got, mtime_ns=mtime_ns, pieces=pieces)
-        entry["id"] = _chain(prev.get("id") or piece_id(prev), pieces[len(prev["pieces"]):])
+        entry["id"] = extend_id(prev.get("id") or piece_id(prev), pieces[len(prev["pieces"]):])
         return entry
 
     def _read_on(self, fd: int, lo: int, tail_lo: int, hi: int, pieces: list[list[Any]],
@@ -233,16 +233,12 @@ def piece_id(entry: dict[str, Any]) -> str:
     ledger compares it as a store copy's ETag. A chain over the pieces, so that a file's id grows with its pieces: an
     entry keeps its id (``id``) and a run hashes only the pieces it adds, not all of them again (up to 32, 10 us a
     file and run, stop 69). An entry written before has no ``id``: computed from its pieces, the same chain."""
-    return _chain("pieces-" + hashlib.sha256(f"size {entry['size']}".encode()).hexdigest()[:32], entry["pieces"])
+    return extend_id("pieces-" + hashlib.sha256(f"size {entry['size']}".encode()).hexdigest()[:32], entry["pieces"])
 
 
 def extend_id(prior: str, added: list[list[Any]]) -> str:
     """The id of a file whose pieces are those of the file ``prior`` names, then ``added`` (:func:`piece_id`): the
     ingest tells with it that a copy's first pieces are those of a copy an earlier run read."""
-    return _chain(prior, added)
-
-
-def _chain(prior: str, added: list[list[Any]]) -> str:
     for p in added:
         prior = "pieces-" + hashlib.sha256(f"{prior}|{p!r}".encode()).hexdigest()[:32]
     return prior

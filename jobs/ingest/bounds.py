@@ -392,7 +392,12 @@ def _pieces_sha(f: LandingFile) -> str:
 @functools.lru_cache(maxsize=1 << 16)
 def _piece_text(piece: tuple[str, int, int, int]) -> str:
     uri, at, n, pos = piece
-    return repr((uri.rsplit("/", 3)[-3], at, n, pos))
+    return repr((_pack_folder(uri), at, n, pos))
+
+
+def _pack_folder(uri: str) -> str:
+    """The export folder (``snapshot_ts=<time>``) whose pack a piece lies in (``landing._queue_files`` names it)."""
+    return uri.rsplit("/", 3)[-3]
 
 
 def _grown_pieces(before: "cq_ledger.Entry | None", f: LandingFile, known: "_SnapshotRecords"
@@ -400,7 +405,8 @@ def _grown_pieces(before: "cq_ledger.Entry | None", f: LandingFile, known: "_Sna
     """(``before``, first byte, end byte) of what to read of an export's queue file whose pieces are those of the
     copy ``before`` (read earlier in this run, or by an earlier run: :func:`_pieces_of`) and more, all past its valid
     entries: the file is that copy's entries, then the new pieces' bytes (read from the first of them, which may begin
-    inside its last entry). None: check it whole (a file shipped whole again, or a copy with problems or whose findings do not hold for these records)."""
+    inside its last entry). None: check it whole (a file shipped whole again, or a copy with problems or whose
+    findings do not hold for these records)."""
     unit = CQ_STORE_UNIT_SIZE
     if before is None or f.pieces is None:
         return None
@@ -446,7 +452,7 @@ def _pieces_of(before: "cq_ledger.Entry", f: LandingFile) -> int | None:
     for k, (uri, at, n, pos) in enumerate(f.pieces or ()):
         if chain == before.etag:
             return k
-        chain = export_queues.extend_id(chain, [[uri.rsplit("/", 3)[-3].split("=", 1)[-1], at, n, pos]])
+        chain = export_queues.extend_id(chain, [[_pack_folder(uri).removeprefix("snapshot_ts="), at, n, pos]])
     return None
 
 

@@ -66,7 +66,8 @@ def main() -> None:
         print(f"| {mode} | {len(globs)} | {time.monotonic() - t0:.1f} | {reads['whole']} | {reads['part']} |")
     one, each = compared(work / "one-run"), compared(work / "a-run-each")
     differ = [t for t in one if one[t] != each.get(t)]
-    print(f"\nlakes: {'the same rows' if not differ else 'DIFFER in ' + ', '.join(differ)} ({len(one)} tables compared)")
+    said = "the same rows" if not differ else "DIFFER in " + ", ".join(differ)
+    print(f"\nlakes: {said} ({len(one)} tables compared)")
     if differ:
         raise SystemExit(1)
 
