@@ -71,22 +71,34 @@ class Decoded:
     parts: list[str] = field(default_factory=list)
     # their messages files (export layout 2): rows of silver/messages, no ``kind`` column
     message_parts: list[str] = field(default_factory=list)
+    # the kinds of rows each export part holds, as its manifest counts them (a part of layout 2 holds no messages:
+    # they are in its messages file); a part not listed may hold any
+    part_kinds: dict[str, set[str]] = field(default_factory=dict)
     # whether the run's own decode wrote the staging folder
     decoded_here: bool = False
 
     def files(self, messages: bool = True) -> Iterator[tuple[Any, str, bool]]:
-        """(Arrow filesystem, path, whether it is an export's messages file) of each file staged: the staging folder's
-        and the export parts, and the exports' messages files unless not ``messages``."""
+        """(Arrow filesystem, path, whether it is an export's messages file) of each file that may hold staged records:
+        the staging folder's and the export parts that hold any (:meth:`parts_of`), and the exports' messages files
+        unless not ``messages``."""
         import pyarrow.dataset as pads
 
         if self.decoded_here:
             dataset = pads.dataset(self.staging, format="parquet")
             for fragment in dataset.get_fragments():
                 yield dataset.filesystem, fragment.path, False
-        for uri in self.parts:
+        from jobs.ingest import decode_tasks
+
+        for uri in self.parts_of(decode_tasks.MESSAGE):
             yield *_delta.arrow_file(uri), False
         for uri in self.message_parts if messages else []:
             yield *_delta.arrow_file(uri), True
+
+    def parts_of(self, kind: str) -> list[str]:
+        """The export parts that may hold rows of ``kind``: a scan of all 478 parts of bench_export's exports, most
+        holding a progress row only, was most of each load's time (trace records, POP checkpoints and acks: 0.4-0.7 s
+        each) and 0.65 s of the messages' load and of the queue bounds, for no row."""
+        return [u for u in self.parts if kind in self.part_kinds.get(u, (kind,))]
 
     def read(self, spark: Any, table: Any, kind: str, renamed: dict[str, str] | None = None) -> Any:
         """The staged rows of ``kind`` with the columns of ``table`` (``renamed``: table column -> staged column)."""
@@ -98,7 +110,8 @@ class Decoded:
         cols = ", ".join(f"`{renamed.get(f.name, f.name)}` {f.dataType.simpleString()}" for f in table.schema.fields)
         # the staging folder and the parts read apart: Sail's Parquet writer names a map's entries ``entries``,
         # pyarrow's ``key_value``, and one read of both fails to merge the schemas
-        groups = ([[self.staging]] if self.decoded_here else []) + ([self.parts] if self.parts else [])
+        parts = self.parts_of(kind)
+        groups = ([[self.staging]] if self.decoded_here else []) + ([parts] if parts else [])
         rows = None
         for paths in groups:
             part = (spark.read.schema(f"kind STRING, {cols}").parquet(*paths).where(F.col("kind") == kind)
@@ -281,6 +294,7 @@ def _stage_exports(spark: Any, exports: list[Snapshot], staged: Decoded) -> list
              len(staged.message_parts))
     staged.parts = uris
     small, counts = _read_back(spark.read.schema(decode_tasks.output_ddl()).parquet(*uris))
+    staged.part_kinds = _part_kinds(exports, counts)
     # the messages files' rows, as their manifests name them (an export of layout 1 counts them among its parts'
     # kinds); the load reads each file's footer once, when it adopts it
     staged.messages += counts.get(decode_tasks.MESSAGE, 0) + sum(
@@ -290,6 +304,29 @@ def _stage_exports(spark: Any, exports: list[Snapshot], staged: Decoded) -> list
     staged.pop_checkpoints += counts.get(decode_tasks.POP_CK, 0)
     staged.pop_acks += counts.get(decode_tasks.POP_ACK, 0)
     return small
+
+
+def _part_kinds(exports: list[Snapshot], counts: dict[str, int]) -> dict[str, set[str]]:
+    """The kinds of rows each export part holds, as the manifests count them (:attr:`Decoded.part_kinds`), when
+    their counts add up to what the parts hold (``counts``, the engine's count of every part's rows by kind); else
+    none: every part is read for every kind."""
+    from jobs.ingest import decode_tasks
+
+    kinds: dict[str, set[str]] = {}
+    total: dict[str, int] = {}
+    try:
+        for snap in exports:
+            uri = {f.rel: f.uri for f in snap.files if f.kind == "export_part"}
+            for p in (snap.manifest or {}).get("parts", []):
+                # layout 2 counts the messages among the part's kinds, and writes them to its messages file
+                held = {k: int(n) for k, n in p["kinds"].items()
+                        if n and not (k == decode_tasks.MESSAGE and p.get("messages"))}
+                kinds[uri[p["name"]]] = set(held)
+                for k, n in held.items():
+                    total[k] = total.get(k, 0) + n
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return {}
+    return kinds if total == {k: n for k, n in counts.items() if n} else {}
 
 
 def _merge_pieces(small: list[pa.RecordBatch], split: dict[int, dict[str, Any]]) -> list[pa.RecordBatch] | None:

@@ -288,6 +288,35 @@ def test_message_chunks_read_only_the_staged_records(tmp_path: pathlib.Path) -> 
             for c in Decoded(staging=str(staging), parts=[str(part)]).message_chunks(messages.TABLE, 9)] == [[5]]
 
 
+def test_export_parts_are_read_for_the_kinds_their_manifests_count_when_the_counts_add_up() -> None:
+    """An export part is read for a kind only if its manifest counts rows of it (layout 2 counts the messages its
+    messages file holds: the part holds none); when the manifests' counts differ from the rows the parts hold, every
+    part is read for every kind."""
+    from types import SimpleNamespace as NS
+
+    from jobs.ingest.decode import Decoded, _part_kinds
+
+    def snap(folder: str, parts: list[dict]) -> NS:
+        return NS(manifest={"parts": parts}, files=[NS(kind="export_part", rel=p["name"], uri=f"{folder}/{p['name']}")
+                                                   for p in parts])
+
+    a = snap("a", [{"name": "records-0-9.parquet", "kinds": {"progress": 1, "message": 7},
+                    "messages": {"name": "messages-0-9.parquet", "rows": 7}},
+                   {"name": "records-9-20.parquet", "kinds": {"progress": 1, "trace": 2, "message": 3},
+                    "messages": {"name": "messages-9-20.parquet", "rows": 3}}])
+    b = snap("b", [{"name": "records-0-5.parquet", "kinds": {"progress": 1, "message": 4, "pop_ck": 0}}])  # layout 1
+    held = {"progress": 3, "trace": 2, "message": 4}
+    kinds = _part_kinds([a, b], held)
+    assert kinds == {"a/records-0-9.parquet": {"progress"}, "a/records-9-20.parquet": {"progress", "trace"},
+                     "b/records-0-5.parquet": {"progress", "message"}}
+    staged = Decoded(staging="s", parts=list(kinds), part_kinds=kinds)
+    assert [staged.parts_of(k) for k in ("trace", "message", "pop_ck", "progress")] == [
+        ["a/records-9-20.parquet"], ["b/records-0-5.parquet"], [], list(kinds)]
+    assert _part_kinds([a, b], {**held, "trace": 3}) == {}  # a part holds a trace row its manifest does not count
+    assert _part_kinds([a, snap("c", [{"name": "records-0-1.parquet"}])], held) == {}  # no counts
+    assert Decoded(staging="s", parts=["x", "y"]).parts_of("trace") == ["x", "y"]
+
+
 def test_files_admitting_choose_a_brokers_files_by_its_range_and_mixed_files_by_any(tmp_path: pathlib.Path,
                                                                                    caplog: pytest.LogCaptureFixture
                                                                                    ) -> None:
