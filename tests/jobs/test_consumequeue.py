@@ -92,6 +92,13 @@ def test_search_finds_mins_position_by_ranged_reads_as_the_decoded_entries_do() 
         reads.clear()
         assert consumequeue.search(read, len(offsets), oldest) == int(np.searchsorted(offsets, oldest, side="left"))
         assert len(reads) <= 13 and all(b - a == 8 for a, b in reads)
+        # the first 3,000 entries (60,000 bytes: up to SEARCH_READ_BYTES) in one read
+        if oldest < offsets[2999]:
+            reads.clear()
+            assert consumequeue.search(read, 3000, oldest) == int(np.searchsorted(offsets, oldest, side="left"))
+            assert reads == [(0, 60_000)]
+    with pytest.raises(OSError, match="entries 0-2999: 40 of 60000 bytes read"):
+        consumequeue.search(lambda a, b: data[a:a + 40], 3000, 103)
     f = consumequeue.QueueFile(0, len(offsets), True, None, int(offsets[0]), int(offsets[-1]), (102, 40))
     assert (f.position(102), f.position(5), f.position(10 ** 9)) == (40, 0, len(offsets))
     with pytest.raises(ValueError, match="falls inside a file that was not read"):
