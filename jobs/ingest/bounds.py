@@ -391,13 +391,8 @@ def _pieces_sha(f: LandingFile) -> str:
 
 @functools.lru_cache(maxsize=1 << 16)
 def _piece_text(piece: tuple[str, int, int, int]) -> str:
-    uri, at, n, pos = piece
-    return repr((_pack_folder(uri), at, n, pos))
-
-
-def _pack_folder(uri: str) -> str:
-    """The export folder (``snapshot_ts=<time>``) whose pack a piece lies in (``landing._queue_files`` names it)."""
-    return uri.rsplit("/", 3)[-3]
+    tag, at, n, pos = piece
+    return repr((f"snapshot_ts={tag}", at, n, pos))
 
 
 def _grown_pieces(before: "cq_ledger.Entry | None", f: LandingFile, known: "_SnapshotRecords"
@@ -449,10 +444,10 @@ def _pieces_of(before: "cq_ledger.Entry", f: LandingFile) -> int | None:
     if not before.etag.startswith("pieces-") or not f.etag.startswith("pieces-"):
         return None
     chain = export_queues.piece_id({"size": f.size, "pieces": []})
-    for k, (uri, at, n, pos) in enumerate(f.pieces or ()):
+    for k, (tag, at, n, pos) in enumerate(f.pieces or ()):
         if chain == before.etag:
             return k
-        chain = export_queues.extend_id(chain, [[_pack_folder(uri).removeprefix("snapshot_ts="), at, n, pos]])
+        chain = export_queues.extend_id(chain, [[tag, at, n, pos]])
     return None
 
 

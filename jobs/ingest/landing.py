@@ -5,7 +5,9 @@ Paths mirror RocketMQ's own directories, so a copy of a real store dropped under
 """
 from __future__ import annotations
 
+import bisect
 import datetime as dt
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
@@ -106,8 +108,21 @@ class LandingFile:
     mtime: float = 0.0  # modification time (epoch s): when the sync job last wrote it
     etag: str = ""  # the S3 listing's ETag ("" for local files)
     # An export's consume queue file (jobs.export.queues): no object of its own but pieces of the broker's export
-    # packs, (pack uri, offset in it, length, position in the file); zeros elsewhere. None: the object at ``uri``.
+    # packs, (the export's snapshot_ts, offset in its pack, length, position in the file); zeros elsewhere. None: the
+    # object at ``uri``.
     pieces: tuple[tuple[str, int, int, int], ...] | None = None
+    packs: str = ""  # an export's: the broker's landing folder, which holds the exports whose packs hold the pieces
+
+    @functools.cached_property
+    def piece_starts(self) -> list[int] | None:
+        """The pieces' positions in the file when they come in file order without overlapping (an export's, as its host
+        writes them), so that a read finds its pieces by bisection (:func:`read_file`: a search for Min read 8 bytes a
+        step through every piece of a file, 0.7 s of bench_export's queue checks). None: not an export's, or not so."""
+        if self.pieces is None:
+            return None
+        starts = [pos for _, _, _, pos in self.pieces]
+        in_order = all(pos + max(n, 0) <= nxt for (_, _, n, pos), nxt in zip(self.pieces, starts[1:]))
+        return starts if in_order else None
 
     def fingerprint(self) -> tuple[int, str] | tuple[int, float]:
         """What says the file is unchanged from an earlier copy: (size, ETag) when the store gives one (an upload
@@ -439,25 +454,19 @@ def looks_like_a_landing_zone(root: str) -> bool:
 def _queue_files(snap: Snapshot, manifest_uri: str, queues: list[Any]) -> list[LandingFile]:
     """The consume queue files an export's manifest lists (:func:`jobs.export.layout.read_manifest`'s entries), each
     as its pieces (:mod:`jobs.export.queues`): a piece names the broker's export folder whose pack holds it by its
-    snapshot time."""
+    snapshot time (:func:`pack_uri`). The pieces are kept as the manifest gives them: turning each of bench_export's
+    374,000 into its pack's URI was 0.44 s of the ingest, before its engine started."""
     broker_dir = manifest_uri[: -len(f"{snap.folder.rsplit('/', 1)[-1]}/{EXPORT_MANIFEST}")]
     folder_uri = manifest_uri[: -len(EXPORT_MANIFEST)]
-    packs: dict[str, str] = {}
+    return [LandingFile(uri=f"{folder_uri}{q.rel}", path=f"{snap.folder}/{q.rel}", rel=q.rel, size=q.size,
+                        mtime=q.mtime, etag=q.id, pieces=q.pieces, packs=broker_dir,
+                        **classify(q.rel, clients=False))  # type: ignore[arg-type]
+            for q in queues]
 
-    def pack(tag: str) -> str:
-        uri = packs.get(tag)
-        if uri is None:
-            uri = packs[tag] = f"{broker_dir}snapshot_ts={tag}/{export_layout.PACK}"
-        return uri
 
-    out = []
-    for q in queues:
-        rel = q.rel
-        pieces = tuple([(pack(tag), at, n, pos) for tag, at, n, pos in q.pieces])
-        out.append(LandingFile(uri=f"{folder_uri}{rel}", path=f"{snap.folder}/{rel}", rel=rel, size=q.size,
-                               mtime=q.mtime, etag=q.id, pieces=pieces,
-                               **classify(rel, clients=False)))  # type: ignore[arg-type]
-    return out
+def pack_uri(f: LandingFile, tag: str) -> str:
+    """The pack holding the pieces of ``f`` that its broker's export at ``tag`` (``snapshot_ts``) shipped."""
+    return f"{f.packs}snapshot_ts={tag}/{export_layout.PACK}"
 
 
 class PackWindows:
@@ -514,10 +523,15 @@ def read_file(f: LandingFile, start: int = 0, end: int | None = None) -> bytes |
     if end <= start:
         return b""
     buf = bytearray(end - start)
-    for uri, at, n, pos in f.pieces:
+    starts = f.piece_starts
+    first = max(bisect.bisect_right(starts, start) - 1, 0) if starts is not None else 0
+    for tag, at, n, pos in f.pieces[first:]:
+        if starts is not None and pos >= end:
+            break
         if n <= 0 or pos + n <= start or pos >= end:  # (most pieces, when the bounds read a grown file's new ones)
             continue
         lo, hi = max(pos, start), min(pos + n, end)
+        uri = pack_uri(f, tag)
         data = PACKS.read(uri, at + lo - pos, at + hi - pos)
         if data is None or len(data) != hi - lo:
             raise OSError(f"{uri}: {'missing' if data is None else 'shorter than its manifest says'} (a piece of "

@@ -320,11 +320,37 @@ def test_the_pieces_of_many_files_in_one_pack_cost_one_read(tmp_path: pathlib.Pa
     landing.PACKS.clear()
     assert [landing.read_file(f) for f in fs] == [h.file.read_bytes() for h in hosts]
     assert [r[1:] for r in reads] == [(0, landing.PackWindows.WINDOW)]  # the three pieces from one window
-    with open(fs[0].pieces[0][0], "r+b") as fh:  # (a pack is never rewritten; a new step starts from a clean slate)
+    with open(landing.pack_uri(fs[0], fs[0].pieces[0][0]), "r+b") as fh:  # (a pack is never rewritten; a new step starts from a clean slate)
         fh.write(b"\xff")
     assert landing.read_file(fs[0])[:1] != b"\xff"
     landing.PACKS.clear()
     assert landing.read_file(fs[0])[:1] == b"\xff"
+
+
+def test_a_read_finds_the_pieces_it_needs_by_bisection_when_they_are_in_file_order(tmp_path: pathlib.Path) -> None:
+    """Pieces in file order (as a host writes them) are found by bisection; in another order, or overlapping, each
+    is looked at in turn, and a later piece's bytes win where two overlap: the bytes read are the same."""
+    pack = tmp_path / "cluster=c/broker=b/snapshot_ts=20240301T000000Z" / layout.PACK
+    pack.parent.mkdir(parents=True)
+    pack.write_bytes(bytes(range(1, 41)))
+    packs = f"{tmp_path}/cluster=c/broker=b/"
+
+    def file(pieces: tuple) -> landing.LandingFile:
+        return landing.LandingFile(uri="", path="q", rel="q", size=40, kind="consumequeue", pieces=pieces,
+                                   packs=packs)
+
+    t = "20240301T000000Z"
+    in_order = file(((t, 0, 8, 0), (t, 8, 4, 12), (t, 12, 8, 20)))
+    want = bytes(range(1, 9)) + bytes(4) + bytes(range(9, 13)) + bytes(4) + bytes(range(13, 21)) + bytes(12)
+    landing.PACKS.clear()
+    assert in_order.piece_starts == [0, 12, 20]
+    assert [landing.read_file(in_order, a, b) for a, b in ((0, None), (13, 22), (30, 40))] == [
+        want, want[13:22], want[30:40]]
+    reordered = file(((t, 12, 8, 20), (t, 0, 8, 0), (t, 8, 4, 12)))
+    overlapping = file(((t, 0, 8, 0), (t, 20, 4, 6)))  # bytes 6-9 from the second piece
+    assert (reordered.piece_starts, overlapping.piece_starts) == (None, None)
+    assert landing.read_file(reordered) == want and landing.read_file(reordered, 13, 22) == want[13:22]
+    assert landing.read_file(overlapping, 0, 12) == bytes(range(1, 7)) + bytes(range(21, 25)) + bytes(2)
 
 
 def test_the_tail_check_covers_the_window_the_state_names(tmp_path: pathlib.Path) -> None:
@@ -484,20 +510,26 @@ def test_the_ingest_reads_a_grown_export_file_from_where_its_entries_ended_and_f
     assert summary.entries == 30 and summary.last_commit_offset == 1000 + 100 * 29
 
 
-@pytest.mark.parametrize("case", ["oldest inside", "rewritten below the piece"])
+@pytest.mark.parametrize("case", ["oldest inside", "oldest inside, searched in one read", "rewritten below the piece"])
 def test_a_grown_export_file_the_oldest_entry_lies_inside_is_searched_and_one_whose_last_entry_was_rewritten_read_whole(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
     """The bounds search a file the oldest commitlog segment starts inside: a grown copy is read from where its
     entries ended, its new entries alone checked, and Min's entry among the earlier ones found by a binary search of 8
-    bytes an entry (a real file is 5.7 MiB). A last entry whose zero tags code the broker wrote again (the host's tail
-    check covers the bytes before the shipped end only) makes the new piece's first bytes non-zero: read and checked
-    whole. Either way the rows equal those of the same bytes read as store copies."""
-    rewritten = case != "oldest inside"
+    bytes an entry (a real file is 5.7 MiB), or in one read of them when they are few (SEARCH_READ_BYTES). A last
+    entry whose zero tags code the broker wrote again (the host's tail check covers the bytes before the shipped end
+    only) makes the new piece's first bytes non-zero: read and checked whole. Either way the rows equal those of the
+    same bytes read as store copies."""
+    from jobs.formats import consumequeue
+
+    rewritten = case.startswith("rewritten")
+    if case == "oldest inside":  # as a real file's: 8 bytes a step
+        monkeypatch.setattr(consumequeue, "SEARCH_READ_BYTES", 0)
     run = Bounds(tmp_path, monkeypatch, oldest=1000 if rewritten else 1000 + 100 * 5)
     ends = [10, 19 if rewritten else 20, 30]  # entries after each export (entry 18's tags code is zero)
     # entry k's commit offset at bytes (20 k, 20 k + 8): the searches for Min (entry 5, commit offset 1500) among the
     # 10, then 20 entries the copy before held
-    searched = [[], [(80, 88), (120, 128), (100, 108)], [(180, 188), (80, 88), (120, 128), (100, 108)]]
+    searched = ([[], [(80, 88), (120, 128), (100, 108)], [(180, 188), (80, 88), (120, 128), (100, 108)]]
+                if case == "oldest inside" else [[], [(0, 200)], [(0, 400)]])
     for n in range(3):
         for i in range(([0] + ends)[n], ends[n]):
             run.host.write(20 * i, entry(i) if i != 13 else struct.pack(">qiq", 1000 + 100 * i + 50, 100, 7))
