@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from jobs.ingest.decode import Decoded
 from jobs.ingest.extracted import Extracted, _spark_frame
@@ -97,18 +97,27 @@ def load_pop(spark: Any, lake: str, staged: Decoded) -> dict[str, int]:
     return counts
 
 
-def load_small(spark: Any, lake: str, ex: Extracted, now: dt.datetime) -> dict[str, int]:
-    """MERGE the config-derived rows and quarantine rows; returns rows new or changed per table."""
+# The small tables the snapshots' config files alone give rows (the queue bounds give none: jobs.ingest.bounds adds to
+# bronze/files, silver/queue_bounds and the quarantine only)
+CONFIG_TABLES = (consumer_offsets.TABLE, subscription_groups.TABLE, topic_configs.TABLE, delay_offsets.TABLE,
+                 order_info.TABLE, store_features.TABLE)
+
+
+def load_small(spark: Any, lake: str, ex: Extracted, now: dt.datetime,
+               tables: Sequence[Any] = (files.TABLE, *CONFIG_TABLES, queue_bounds.TABLE),
+               problems: bool = True) -> dict[str, int]:
+    """MERGE the rows of the small ``tables`` and, with ``problems``, the quarantine rows; returns rows new or changed
+    per table."""
     counts: dict[str, int] = {}
-    order = [files.TABLE, consumer_offsets.TABLE, subscription_groups.TABLE, topic_configs.TABLE,
-             delay_offsets.TABLE, order_info.TABLE, queue_bounds.TABLE, store_features.TABLE]
-    for table in order:
+    for table in tables:
         rows = ex.rows.get(table.name, [])
         if not rows:
             continue
         rows = _dedupe(rows, table.key)
         counts[table.qualified] = _delta.merge(spark, _spark_frame(spark, lake, rows, table), lake, table,
                                                insert_only=table is files.TABLE, target_filter=_snapshots_filter(rows))
+    if not problems:
+        return counts
     qrows = _dedupe([
         {"cluster": c, "broker": b, "snapshot_ts": ts, "source_path": p.source_path, "position": p.position,
          "reason": p.reason, "detected_at": now}
