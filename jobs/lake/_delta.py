@@ -236,7 +236,10 @@ def clustered(df: "DataFrame", table: "Table", rows: int | None) -> "DataFrame":
     hash (measured: 9 partitions of 0.5 M records of 9 brokers, each file held every broker), so on Sail a run of up
     to 1 M rows writes one sorted file, and larger runs files that each span every broker. Partitioning the table
     by broker instead was measured and dropped: Sail's partitioned Delta writer holds every partition's rows
-    (5 M records: 4.25 GiB and 10.9 s against 1.33 GiB and 6.6 s unpartitioned)."""
+    (5 M records: 4.25 GiB and 10.9 s against 1.33 GiB and 6.6 s unpartitioned). Sail 0.7 also writes a partition
+    without its ``sortWithinPartitions`` (stop 73: each of silver/key_index's files of bench_export's 6.1 M records
+    holds its hashes in no order, and so does a plain Parquet write), so readers must not rely on the order: the key
+    index's segments sort what they read (``jobs.lake.point_index``)."""
     if not table.cluster_by:
         return df
     n = max(1, -(-(rows or 0) // CLUSTER_FILE_ROWS))

@@ -161,26 +161,40 @@ def _sorted_batches(sources: Iterable[Any]) -> Iterable[tuple[str, np.ndarray, n
         # the names read as the file's dictionaries: materialising 2 M strings to encode them again cost 4x the read
         for batch in pq.ParquetFile(source, read_dictionary=["cluster", "broker"]).iter_batches(
                 batch_size=RUN_ROWS, columns=list(COLUMNS)):
-            valid = None
-            for c in COLUMNS:
-                v = pc.is_valid(batch[c])
-                valid = v if valid is None else pc.and_(valid, v)
-            t = pa.Table.from_batches([batch]).filter(valid)
+            t = pa.Table.from_batches([batch])
+            if any(batch[c].null_count for c in COLUMNS):  # (none in a table the ingest wrote: no copy then)
+                valid = None
+                for c in COLUMNS:
+                    v = pc.is_valid(batch[c])
+                    valid = v if valid is None else pc.and_(valid, v)
+                t = t.filter(valid)
             if t.num_rows == 0:
                 continue
             cl, br = (_codes(t[c]) for c in ("cluster", "broker"))
             ccode = cl.indices.to_numpy(zero_copy_only=False)
             h = t["key_hash"].to_numpy().astype(np.int64, copy=False)
-            # (one cluster, the usual lake: a stable sort of the hashes is the same order, 15% sooner)
-            order = np.argsort(h, kind="stable") if len(cl.dictionary) == 1 else np.lexsort((h, ccode))
-            cs, h = ccode[order], h[order]
-            p = t["physical_offset"].to_numpy().astype(np.int64, copy=False)[order]
-            q = t["queue_offset"].to_numpy().astype(np.int64, copy=False)[order]
-            b = br.indices.to_numpy(zero_copy_only=False)[order]
+            p = t["physical_offset"].to_numpy().astype(np.int64, copy=False)
+            q = t["queue_offset"].to_numpy().astype(np.int64, copy=False)
+            b = br.indices.to_numpy(zero_copy_only=False)
+            # A file of silver/key_index is sorted by (cluster, key_hash) as written (schemas/key_index CLUSTER_BY):
+            # then nothing to sort. (One cluster, the usual lake: a stable sort of the hashes is the same order, 15%
+            # sooner than the lexsort.)
+            if not _sorted_by(ccode, h):
+                order = np.argsort(h, kind="stable") if len(cl.dictionary) == 1 else np.lexsort((h, ccode))
+                ccode, h, p, q, b = ccode[order], h[order], p[order], q[order], b[order]
+            cs = ccode
             names = br.dictionary.to_pylist()
             cuts = np.flatnonzero(np.diff(cs)) + 1
             for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(cs)]):
                 yield cl.dictionary[int(cs[lo])].as_py(), h[lo:hi], p[lo:hi], q[lo:hi], names, b[lo:hi]
+
+
+def _sorted_by(major: np.ndarray, minor: np.ndarray) -> bool:
+    """Whether rows are in (major, minor) order."""
+    if len(minor) < 2:
+        return True
+    dm = np.diff(major.astype(np.int64, copy=False))
+    return bool((dm >= 0).all() and (minor[1:] >= minor[:-1])[dm == 0].all())
 
 
 def _codes(col: Any) -> Any:

@@ -77,6 +77,26 @@ def test_a_lookup_finds_exactly_the_rows_of_a_join_on_cluster_and_hash(tmp_path:
     assert sorted(p.name for p in (tmp_path / "segs").iterdir()) == ["seg--1-0.kix"]
 
 
+def test_files_already_sorted_give_the_segment_of_the_same_rows_unsorted(tmp_path: Path) -> None:
+    """A file sorted by (cluster, hash) without nulls (as a Spark cluster writes silver/key_index) is taken as it is:
+    the segment equals the one built from the same rows in another order."""
+    import random
+
+    rows = [("C", h, "ab"[h % 2], 1000 + h, h) for h in range(-20, 20, 3)] + [("D", h, "a", h, 0) for h in (-4, 9)]
+    shuffled = rows[:]
+    random.Random(1).shuffle(shuffled)
+
+    def runs(name: str, data: list[tuple]) -> list[tuple]:
+        (tmp_path / name).mkdir()
+        seg = _segments(tmp_path / name, data).segments()[0]
+        return [(r.cluster, r.hashes.tolist(), r.physical.tolist(), r.queue.tolist(),
+                 [seg.brokers[i] for i in r.brokers.tolist()]) for r in seg.runs]
+
+    assert runs("sorted", rows) == runs("shuffled", shuffled) == [
+        ("C", [h for h in range(-20, 20, 3)], [1000 + h for h in range(-20, 20, 3)], list(range(-20, 20, 3)),
+         ["ab"[h % 2] for h in range(-20, 20, 3)]), ("D", [-4, 9], [-4, 9], [0, 0], ["a", "a"])]
+
+
 def test_many_copies_of_one_key_across_pages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A hash stored in more rows than a page holds (fences of 2, 9 copies among others): every copy is found."""
     from jobs.lake import point_index
