@@ -3,8 +3,8 @@
 The look-ups by UNIQ_KEY (the original copies of traced keys, the old copies of recently delivered and DLQ keys) join
 on ``key_hash``, a long, instead of the key's 32-character string over every record: the index is five narrow
 columns, so a look-up reads a fraction of what the key column of silver/messages costs, and each run's file is sorted
-by the hash on a Spark cluster (Sail 0.7 writes it unsorted: jobs.lake._delta.clustered). The hits are then read from silver/messages by position (``jobs.lake.lookups``), which also drops the
-rare rows whose hash matched another key. Derived from silver/messages by the ingest (``jobs.ingest.key_index``);
+by the hash on a Spark cluster (Sail 0.7 writes it unsorted: jobs.lake._delta.clustered). The hits are then read from
+silver/messages by position (``jobs.lake.lookups``), which also drops the rare rows whose hash matched another key. Derived from silver/messages by the ingest (``jobs.ingest.key_index``);
 a message without a UNIQ_KEY has no row."""
 from __future__ import annotations
 
