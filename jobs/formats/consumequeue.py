@@ -18,9 +18,9 @@ from jobs.problems import Problem
 CQ_STORE_UNIT_SIZE = 20
 DEFAULT_FILE_SIZE = 300_000 * CQ_STORE_UNIT_SIZE
 _ENTRY = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
-# Entries up to this many bytes are searched in one read, not 8 bytes a step: one request, not a dozen (a 1,000-entry
-# file's search was 12 reads through an export's pieces: 1 s of bench_export's queue checks, each through
-# ``landing.read_file``); a real broker's 300,000-entry file is still searched a step at a time
+# Entries up to this many bytes (3,276) are searched in one read, not 8 bytes a step: one request, not a dozen (a GET
+# each for a store copy on S3). More are searched a step at a time: a real broker's 300,000-entry file, and an export's
+# file, whose bytes a read puts together from its pieces (one read of 128 KiB cost more than the steps, stop 73)
 SEARCH_READ_BYTES = 64 << 10
 
 
