@@ -19,7 +19,6 @@ from schemas import (
     pop_acks,
     pop_checkpoints,
     quarantine,
-    queue_bounds,
     store_features,
     subscription_groups,
     topic_configs,
@@ -103,8 +102,7 @@ CONFIG_TABLES = (consumer_offsets.TABLE, subscription_groups.TABLE, topic_config
                  order_info.TABLE, store_features.TABLE)
 
 
-def load_small(spark: Any, lake: str, ex: Extracted, now: dt.datetime,
-               tables: Sequence[Any] = (files.TABLE, *CONFIG_TABLES, queue_bounds.TABLE),
+def load_small(spark: Any, lake: str, ex: Extracted, now: dt.datetime, tables: Sequence[Any],
                problems: bool = True) -> dict[str, int]:
     """MERGE the rows of the small ``tables`` and, with ``problems``, the quarantine rows; returns rows new or changed
     per table."""

@@ -176,17 +176,16 @@ def _sorted_batches(sources: Iterable[Any]) -> Iterable[tuple[str, np.ndarray, n
             p = t["physical_offset"].to_numpy().astype(np.int64, copy=False)
             q = t["queue_offset"].to_numpy().astype(np.int64, copy=False)
             b = br.indices.to_numpy(zero_copy_only=False)
-            # A file of silver/key_index is sorted by (cluster, key_hash) as written (schemas/key_index CLUSTER_BY):
-            # then nothing to sort. (One cluster, the usual lake: a stable sort of the hashes is the same order, 15%
-            # sooner than the lexsort.)
+            # A Spark cluster writes each file of silver/key_index sorted by (cluster, key_hash) (schemas/key_index
+            # CLUSTER_BY): then nothing to sort. Sail 0.7 writes them unsorted (jobs.lake._delta.clustered). (One
+            # cluster, the usual lake: a stable sort of the hashes is the same order, 15% sooner than the lexsort.)
             if not _sorted_by(ccode, h):
                 order = np.argsort(h, kind="stable") if len(cl.dictionary) == 1 else np.lexsort((h, ccode))
                 ccode, h, p, q, b = ccode[order], h[order], p[order], q[order], b[order]
-            cs = ccode
             names = br.dictionary.to_pylist()
-            cuts = np.flatnonzero(np.diff(cs)) + 1
-            for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(cs)]):
-                yield cl.dictionary[int(cs[lo])].as_py(), h[lo:hi], p[lo:hi], q[lo:hi], names, b[lo:hi]
+            cuts = np.flatnonzero(np.diff(ccode)) + 1
+            for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(ccode)]):
+                yield cl.dictionary[int(ccode[lo])].as_py(), h[lo:hi], p[lo:hi], q[lo:hi], names, b[lo:hi]
 
 
 def _sorted_by(major: np.ndarray, minor: np.ndarray) -> bool:

@@ -8,7 +8,7 @@ Usage::
 Simulates ``--scenario`` as store copies, replays them through the exporters (``tests/export/test_export_parity``'s
 ``export_history``), then ingests the exports into one lake in one run and into another a snapshot time a run.
 Prints, per mode: runs, seconds, the export queue files read whole (``bounds.read_file`` from byte 0 to the end) and
-the reads of a part (from where a copy's entries ended, and the 8-byte reads of a search); then whether the two
+the reads of a part (from where a copy's entries ended, and a search's reads); then whether the two
 lakes hold the same rows (silver, quarantine, trace records). Exits 1 when they differ.
 
 This file is not collected by pytest (bench_*.py).

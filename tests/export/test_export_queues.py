@@ -320,7 +320,8 @@ def test_the_pieces_of_many_files_in_one_pack_cost_one_read(tmp_path: pathlib.Pa
     landing.PACKS.clear()
     assert [landing.read_file(f) for f in fs] == [h.file.read_bytes() for h in hosts]
     assert [r[1:] for r in reads] == [(0, landing.PackWindows.WINDOW)]  # the three pieces from one window
-    with open(landing.pack_uri(fs[0], fs[0].pieces[0][0]), "r+b") as fh:  # (a pack is never rewritten; a new step starts from a clean slate)
+    # (a pack is never rewritten; a new step starts from a clean slate)
+    with open(landing.pack_uri(fs[0], fs[0].pieces[0][0]), "r+b") as fh:
         fh.write(b"\xff")
     assert landing.read_file(fs[0])[:1] != b"\xff"
     landing.PACKS.clear()
