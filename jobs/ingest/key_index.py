@@ -46,7 +46,11 @@ def update(spark: Any, lake: str, since: dict[str, int] | None, say: Any = lambd
     else:
         new = _delta.added_since(spark, lake, messages.TABLE, since[messages.TABLE.qualified])
     storage.delete_tree(f"{lake.rstrip('/')}/{STAGING}")  # what an ingest before this one's killed update left
-    got = (new.where(F.col("physical_offset").isNotNull()).groupBy("cluster", "broker")
+    # the new rows' ranges from their files' statistics (each file of silver/messages holds one broker's records;
+    # the engine's aggregate read 6.1 M rows' positions for them, 0.5 s of bench_export's ingest), else the engine's
+    stats = _delta.added_spans(lake, messages.TABLE, None if whole else since[messages.TABLE.qualified])
+    got = ([(c, b, lo, hi, n) for (c, b), (lo, hi, n) in stats.items()] if stats is not None else
+           new.where(F.col("physical_offset").isNotNull()).groupBy("cluster", "broker")
            .agg(F.min("physical_offset"), F.max("physical_offset"), F.count(F.lit(1))).collect())
     spans = {(c, b): (int(lo), int(hi) + 1) for c, b, lo, hi, _ in got}
     rows = lookups.index_rows(new)

@@ -175,6 +175,53 @@ def rows_added(lake: str, table: "Table", since: int | None) -> int:
     return int(sum(n or 0 for path, n in counts(None).items() if path not in before))
 
 
+STATS_TEXT_MAX = 32  # a string statistic this long may be a truncated prefix (Delta writers cut them at 32)
+
+
+def added_spans(lake: str, table: "Table", since: int | None, column: str = "physical_offset"
+                ) -> dict[tuple[str, str], tuple[int, int, int]] | None:
+    """Per (cluster, broker): the min and max of ``column`` over the rows of the data files the table gained after
+    version ``since`` (every file when None) where it is not null, and how many such rows, from the files' statistics
+    (delta-rs add actions): no data is read. What a ``groupBy("cluster", "broker")`` of those rows would give, when
+    every file holds one broker's rows (as the ingest writes silver/messages).
+
+    None (ask the engine) when a file lacks a statistic, holds more than one cluster or broker or a null one, or
+    names one whose statistic may be cut short."""
+    import pyarrow as pa
+
+    if table_format() != "delta" or not exists(lake, table):
+        return None
+    now = pa.table(delta_table(lake, table).get_add_actions(flatten=True)).to_pydict()
+    before = (set(pa.table(delta_table(lake, table, version=since).get_add_actions()).column("path").to_pylist())
+              if since is not None else set())
+    need = ["path", "num_records", f"min.{column}", f"max.{column}", f"null_count.{column}"] + [
+        f"{s}.{c}" for c in ("cluster", "broker") for s in ("min", "max", "null_count")]
+    if any(k not in now for k in need):
+        return None
+    out: dict[tuple[str, str], tuple[int, int, int]] = {}
+    for i, path in enumerate(now["path"]):
+        if path in before:
+            continue
+        rows, nulls = now["num_records"][i], now[f"null_count.{column}"][i]
+        if rows is None or nulls is None:
+            return None
+        if rows == nulls:
+            continue  # no row with a value: no group (the engine's where drops them)
+        names = []
+        for c in ("cluster", "broker"):
+            lo, hi = now[f"min.{c}"][i], now[f"max.{c}"][i]
+            if lo is None or lo != hi or now[f"null_count.{c}"][i] != 0 or len(lo) >= STATS_TEXT_MAX:
+                return None
+            names.append(lo)
+        lo, hi = now[f"min.{column}"][i], now[f"max.{column}"][i]
+        if lo is None or hi is None:
+            return None
+        key = (names[0], names[1])
+        a, b, n = out.get(key, (lo, hi, 0))
+        out[key] = (min(a, lo), max(b, hi), n + rows - nulls)
+    return out
+
+
 def read(spark: "SparkSession", lake: str, table: "Table", *, at: int | None = None) -> "DataFrame":
     """The table as a DataFrame with its declared schema; an empty frame when it does not exist yet.
 

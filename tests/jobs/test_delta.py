@@ -146,3 +146,41 @@ def test_an_s3_lake_is_read_through_arrow_s3_with_the_project_s_endpoint_and_key
     assert isinstance(fs, pa_fs.SubTreeFileSystem) and isinstance(fs.base_fs, pa_fs.S3FileSystem)
     assert fs.base_path.rstrip("/") == "lake-bucket/prod/silver/messages"
     assert fs.base_fs.region == "us-east-1"
+
+
+def test_added_spans_come_from_the_files_statistics_and_equal_the_engine_s_aggregate(spark, tmp_path) -> None:  # noqa: ANN001
+    """Per (cluster, broker) of the files added after a version: min and max position and the rows having one, as
+    the engine's groupBy gives them; None when a file holds two brokers or a name its statistics may cut short."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+    from pyspark.sql import functions as F
+
+    schema = StructType([StructField("cluster", StringType()), StructField("broker", StringType()),
+                         StructField("physical_offset", LongType())])
+    table = Table("silver", "m", schema, ("cluster", "broker", "physical_offset"), ())
+    lake, path = str(tmp_path), str(tmp_path / "silver" / "m")
+
+    def add(rows: list[tuple]) -> None:  # one file per commit
+        write_deltalake(path, pa.table({"cluster": [r[0] for r in rows], "broker": [r[1] for r in rows],
+                                        "physical_offset": pa.array([r[2] for r in rows], pa.int64())}),
+                        mode="append")
+
+    def engine(since: int | None) -> dict:
+        df = _delta.added_since(spark, lake, table, since) if since is not None else _delta.read(spark, lake, table)
+        return {(c, b): (lo, hi, n) for c, b, lo, hi, n in df.where(F.col("physical_offset").isNotNull())
+                .groupBy("cluster", "broker").agg(F.min("physical_offset"), F.max("physical_offset"),
+                                                  F.count(F.lit(1))).collect()}
+
+    add([("c", "a", 30), ("c", "a", None), ("c", "a", 10)])  # version 0
+    add([("c", "b", 5)])
+    add([("c", "a", 50), ("c", "a", 40)])
+    add([("c", "z", None)])  # version 3: no position, no group
+    assert _delta.added_spans(lake, table, None) == engine(None) == {("c", "a"): (10, 50, 4), ("c", "b"): (5, 5, 1)}
+    assert _delta.added_spans(lake, table, 0) == engine(0) == {("c", "a"): (40, 50, 2), ("c", "b"): (5, 5, 1)}
+    assert _delta.added_spans(lake, table, 3) == engine(3) == {}
+
+    add([("c", "b", 7), ("c", "d", 8)])  # version 4: two brokers in one file
+    assert _delta.added_spans(lake, table, 3) is None and _delta.added_spans(lake, table, None) is None
+    add([("c", "x" * 40, 9)])  # version 5: a name a statistic may cut at 32 characters
+    assert _delta.added_spans(lake, table, 4) is None
+    assert _delta.added_spans(lake, Table("silver", "none", schema, table.key, ()), None) is None

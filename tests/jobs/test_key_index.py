@@ -100,3 +100,27 @@ def test_after_appends_only_the_index_rows_added_since_are_checked(spark, lake: 
     monkeypatch.setattr(_delta, "any_rows", lambda *a, **k: calls.append(1) or real(*a, **k))
     assert key_index_update.update(spark, lake, since) == 0
     assert calls == [1] and len(_index(lake)) == 4
+
+
+def test_files_of_one_broker_each_give_the_new_ranges_from_their_statistics(spark, lake: str, monkeypatch) -> None:  # noqa: ANN001
+    """As the ingest writes silver/messages (a file per broker): the ranges the update restricts its check to come
+    from the files' statistics, not from the engine, and the index is the same; then a file of two brokers sends
+    the update back to the engine's aggregate."""
+    for rows in ([("b", 100, 10, KEY), ("b", 120, 11, None)], [("a", 50, 3, "K2")]):
+        _delta.insert_new(spark, _msgs(spark, rows), lake, M.TABLE, target_filter="false", target_rows=False)
+    assert _delta.added_spans(lake, M.TABLE, None) == {("c", "a"): (50, 50, 1), ("c", "b"): (100, 120, 2)}
+    spans = []
+    real = _delta.insert_new
+    monkeypatch.setattr(_delta, "insert_new", lambda *a, **k: spans.append(k["target_filter"]) or real(*a, **k))
+    assert key_index_update.update(spark, lake, None) == 2
+    assert spans == ["(t.cluster = 'c' AND t.broker = 'a' AND t.physical_offset >= 50 AND t.physical_offset < 51) OR "
+                     "(t.cluster = 'c' AND t.broker = 'b' AND t.physical_offset >= 100 AND t.physical_offset < 121)"]
+    since = ledger.versions(lake, [M.TABLE, K.TABLE])
+    _delta.insert_new(spark, _msgs(spark, [("b", 300, 12, "K3"), ("a", 90, 0, "K4")]), lake, M.TABLE,
+                      target_filter="false", target_rows=False)
+    assert _delta.added_spans(lake, M.TABLE, since[M.TABLE.qualified]) is None  # one file holds both brokers
+    assert key_index_update.update(spark, lake, since) == 2
+    assert spans[-1] == ("(t.cluster = 'c' AND t.broker = 'a' AND t.physical_offset >= 90 AND t.physical_offset < 91)"
+                         " OR (t.cluster = 'c' AND t.broker = 'b' AND t.physical_offset >= 300 AND "
+                         "t.physical_offset < 301)")
+    assert sorted(r[2:] for r in _index(lake)) == [("a", 50, 3), ("a", 90, 0), ("b", 100, 10), ("b", 300, 12)]
