@@ -226,6 +226,60 @@ def dangling_entries(cq: CQDecode, record_offsets: np.ndarray, record_sizes: np.
     return sorted(out)
 
 
+def plain_appends(bodies: Sequence[bytes], after: Sequence[int | None], record_offsets: np.ndarray,
+                  record_sizes: np.ndarray, commitlog_range: tuple[int, int] | None
+                  ) -> list[tuple[int, int | None, int | None] | None]:
+    """Of each of ``bodies`` (entries appended to a queue file whose last earlier entry points at ``after``, None:
+    no earlier entry): (valid entries, first and last commit offset) when they are plain, that is whole entries in
+    commit-offset order from ``after`` on, none of which :func:`dangling_entries` could report (each entry inside
+    ``commitlog_range`` is at a record of its size; None: nothing is checked); None when not plain (the caller then
+    decodes and checks it alone, to say what is wrong).
+
+    The checks of every body at once: a scheduled run's files each gained a few entries, and the same steps file by
+    file cost about 50 µs each in numpy calls (bench_export: 28,844 grown files, 1.4 s of the queue bounds)."""
+    out: list[tuple[int, int | None, int | None] | None] = [None] * len(bodies)
+    whole = [i for i, b in enumerate(bodies) if len(b) % CQ_STORE_UNIT_SIZE == 0]
+    if not whole:
+        return out
+    lens = np.array([len(bodies[i]) // CQ_STORE_UNIT_SIZE for i in whole], np.int64)
+    e = np.frombuffer(b"".join([bodies[i] for i in whole]), _ENTRY)
+    off, size = e["offset"].astype(np.int64), e["size"].astype(np.int64)
+    starts = np.concatenate(([0], np.cumsum(lens)[:-1])).astype(np.int64)
+    ends = starts + lens
+    # entries end at the first invalid one (zero-filled preallocation): each body's first at or after its start
+    bad = np.flatnonzero((off < 0) | (size <= 0))
+    k = np.searchsorted(bad, starts)
+    first_bad = np.where(k < len(bad), bad[np.minimum(k, max(len(bad) - 1, 0))] if len(bad) else 0, len(off))
+    count = np.minimum(first_bad, ends) - starts
+    mark = np.zeros(len(off) + 1, np.int64)
+    np.add.at(mark, starts, 1)
+    np.add.at(mark, starts + count, -1)
+    valid = np.cumsum(mark[:-1]) > 0
+    body = np.repeat(np.arange(len(whole)), lens)
+    failed = np.zeros(len(whole), bool)
+    if len(off) > 1:  # out of order inside one body
+        down = (off[1:] < off[:-1]) & valid[1:] & valid[:-1] & (body[1:] == body[:-1])
+        failed[body[1:][down]] = True
+    if commitlog_range is not None:
+        lo, hi = commitlog_range
+        inside = np.flatnonzero(valid & (off >= lo) & (off < hi))
+        if len(inside):
+            if len(record_offsets):
+                at = np.minimum(np.searchsorted(record_offsets, off[inside]), len(record_offsets) - 1)
+                ok = (record_offsets[at] == off[inside]) & (record_sizes[at] == size[inside])
+            else:
+                ok = np.zeros(len(inside), bool)
+            failed[body[inside[~ok]]] = True
+    n_ = count.tolist()
+    firsts = off[np.minimum(starts, max(len(off) - 1, 0))].tolist() if len(off) else [0] * len(whole)
+    lasts = off[np.maximum(starts + count - 1, 0)].tolist() if len(off) else [0] * len(whole)
+    for j, (i, n, bad_, first, last) in enumerate(zip(whole, n_, failed.tolist(), firsts, lasts)):
+        if bad_ or (n and after[i] is not None and after[i] > first):
+            continue
+        out[i] = (n, first, last) if n else (0, None, None)
+    return out
+
+
 class ConsumeQueueWriter:
     """Appends entries to one queue's files (named by start byte, preallocated zero-filled)."""
 

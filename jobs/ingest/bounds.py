@@ -67,12 +67,13 @@ def extract_queue_bounds(snap: Snapshot, landing_root: str, out: Extracted, now:
     for f in queue_files:
         by_queue.setdefault((f.topic or "", f.queue_id or 0), []).append(f)
     prior = prior or {}
+    pre = {} if read_all else _plain_grown(by_queue, known, prior, pool)
 
     def one(item: tuple[tuple[str, int], list[LandingFile]]) -> tuple[Extracted, dict[str, Any], CQReads]:
         (topic, qid), fs = item
         mine = Extracted()
         entries, reads = _queue_bounds(snap, topic, qid, sorted(fs, key=lambda f: f.start or 0), mine, now, known,
-                                       prior, oldest, read_all)
+                                       prior, oldest, read_all, pre)
         return mine, entries, reads
 
     entries: dict[str, Any] = {}
@@ -187,6 +188,59 @@ def with_tier(rows: list[dict[str, Any]], f: LandingFile, landing_root: str, sna
             r["min_offset"] = min(r["min_offset"], lo)
 
 
+# a grown export file checked with the snapshot's others (:func:`_plain_grown`): what to read of it
+# (:func:`_grown_pieces`), the bytes read (None: unreadable) and its new entries' (count, first, last commit offset)
+# when plain (None: decoded and checked alone)
+_Pre = tuple[tuple["cq_ledger.Entry", int, int], "bytes | None", "tuple[int, int | None, int | None] | None"]
+
+
+def _plain_grown(by_queue: dict[tuple[str, int], list[LandingFile]], known: "_SnapshotRecords",
+                 prior: dict[str, "cq_ledger.Entry"], pool: Any) -> dict[str, _Pre]:
+    """The grown export files of a snapshot (:func:`_grown_pieces`) read, and their new entries decoded and checked
+    all at once (``consumequeue.plain_appends``): what :func:`_queue_bounds` would find file by file for the usual
+    ones, each a few entries appended in order that all point at records. A file its ledger entry may stand in for
+    is left to the queue's own steps, and so is every file of a queue with an empty one."""
+    from jobs.formats import consumequeue
+
+    todo = []
+    for fs in by_queue.values():
+        if any(f.size == 0 for f in fs):
+            continue
+        for f in fs:
+            e = prior.get(f.rel)
+            if e is not None and e.stands_for(f):
+                continue
+            g = _grown_pieces(e, f, known)
+            if g is not None:
+                todo.append((f, g))
+
+    def read(item: tuple[LandingFile, tuple[Any, int, int]]) -> bytes | None:
+        f, (_, lo, hi) = item
+        try:
+            return read_file(f, lo, hi) or b""
+        except OSError:
+            return None  # read again by the queue's steps, which quarantine the error
+
+    datas = list(pool.map(read, todo) if pool is not None else map(read, todo))
+    out: dict[str, _Pre] = {}
+    bodies, after, rels = [], [], []
+    for (f, g), data in zip(todo, datas):
+        out[f.rel] = (g, data, None)
+        if data is None:
+            continue
+        s, lo = g[0].summary, g[1]
+        skip = s.entries * CQ_STORE_UNIT_SIZE - lo
+        if any(data[:skip]):  # bytes below the new pieces written again: the file is read whole
+            continue
+        bodies.append(data[skip:])
+        after.append(s.last_commit_offset if s.entries else None)
+        rels.append(f.rel)
+    for rel, got in zip(rels, consumequeue.plain_appends(bodies, after, known.offsets, known.sizes, known.rng)):
+        if got is not None:
+            out[rel] = (out[rel][0], out[rel][1], got)
+    return out
+
+
 def _stands_in(e: "cq_ledger.Entry", oldest: int | None, known: "_SnapshotRecords") -> bool:
     """Whether an unchanged file's ledger entry gives what reading it would: not when its commit offsets straddle
     ``oldest`` (Min is inside it: the caller passes None when it searches the file for Min instead,
@@ -245,8 +299,10 @@ def _tail_agrees(f: LandingFile, e: "cq_ledger.Entry") -> bool:
 
 def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], out: Extracted, now: dt.datetime,
                   known: "_SnapshotRecords", prior: dict[str, "cq_ledger.Entry"], oldest: int | None,
-                  read_all: bool = False) -> tuple[dict[str, "cq_ledger.Entry"], CQReads]:
-    """One queue of :func:`extract_queue_bounds`: its files rows, bounds row and problems; its files' entries."""
+                  read_all: bool = False, pre: dict[str, _Pre] | None = None
+                  ) -> tuple[dict[str, "cq_ledger.Entry"], CQReads]:
+    """One queue of :func:`extract_queue_bounds`: its files rows, bounds row and problems; its files' entries.
+    ``pre``: its grown files as :func:`_plain_grown` read and checked them."""
     from jobs.formats import consumequeue
 
     base = {"cluster": snap.cluster, "broker": snap.broker, "snapshot_ts": snap.ts}
@@ -280,17 +336,30 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
         stand_in[f.rel] = e if f.pieces is None else dataclasses.replace(e, pieces=f.pieces)
     # export files that are an earlier copy's entries and new pieces: read from where those ended (the queue's oldest
     # kept entry may lie inside: the bounds search for it, 8 bytes an entry, as in a file the ledger stands in for)
+    pre = pre or {}
     grown = {}
     for f in fs:
-        g = None if read_all or f.rel in stand_in else _grown_pieces(prior.get(f.rel), f, known)
+        got = pre.get(f.rel)  # (never one the ledger stands in for)
+        g = None if read_all or f.rel in stand_in else got[0] if got is not None else _grown_pieces(
+            prior.get(f.rel), f, known)
         if g is not None:
             grown[f.rel] = g
     try:
-        added = {}  # the new entries of each grown file, decoded, its summary and where Min's entry is in it
+        added = {}  # per grown file: the dangling entries among its new ones, its summary, where Min's entry is in it
         for f in fs:
             if f.rel in grown:
                 before, lo, hi = grown[f.rel]
-                data, n0 = read_file(f, lo, hi) or b"", before.summary.entries * CQ_STORE_UNIT_SIZE
+                n0 = before.summary.entries * CQ_STORE_UNIT_SIZE
+                got = pre.get(f.rel)
+                if got is not None and got[2] is not None:  # plain new entries: none dangles
+                    n, first, last = got[2]
+                    body = got[1][n0 - lo:]
+                    summary = _appended_summary(before.summary, n, first, last, False, f.size)
+                    added[f.rel] = ([], summary, _oldest_at(
+                        f, before.summary, lambda b=body: consumequeue.decode_cq(b, file_start_byte=0).commit_offset,
+                        summary, oldest))
+                    continue
+                data = got[1] if got is not None and got[1] is not None else read_file(f, lo, hi) or b""
                 cq = consumequeue.decode_cq(data[n0 - lo:], file_start_byte=(f.start or 0) + n0)
                 summary = _grown_summary(before.summary, cq, f.size)
                 # A new piece begins where the copy before had its last non-zero byte, which can lie inside its last
@@ -300,7 +369,9 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
                 if any(data[:n0 - lo]) or summary.problems:
                     del grown[f.rel]
                 else:
-                    added[f.rel] = (cq, summary, _oldest_at(f, before.summary, cq, summary, oldest))
+                    added[f.rel] = ([(pos + n0, why) for pos, why in known.dangling(snap.cluster, snap.broker, cq)],
+                                    summary, _oldest_at(f, before.summary, lambda cq=cq: cq.commit_offset, summary,
+                                                        oldest))
         raw = {f.rel: read_file(f) or b"" for f in fs if f.rel not in stand_in and f.rel not in grown}
     except OSError as exc:
         out.problem(snap.cluster, snap.broker, snap.ts, Problem(
@@ -324,10 +395,8 @@ def _queue_bounds(snap: Snapshot, topic: str, qid: int, fs: list[LandingFile], o
             out.add(files.NAME, _files_row(base, f, f.size, e.sha256, now))
             continue
         if f.rel in grown:  # an export's file: its entries before the new pieces are the earlier copy's
-            before, (cq, summary, at) = grown[f.rel][0], added[f.rel]
-            n0 = before.summary.entries * CQ_STORE_UNIT_SIZE
-            dangling = list(before.dangling) + [(pos + n0, why) for pos, why in
-                                                known.dangling(snap.cluster, snap.broker, cq)]
+            before, (new_dangling, summary, at) = grown[f.rel][0], added[f.rel]
+            dangling = list(before.dangling) + new_dangling
             entries[f.rel] = dataclasses.replace(_entry(f, _pieces_sha(f), summary,
                                                         dangling, known, None), pieces=f.pieces)
             parts.append(consumequeue.QueueFile(start // CQ_STORE_UNIT_SIZE, summary.entries, summary.full, None,
@@ -417,10 +486,11 @@ def _grown_pieces(before: "cq_ledger.Entry | None", f: LandingFile, known: "_Sna
     return before, lo, min(f.size, -(-end // unit) * unit)
 
 
-def _oldest_at(f: LandingFile, s: "consumequeue.CQSummary", cq: "consumequeue.CQDecode",
+def _oldest_at(f: LandingFile, s: "consumequeue.CQSummary", new_offsets: Callable[[], np.ndarray],
                summary: "consumequeue.CQSummary", oldest: int | None) -> tuple[int, int] | None:
     """Where the first entry at or past ``oldest`` (the oldest commitlog segment's start) is in a grown export file
-    whose earlier entries (``s``) were not read and whose new ones are ``cq`` (``summary``: of them all), as
+    whose earlier entries (``s``) were not read and whose new ones' commit offsets ``new_offsets`` gives (decoded
+    when asked: rarely needed) (``summary``: of them all), as
     ``QueueFile.found`` gives it: None when Min does not depend on it (no entry, or every entry at or past
     ``oldest``, or every one below). Inside the earlier entries, a binary search reads 8 bytes an entry
     (``consumequeue.search``): the file is not read whole for it (a real one is 5.7 MiB)."""
@@ -431,7 +501,7 @@ def _oldest_at(f: LandingFile, s: "consumequeue.CQSummary", cq: "consumequeue.CQ
         return None  # QueueFile.position: 0 or every entry
     if s.entries and oldest <= (s.last_commit_offset or 0):  # first < oldest: inside the earlier entries
         return oldest, consumequeue.search(lambda a, b: read_file(f, a, b) or b"", s.entries, oldest)
-    return oldest, s.entries + int(np.searchsorted(cq.commit_offset, oldest, side="left"))
+    return oldest, s.entries + int(np.searchsorted(new_offsets(), oldest, side="left"))
 
 
 def _pieces_of(before: "cq_ledger.Entry", f: LandingFile) -> int | None:
@@ -457,11 +527,18 @@ def _grown_summary(s: "consumequeue.CQSummary", cq: "consumequeue.CQDecode", siz
 
     first, last, problems = consumequeue.ends(cq)
     ordered = not (s.entries and cq.count) or (s.last_commit_offset or 0) <= int(cq.commit_offset[0])
-    count = s.entries + cq.count
+    return _appended_summary(s, cq.count, first, last, problems or not ordered, size)
+
+
+def _appended_summary(s: "consumequeue.CQSummary", n: int, first: int | None, last: int | None, problems: bool,
+                      size: int) -> "consumequeue.CQSummary":
+    """The summary of a file of ``size`` bytes holding ``s``'s entries, then ``n`` more from ``first`` to ``last``."""
+    from jobs.formats import consumequeue
+
+    count = s.entries + n
     return consumequeue.CQSummary(count, count == size // CQ_STORE_UNIT_SIZE,
                                   s.first_commit_offset if s.entries else first,
-                                  last if cq.count else s.last_commit_offset,
-                                  s.problems or problems or not ordered)
+                                  last if n else s.last_commit_offset, s.problems or problems)
 
 
 def _sha_grown(data: bytes, entries: int | None, before: "cq_ledger.Entry | None") -> tuple[str, str | None, bool]:

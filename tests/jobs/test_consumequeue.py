@@ -103,3 +103,81 @@ def test_search_finds_mins_position_by_ranged_reads_as_the_decoded_entries_do() 
     assert (f.position(102), f.position(5), f.position(10 ** 9)) == (40, 0, len(offsets))
     with pytest.raises(ValueError, match="falls inside a file that was not read"):
         f.position(103)
+
+
+def _entries(*pairs: tuple[int, int]) -> bytes:
+    return b"".join(consumequeue.encode_cq_entry(o, s, 7) for o, s in pairs)
+
+
+def test_plain_appends_are_checked_together_with_exact_counts_and_ends() -> None:
+    """Each body's (entries, first, last commit offset) when plain; None when the file must be checked alone: a torn
+    entry, entries out of order or below the earlier last one, an entry inside the decoded range at no record or at a
+    record of another size. Entries outside the range, and after the first zero-filled one, are not looked at."""
+    records = np.array([100, 150, 200, 260, 300], np.int64)
+    sizes = np.array([50, 50, 60, 40, 80], np.int32)
+    zero = b"\0" * 20
+    bodies = [
+        _entries((100, 50), (150, 50)) + zero,  # plain, then preallocated zeros
+        _entries((200, 60)),  # after 150: plain
+        _entries((260, 40)),  # after 300: below the earlier last entry
+        _entries((300, 80), (260, 40)),  # out of order
+        _entries((150, 50), (170, 30)),  # 170 is inside the record at 150
+        _entries((200, 61)),  # another size
+        _entries((100, 50))[:15],  # torn
+        b"",  # no new entry
+        zero + _entries((100, 50)),  # only zeros count: the entry after them is never read
+        _entries((40, 9), (90, 9), (400, 5), (900, 1)),  # outside [100, 400): not checked
+        _entries((300, 80), (-1, 5), (10, 5)),  # ends at the invalid entry; what follows is not read
+    ]
+    after = [None, 150, 300, None, None, None, None, 50, None, None, 260]
+    assert consumequeue.plain_appends(bodies, after, records, sizes, (100, 400)) == [
+        (2, 100, 150), (1, 200, 200), None, None, None, None, None, (0, None, None), (0, None, None),
+        (4, 40, 900), (1, 300, 300)]
+    # nothing decoded: nothing to check, and no record known with a range: every entry inside it fails
+    assert consumequeue.plain_appends(bodies[4:6], [None, None], records, sizes, None) == [(2, 150, 170),
+                                                                                          (1, 200, 200)]
+    empty = np.zeros(0, np.int64)
+    assert consumequeue.plain_appends(bodies[:2], [None, None], empty, empty, (0, 1000)) == [None, None]
+    assert consumequeue.plain_appends([], [], records, sizes, (0, 1)) == []
+
+
+def test_plain_appends_agree_with_the_checks_file_by_file() -> None:
+    """On random bodies (valid entries, dangling ones, disorder, zeros, torn tails): whenever a body is plain, decoding
+    it alone gives the same count and ends, in order and above ``after``, and no dangling entry; whenever it is not,
+    decoding it alone finds a problem, disorder, an entry below ``after`` or a dangling entry."""
+    rng = np.random.default_rng(7)
+    records = np.cumsum(rng.integers(20, 200, 400)).astype(np.int64)
+    sizes = rng.integers(20, 200, 400).astype(np.int32)
+    bodies, after = [], []
+    for _ in range(300):
+        k = int(rng.integers(0, 8))
+        at = np.sort(rng.choice(len(records), k, replace=False))
+        pairs = [(int(records[i]), int(sizes[i])) for i in at]
+        roll = rng.random()
+        if pairs and roll < 0.15:
+            pairs[-1] = (pairs[-1][0] + 3, pairs[-1][1])  # inside a record
+        elif pairs and roll < 0.25:
+            pairs[0] = (pairs[0][0], pairs[0][1] + 1)  # another size
+        elif len(pairs) > 1 and roll < 0.35:
+            pairs.reverse()
+        raw = _entries(*pairs) + b"\0" * 20 * int(rng.integers(0, 3))
+        if rng.random() < 0.1:
+            raw = raw[:-7] if raw else raw
+        bodies.append(raw)
+        after.append(None if rng.random() < 0.5 else int(records[int(rng.integers(0, len(records)))]))
+    rng_ = (int(records[50]), int(records[350]))
+    got = consumequeue.plain_appends(bodies, after, records, sizes, rng_)
+    plain = 0
+    for body, a, g in zip(bodies, after, got):
+        cq = consumequeue.decode_cq(body, file_start_byte=0)
+        first, last, problems = consumequeue.ends(cq)
+        below = bool(cq.count) and a is not None and a > first
+        dangles = consumequeue.dangling_entries(cq, records, sizes, rng_) != []
+        if g is not None:
+            plain += 1
+            assert g == (cq.count, first, last) and not problems and not below and not dangles
+        else:
+            assert problems or below or dangles or cq.count and not bool(
+                ((records[np.minimum(np.searchsorted(records, cq.commit_offset), len(records) - 1)] == cq.commit_offset)
+                 | (cq.commit_offset < rng_[0]) | (cq.commit_offset >= rng_[1])).all())
+    assert 100 < plain < 300
