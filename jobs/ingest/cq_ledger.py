@@ -43,6 +43,13 @@ class Entry:
     # an export's file: its pieces as the run last read them (not in the table): the next snapshot's copy of it, whose
     # pieces begin with these, is read from where its entries ended (jobs.ingest.bounds._grown_pieces)
     pieces: tuple[tuple[str, int, int, int], ...] | None = field(default=None, compare=False)
+    # (commit offset, position): where the first of its entries at or past that commit offset is, as this run found
+    # it (not in the table). The oldest commitlog segment's start moves only when the broker deletes one, so the
+    # next snapshot's copy, the same entries and maybe more, is not searched again for the same start.
+    found: tuple[int, int] | None = field(default=None, compare=False)
+    # an export's file: the sha256 state of its digest's text up to its last piece (jobs.ingest.bounds._pieces_sha),
+    # kept by the run: a grown copy's digest hashes its new pieces only
+    pieces_state: Any = field(default=None, compare=False, repr=False)
 
     def same_file(self, f: LandingFile) -> bool:
         """Whether ``f`` is this file unchanged (its fingerprint)."""

@@ -424,7 +424,8 @@ class Bounds:
 
     def __init__(self, tmp: pathlib.Path, monkeypatch: pytest.MonkeyPatch, oldest: int, runs: bool = False) -> None:
         """``runs``: each export is read by a run of its own, against the ledger entries the table keeps (no pieces,
-        no prefix hash: ``jobs.ingest.cq_ledger.Entry``'s fields not in the table)."""
+        no prefix hash, no position found, no digest state: ``jobs.ingest.cq_ledger.Entry``'s fields not in the
+        table)."""
         import numpy as np
 
         from jobs.ingest import bounds
@@ -461,7 +462,8 @@ class Bounds:
             entries, _ = bounds._queue_bounds(snap, "TopicA", 0, [lf], out, T0, self.known, self.prior[name],
                                               self.oldest)
             self.prior[name] = entries if not self.runs else {
-                rel: dataclasses.replace(e, pieces=None, prefix_sha256=None) for rel, e in entries.items()}
+                rel: dataclasses.replace(e, pieces=None, prefix_sha256=None, found=None, pieces_state=None)
+                for rel, e in entries.items()}
             got[name] = {"bounds": [(r["min_offset"], r["max_offset"]) for r in out.rows[queue_bounds.NAME]],
                          "problems": [(p.position, p.reason) for *_, p in out.problems], "entry": entries[REL],
                          "reads": list(self.reads), "file": out.rows[files.NAME][0]}
@@ -511,26 +513,57 @@ def test_the_ingest_reads_a_grown_export_file_from_where_its_entries_ended_and_f
     assert summary.entries == 30 and summary.last_commit_offset == 1000 + 100 * 29
 
 
-@pytest.mark.parametrize("case", ["oldest inside", "oldest inside, searched in one read", "rewritten below the piece"])
+def test_a_grown_copy_s_pieces_digest_hashes_its_new_pieces_from_the_copy_before_s_state() -> None:
+    """The digest of a copy that is the one before's pieces and more, extended from that copy's hash state, equals the
+    digest of all its pieces; a copy whose first pieces differ, or of another size, is hashed whole."""
+    import dataclasses
+
+    from jobs.formats.consumequeue import CQSummary
+    from jobs.ingest import bounds, cq_ledger
+    from jobs.ingest.landing import LandingFile
+
+    def file(size: int, *pieces: tuple[str, int, int, int]) -> LandingFile:
+        return LandingFile("u", "p", "store/consumequeue/T/0/00000000000000000000", size, "consumequeue",
+                           pieces=tuple(pieces))
+
+    p1, p2, p3 = ("20260105T001500Z", 0, 40, 0), ("20260105T003000Z", 8, 20, 40), ("20260105T004500Z", 0, 60, 60)
+    before = None
+    for f in (file(600), file(600, p1), file(600, p1, p2, p3)):  # none, one, then two more
+        sha, state = bounds._pieces_digest(f, before)
+        assert sha == bounds._pieces_sha(f)
+        before = cq_ledger.Entry(600, 0.0, "", sha, CQSummary(0, False, None, None, False), pieces=f.pieces,
+                                 pieces_state=state)
+    for other in (file(600, p2, p3), file(620, p1, p2, p3, p3)):
+        assert bounds._pieces_digest(other, before)[0] == bounds._pieces_sha(other)
+    assert bounds._pieces_digest(file(600, p1, p2, p3), dataclasses.replace(before, pieces_state=None))[0] == \
+        bounds._pieces_sha(file(600, p1, p2, p3))
+
+
+@pytest.mark.parametrize("case", ["oldest inside", "oldest inside, searched in one read", "oldest inside, one run",
+                                  "rewritten below the piece"])
 def test_a_grown_export_file_the_oldest_entry_lies_inside_is_searched_and_one_whose_last_entry_was_rewritten_read_whole(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
     """The bounds search a file the oldest commitlog segment starts inside: a grown copy is read from where its
     entries ended, its new entries alone checked, and Min's entry among the earlier ones found by a binary search of 8
-    bytes an entry (a real file is 5.7 MiB), or in one read of them when they are few (SEARCH_READ_BYTES). A last
-    entry whose zero tags code the broker wrote again (the host's tail check covers the bytes before the shipped end
-    only) makes the new piece's first bytes non-zero: read and checked whole. Either way the rows equal those of the
-    same bytes read as store copies."""
+    bytes an entry (a real file is 5.7 MiB), or in one read of them when they are few (SEARCH_READ_BYTES), each
+    snapshot ingested by a run of its own. In one run, the copies after the first are not searched: the first copy,
+    read whole, told where Min's entry is, and the oldest segment did not move. A last entry whose zero tags code the
+    broker wrote again (the host's tail check covers the bytes before the shipped end only) makes the new piece's first
+    bytes non-zero: read and checked whole. Either way the rows equal those of the same bytes read as store
+    copies."""
     from jobs.formats import consumequeue
 
     rewritten = case.startswith("rewritten")
-    if case == "oldest inside":  # as a real file's: 8 bytes a step
+    if case in ("oldest inside", "oldest inside, one run"):  # as a real file's: 8 bytes a step
         monkeypatch.setattr(consumequeue, "SEARCH_READ_BYTES", 0)
-    run = Bounds(tmp_path, monkeypatch, oldest=1000 if rewritten else 1000 + 100 * 5)
+    run = Bounds(tmp_path, monkeypatch, oldest=1000 if rewritten else 1000 + 100 * 5,
+                 runs=case in ("oldest inside", "oldest inside, searched in one read"))
     ends = [10, 19 if rewritten else 20, 30]  # entries after each export (entry 18's tags code is zero)
     # entry k's commit offset at bytes (20 k, 20 k + 8): the searches for Min (entry 5, commit offset 1500) among the
     # 10, then 20 entries the copy before held
     searched = ([[], [(80, 88), (120, 128), (100, 108)], [(180, 188), (80, 88), (120, 128), (100, 108)]]
-                if case == "oldest inside" else [[], [(0, 200)], [(0, 400)]])
+                if case == "oldest inside" else [[], [], []] if case == "oldest inside, one run"
+                else [[], [(0, 200)], [(0, 400)]])
     for n in range(3):
         for i in range(([0] + ends)[n], ends[n]):
             run.host.write(20 * i, entry(i) if i != 13 else struct.pack(">qiq", 1000 + 100 * i + 50, 100, 7))
@@ -546,6 +579,29 @@ def test_a_grown_export_file_the_oldest_entry_lies_inside_is_searched_and_one_wh
                                           [(192, 400 if not rewritten else 380)] + ([] if rewritten else searched[1])
                                           if n == 1 else [(372, 600), (0, None)] if rewritten
                                           else [(400, 600)] + searched[2])
+
+
+def test_where_min_was_found_is_used_again_only_while_the_oldest_segment_stays(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One run, three copies of a growing file: the second copy takes Min's position from the first (read whole); the
+    broker then deletes a segment (the oldest start moves from entry 5's commit offset to entry 8's), so the third
+    copy is searched again, and finds entry 8. Bounds as the store copies give them."""
+    from jobs.formats import consumequeue
+
+    monkeypatch.setattr(consumequeue, "SEARCH_READ_BYTES", 0)
+    run = Bounds(tmp_path, monkeypatch, oldest=1000 + 100 * 5)
+    for n, (lo, hi) in enumerate([(0, 10), (10, 20), (20, 30)]):
+        for i in range(lo, hi):
+            run.host.write(20 * i, entry(i))
+        if n == 2:
+            run.oldest = 1000 + 100 * 8
+        _, got = run.export()
+        _same(got)
+        assert got["export"]["bounds"] == [(5 if n < 2 else 8, hi)]
+        assert got["export"]["reads"] == [[(0, None)], [(192, 400)],
+                                          [(400, 600), (180, 188), (80, 88), (120, 128), (140, 148),
+                                           (160, 168)]][n]
+    assert got["export"]["entry"].found == (1800, 8)
 
 
 @pytest.mark.parametrize("case", ["out of order", "first entries below the oldest segment"])
