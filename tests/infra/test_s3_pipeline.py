@@ -102,7 +102,8 @@ def test_exports_on_s3_land_the_rows_they_land_from_local_disk(backend: str, req
                                                                tmp_path: pathlib.Path) -> None:
     """Issue 37 on S3: an export landing zone (``store-types`` seed 7 through the exporters) on the RGW, ingested
     into a lake on it. The export parts are read where they landed, by the engine (trace records, POP rows) and by
-    the driver through Arrow's S3 filesystem (the records, written per broker below the S3 lake): the lake's rows
+    the driver through Arrow's S3 filesystem (the records, written per broker below the S3 lake; the parts' problem
+    and progress rows and their counts by kind): the lake's rows
     equal those of the same landing zone ingested on local disk."""
     from export.test_export_parity import compared, export_history
     from jobs import simulate

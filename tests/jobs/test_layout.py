@@ -428,3 +428,44 @@ def test_a_file_that_is_not_laid_out_as_the_tables_is_written_again(tmp_path: pa
         ("b3", "b3", 2, 600, 610), *([("b4", "b4", 1, 5, 5)] if why == "two brokers" else [])]
     assert all("adopted" not in a["add"]["path"] for a in log if "add" in a)
     assert _content(lake) == sorted(_content(_table(tmp_path / "ref", B, spec)))
+
+
+def test_export_parts_are_read_back_here_as_the_engine_read_them(spark, tmp_path: pathlib.Path) -> None:  # noqa: ANN001
+    """The problem and progress rows of export parts and their rows counted by kind, read in one Arrow scan, equal
+    what the engine's query over the same parts gives (a part without a column reads it as null); a part that is not
+    Parquet stops the ingest with an error saying what to do."""
+    from jobs.ingest import decode_tasks
+    from jobs.ingest.decode import _read_back, _read_back_parts
+
+    def part(path: pathlib.Path, rows: list[dict[str, Any]], drop: tuple[str, ...] = ()) -> str:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        t = pa.Table.from_pylist([{c: r.get(c) for c in decode_tasks.OUTPUT_ARROW.names} for r in rows],
+                                 schema=decode_tasks.OUTPUT_ARROW)
+        pq.write_table(t.drop_columns(list(drop)), path)
+        return str(path)
+
+    base = {"cluster": "c", "broker": "b", "snapshot_ts": dt.datetime(2026, 1, 5, tzinfo=dt.timezone.utc)}
+    a = part(tmp_path / "broker=b" / "snapshot_ts=1" / "store-export" / "records-0-10.parquet", [
+        {**base, "kind": "trace", "unit": 0, "seq": 0}, {**base, "kind": "trace", "unit": 0, "seq": 1},
+        {**base, "kind": "progress", "unit": 0, "seq": 2, "info": '{"end": 10}'},
+        {**base, "kind": "problem", "unit": 0, "seq": 3, "source_path": "p/00", "position": 7, "reason": "bad"}])
+    b = part(tmp_path / "broker=d" / "snapshot_ts=2" / "store-export" / "records-10-20.parquet", [
+        {**base, "broker": "d", "kind": "pop_ck", "unit": 1, "seq": 0},
+        {**base, "broker": "d", "kind": "progress", "unit": 1, "seq": 1, "reason": "r"}], drop=("info",))
+    rows, counts = _read_back_parts([a, b])
+    want_rows, want_counts = _read_back(spark.read.schema(decode_tasks.output_ddl()).parquet(a, b))
+    assert counts == want_counts == {"trace": 2, "progress": 2, "problem": 1, "pop_ck": 1}
+    key = lambda r: (r["unit"], r["seq"])  # noqa: E731
+    got = sorted(pa.Table.from_batches(rows).to_pylist(), key=key)
+    assert got == sorted(pa.Table.from_batches(want_rows).to_pylist(), key=key)
+    assert [(r["broker"], r["kind"], r["position"], r["reason"], r["info"]) for r in got] == [
+        ("b", "progress", None, None, '{"end": 10}'), ("b", "problem", 7, "bad", None), ("d", "progress", None, "r", None)]
+    only_b, counts_b = _read_back_parts([b])
+    assert [(r["broker"], r["kind"], r["seq"]) for r in pa.Table.from_batches(only_b).to_pylist()] == [
+        ("d", "progress", 1)] and counts_b == {"pop_ck": 1, "progress": 1}
+
+    bad = tmp_path / "broker=e" / "records-0-1.parquet"
+    bad.parent.mkdir()
+    bad.write_bytes(b"not parquet")
+    with pytest.raises(OSError, match="export parts not readable .* run ingest again"):
+        _read_back_parts([a, str(bad)])
