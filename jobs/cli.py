@@ -348,5 +348,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def console() -> None:
+    """The ``rmq-recon`` command: :func:`main`, then out without tearing the interpreter down. The exit handlers run
+    and the streams are flushed, as at a normal exit; what is skipped is freeing, one by one, every object the run
+    built (the landing zone's listing, the ledgers, the engine's client): 0.3 s of each ingest (bench_export)."""
+    code = main()
+    try:
+        import atexit
+
+        atexit._run_exitfuncs()
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    console()

@@ -212,3 +212,18 @@ def test_landing_and_lake_swapped_are_refused(lake: pathlib.Path, tmp_path: path
     assert one_line(err) == (f"rmq-recon reconcile: error: --lake {lake / 'landing'}: is a landing zone (cluster=<c>/"
                              "... snapshot folders), not a lake; give the folder or s3:// URI that `rmq-recon ingest "
                              "--lake` wrote")
+
+
+@pytest.mark.parametrize("code", [0, 2])
+def test_the_command_exits_with_main_s_code_after_the_exit_handlers_and_with_its_output_flushed(code: int) -> None:
+    """``rmq-recon`` (``jobs.cli.console``) leaves without tearing the interpreter down: the exit code is main's, a
+    handler registered with atexit still runs, and what main wrote to stdout and stderr, unflushed, arrives whole."""
+    script = ("import atexit, sys\n"
+              "from jobs import cli\n"
+              "atexit.register(lambda: print('handler ran', file=sys.stderr))\n"
+              f"cli.main = lambda: (sys.stdout.write('x' * 100000 + '\\n'), sys.stderr.write('said\\n'), {code})[-1]\n"
+              "cli.console()\n"
+              "print('never')\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": ""}
+    p = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert (p.returncode, p.stdout, p.stderr) == (code, "x" * 100000 + "\n", "said\nhandler ran\n")
