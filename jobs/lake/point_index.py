@@ -4,7 +4,7 @@
 A join of 10,000 key hashes with the index reads every row's hash (0.022 s per million records of history, 0.75 s on
 40 M): Parquet's statistics cannot skip row groups for random keys, since each holds a slice of the whole hash range.
 So the index's rows are also kept as *segments*: files of flat little-endian arrays sorted by (cluster, key_hash),
-one run per cluster, with a fence (every :data:`FENCE`-th hash) per 4 KiB page. A look-up maps the segments
+a run per cluster (up to :data:`BUILD_RUNS` when built from that many batches; a merge makes one), with a fence (every :data:`FENCE`-th hash) per 4 KiB page. A look-up maps the segments
 (``mmap``), finds each wanted hash's page among the fences and binary-searches that page: one page per key and
 segment. Segment ``seg-<lo>-<hi>.kix`` holds the rows of the Delta commits after version ``lo`` up to ``hi``; the
 chain ``-1 -> ... -> hi`` covers the table at every version up to ``hi``. The ingest appends a segment of the commits
@@ -47,6 +47,10 @@ log = logging.getLogger(__name__)
 
 RUN_ROWS = 1 << 21  # rows sorted in memory at once while building from Parquet (~60 MiB)
 MERGE_CHUNK = 1 << 21  # rows a merge step holds, over all its inputs
+# A segment built from up to this many sorted batches of a cluster keeps them as runs (a look-up searches each: a page
+# a key and run); more are merged into one. bench_export's first ingest builds 4 (6.1 M rows in Sail's 4 files): the
+# merge, rewriting every row, cost 0.9 of the build's 2.2 CPU-seconds. A later merge of segments makes one run.
+BUILD_RUNS = 8
 FENCE = 512  # hashes per fence: a 4 KiB page of the hash array
 INGEST_MERGE_ROWS = 4 << 20  # the largest merge an ingest makes (about a second); maintain merges the rest
 MAX_KEYS = 200_000  # more distinct keys than this: the engine's join
@@ -207,7 +211,7 @@ def _codes(col: Any) -> Any:
 
 def build(cache: Path, lo: int, hi: int, sources: Iterable[Any], table_id: str) -> Path:
     """Write segment (lo, hi] from the Parquet data files ``sources`` (pyarrow input files): sorted in batches of
-    :data:`RUN_ROWS`, then merged into one run per cluster when there is more than one batch."""
+    :data:`RUN_ROWS`, then merged into one run per cluster when a cluster has more than :data:`BUILD_RUNS`."""
     part = _Writer(_seg_path(cache, lo, hi).with_suffix(".parts"), table_id)
     try:
         for cluster, h, p, q, names, b in _sorted_batches(sources):
@@ -221,7 +225,10 @@ def build(cache: Path, lo: int, hi: int, sources: Iterable[Any], table_id: str) 
         seg = _open(parts, table_id)
         if seg is None:
             raise RuntimeError(f"{parts}: a segment just written does not read back; delete {cache} and run again")
-        if len({r.cluster for r in seg.runs}) == len(seg.runs):  # one batch: already one sorted run per cluster
+        runs: dict[str, int] = {}
+        for r in seg.runs:
+            runs[r.cluster] = runs.get(r.cluster, 0) + 1
+        if max(runs.values(), default=0) <= BUILD_RUNS:  # few batches: kept as sorted runs
             os.replace(parts, _seg_path(cache, lo, hi))
             return _seg_path(cache, lo, hi)
         return _merge([seg], _seg_path(cache, lo, hi), table_id)

@@ -48,20 +48,25 @@ def _segments(tmp_path: Path, *files: list[tuple]) -> Any:
     return point_index.PointIndex(None, tmp_path / "segs", 0)
 
 
-@pytest.mark.parametrize(("run_rows", "fence", "chunk"), [(2, 2, 2), (3, 4, 1), (1 << 21, 512, 1 << 21)],
-                         ids=["batches of 2, fences of 2", "batches of 3, fences of 4", "one batch"])
+@pytest.mark.parametrize(("run_rows", "fence", "chunk", "build_runs"),
+                         [(2, 2, 2, 1), (3, 4, 1, 1), (1 << 21, 512, 1 << 21, 1), (2, 2, 2, 8)],
+                         ids=["batches of 2, fences of 2", "batches of 3, fences of 4", "a batch a row group",
+                              "batches kept as runs"])
 def test_a_lookup_finds_exactly_the_rows_of_a_join_on_cluster_and_hash(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch,
-                                                                        run_rows: int, fence: int, chunk: int) -> None:
+                                                                        run_rows: int, fence: int, chunk: int,
+                                                                        build_runs: int) -> None:
     """Every stored row of a wanted (cluster, hash), none of another cluster's same hash; rows with a null cluster,
     broker or position are not kept (no join on a record's key matches them); the extreme hashes are found; a hash
-    stored nowhere and a cluster never stored find nothing. Built from batches merged in steps (and one batch),
-    with fences of a few rows, so that keys fall on page bounds."""
+    stored nowhere and a cluster never stored find nothing. Built from batches merged in steps, or kept as the
+    segment's runs (no more than BUILD_RUNS a cluster), with fences of a few rows, so that keys fall on page
+    bounds."""
     from jobs.lake import point_index
 
     monkeypatch.setattr(point_index, "RUN_ROWS", run_rows)
     monkeypatch.setattr(point_index, "FENCE", fence)
     monkeypatch.setattr(point_index, "MERGE_CHUNK", chunk)
+    monkeypatch.setattr(point_index, "BUILD_RUNS", build_runs)
     index = _segments(tmp_path, FILE_A, FILE_B)
 
     got = index.lookup({"C": np.array([7, 7, -2**63, 2**63 - 1, 9, 11, 12, -6, 8], np.int64),
@@ -72,15 +77,25 @@ def test_a_lookup_finds_exactly_the_rows_of_a_join_on_cluster_and_hash(tmp_path:
     assert _rows(index.lookup({"C": np.array([3, -5], np.int64)})) == [("C", "a", 40, 4), ("C", "b", 200, 2)]
     assert _rows(index.lookup({})) == []
     seg = index.segments()[0]
-    assert [(r.cluster, r.hashes.tolist(), r.fences.tolist()) for r in seg.runs] == [
-        ("C", [-2**63, -5, 3, 7, 7, 7, 2**63 - 1], [-2**63, -5, 3, 7, 7, 7, 2**63 - 1][::fence]), ("D", [7], [7])]
+    runs = [(r.cluster, r.hashes.tolist(), r.fences.tolist()) for r in seg.runs]
+    if build_runs == 1:  # merged: one run a cluster
+        assert runs == [("C", [-2**63, -5, 3, 7, 7, 7, 2**63 - 1], [-2**63, -5, 3, 7, 7, 7, 2**63 - 1][::fence]),
+                        ("D", [7], [7])]
+    else:  # five batches of C (row groups of 2 rows, without the rows holding a null), each a sorted run
+        assert runs == [("C", [-5, 7], [-5]), ("D", [7], [7]), ("C", [2**63 - 1], [2**63 - 1]), ("C", [7], [7]),
+                        ("C", [-2**63, 7], [-2**63]), ("C", [3], [3])]
     assert sorted(p.name for p in (tmp_path / "segs").iterdir()) == ["seg--1-0.kix"]
 
 
-def test_files_already_sorted_give_the_segment_of_the_same_rows_unsorted(tmp_path: Path) -> None:
+def test_files_already_sorted_give_the_segment_of_the_same_rows_unsorted(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """A file sorted by (cluster, hash) without nulls (as a Spark cluster writes silver/key_index) is taken as it is:
-    the segment equals the one built from the same rows in another order."""
+    the segment equals the one built from the same rows in another order (its batches merged into one run)."""
     import random
+
+    from jobs.lake import point_index
+
+    monkeypatch.setattr(point_index, "BUILD_RUNS", 1)
 
     rows = [("C", h, "ab"[h % 2], 1000 + h, h) for h in range(-20, 20, 3)] + [("D", h, "a", h, 0) for h in (-4, 9)]
     shuffled = rows[:]
