@@ -273,7 +273,7 @@ def plain_appends(bodies: Sequence[bytes], after: Sequence[int | None], record_o
     n_ = count.tolist()
     firsts = off[np.minimum(starts, max(len(off) - 1, 0))].tolist() if len(off) else [0] * len(whole)
     lasts = off[np.maximum(starts + count - 1, 0)].tolist() if len(off) else [0] * len(whole)
-    for j, (i, n, bad_, first, last) in enumerate(zip(whole, n_, failed.tolist(), firsts, lasts)):
+    for i, n, bad_, first, last in zip(whole, n_, failed.tolist(), firsts, lasts):
         if bad_ or (n and after[i] is not None and after[i] > first):
             continue
         out[i] = (n, first, last) if n else (0, None, None)

@@ -47,7 +47,7 @@ class Entry:
     # it (not in the table). The oldest commitlog segment's start moves only when the broker deletes one, so the
     # next snapshot's copy, the same entries and maybe more, is not searched again for the same start.
     found: tuple[int, int] | None = field(default=None, compare=False)
-    # an export's file: the sha256 state of its digest's text up to its last piece (jobs.ingest.bounds._pieces_sha),
+    # an export's file: the sha256 state of its digest's text up to its last piece (jobs.ingest.bounds._pieces_digest),
     # kept by the run: a grown copy's digest hashes its new pieces only
     pieces_state: Any = field(default=None, compare=False, repr=False)
 

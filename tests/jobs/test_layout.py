@@ -459,7 +459,8 @@ def test_export_parts_are_read_back_here_as_the_engine_read_them(spark, tmp_path
     got = sorted(pa.Table.from_batches(rows).to_pylist(), key=key)
     assert got == sorted(pa.Table.from_batches(want_rows).to_pylist(), key=key)
     assert [(r["broker"], r["kind"], r["position"], r["reason"], r["info"]) for r in got] == [
-        ("b", "progress", None, None, '{"end": 10}'), ("b", "problem", 7, "bad", None), ("d", "progress", None, "r", None)]
+        ("b", "progress", None, None, '{"end": 10}'), ("b", "problem", 7, "bad", None),
+        ("d", "progress", None, "r", None)]
     only_b, counts_b = _read_back_parts([b])
     assert [(r["broker"], r["kind"], r["seq"]) for r in pa.Table.from_batches(only_b).to_pylist()] == [
         ("d", "progress", 1)] and counts_b == {"pop_ck": 1, "progress": 1}
