@@ -15,10 +15,9 @@ def _print_json(obj: Any) -> None:
 
 
 def _progress(line: str) -> None:
-    # one write with its newline: print() writes the text and the newline apart, and a signal between the two left
-    # the stop message on the progress line (CI, stop 52)
-    sys.stderr.write(f"{line}\n")
-    sys.stderr.flush()
+    from jobs.lake import interrupts
+
+    interrupts.say(line)
 
 
 def cmd_simulate(a: argparse.Namespace) -> int:
@@ -331,14 +330,11 @@ def main(argv: list[str] | None = None) -> int:
     no_huge_pages()
     from jobs.lake import interrupts
 
-    interrupts.install()
+    interrupts.install(args.command)
     try:
         return int(args.func(args) or 0)
     except interrupts.Interrupted as stop:
-        print(f"rmq-recon {args.command}: stopped by {stop}; the engine is stopped, and a rerun completes the work "
-              "(every write is idempotent)", file=sys.stderr, flush=True)
-        sys.stdout.flush()
-        os._exit(stop.exit_code)  # no exit handler may wait on the engine now
+        interrupts.leave(stop.signum)
     except Exception as exc:  # noqa: BLE001 - one clear line for people, the traceback too with -v
         if args.verbose:
             import traceback

@@ -55,7 +55,7 @@ def test_ingest_stops_within_10_s_and_a_rerun_completes(landing: pathlib.Path, t
     got, seconds, lines = _stop_when(p, "ingest: [3/", sig)
     assert (got, seconds < 10) == (code, True), lines[-3:]
     assert lines[-1] == (f"rmq-recon ingest: stopped by {signal.Signals(sig).name}; the engine is stopped, and a "
-                         "rerun completes the work (every write is idempotent)")
+                         "rerun completes the work (every write is idempotent)"), lines[-12:]
     rerun = subprocess.run([sys.executable, "-m", "jobs.cli", "ingest", "--landing", str(landing), "--lake", str(lake)],
                            cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-2000:]

@@ -32,11 +32,13 @@ from typing import Any, BinaryIO, Iterator
 import pyarrow as pa
 
 from jobs import unused
+from jobs.lake import interrupts
 
 log = logging.getLogger(__name__)
 _FRAME = struct.Struct("<q")
 ENV = "RMQ_RECON_DECODE_PROCESS"
 _idle: list[subprocess.Popen] = []
+_live: set[subprocess.Popen] = set()  # every helper started and not yet stopped, idle or decoding
 _lock = threading.Lock()
 _slots: threading.BoundedSemaphore | None = None
 _unavailable: list[str] = []  # why a helper could not start (then tasks decode in their own interpreter)
@@ -80,6 +82,8 @@ def _start() -> subprocess.Popen:
     w = subprocess.Popen([sys.executable, "-m", "jobs.ingest.decode_worker"], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, env=env, close_fds=True)
     w.started_with = env  # type: ignore[attr-defined]
+    with _lock:
+        _live.add(w)
     return w
 
 
@@ -101,6 +105,8 @@ def _take() -> subprocess.Popen:
 
 
 def _stop(w: subprocess.Popen) -> None:
+    with _lock:
+        _live.discard(w)
     try:
         w.kill()
         w.wait(10)
@@ -108,10 +114,22 @@ def _stop(w: subprocess.Popen) -> None:
         pass
 
 
+@interrupts.on_stop
+def _kill_all() -> None:
+    """A signal stopped the run: every helper goes at once (a signal handler: no lock, no waiting). A decoding one
+    would otherwise keep its task, and so the engine's stop, busy for seconds."""
+    for w in list(_live):
+        try:
+            w.kill()
+        except Exception:  # noqa: BLE001 - it is gone either way
+            pass
+
+
 @atexit.register
 def _close_all() -> None:
     with _lock:
         idle, _idle[:] = list(_idle), []
+        _live.difference_update(idle)
     for w in idle:
         try:
             w.stdin.close()  # type: ignore[union-attr]
@@ -133,12 +151,21 @@ def _read(stream: BinaryIO, n: int, w: subprocess.Popen) -> bytes:
     return data
 
 
+def _acquire(gate: threading.BoundedSemaphore) -> None:
+    """A decode slot, or an error once a signal has stopped the run. A slot's holder may be a task the engine has
+    stopped pulling (its generator suspended until the engine drops it), and the engine's cancel of a stopped run
+    waited on the tasks queued here: the ingest hung in the client's interrupt call (1 of 8 stops)."""
+    while not gate.acquire(timeout=0.1):
+        if interrupts.interrupted():
+            raise RuntimeError("the run was stopped by a signal")
+
+
 def run(units: list[dict[str, Any]]) -> Iterator[pa.RecordBatch]:
     """The batches of ``units`` as :func:`jobs.ingest.decode_tasks.decode_unit` yields them, decoded in a helper."""
     from jobs.ingest.decode_tasks import OUTPUT_ARROW, decode_unit
 
     gate = _gate()
-    gate.acquire()
+    _acquire(gate)
     try:
         w = _take()
     except OSError as exc:  # e.g. this user may not run the interpreter's file: decode here, as without helpers
@@ -182,8 +209,12 @@ def run(units: list[dict[str, Any]]) -> Iterator[pa.RecordBatch]:
 
 
 def main() -> None:
-    """The helper's loop: a task in, its batches out, until stdin closes."""
-    import traceback
+    """The helper's loop: a task in, its batches out, until stdin closes or its host goes away."""
+    import signal
+
+    # Ctrl-C in a terminal reaches the whole process group: the host stops the run (and its helpers); a helper's
+    # own KeyboardInterrupt would only print a traceback after the host's last line.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     # A helper hands nothing to pandas or to linear algebra, yet each would be imported at its start: pandas by
     # pyarrow's first pa.array of a numpy array (to ask whether it is a pandas object: 0.25 s), scipy by numba
@@ -195,6 +226,15 @@ def main() -> None:
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything a library prints goes to stderr, not into the stream
     sys.stdout = sys.stderr
+    try:
+        _serve(stdin, out, decode_unit)
+    except BrokenPipeError:  # the host went away mid-task (stopped by a signal, or killed): nothing to answer
+        os._exit(0)
+
+
+def _serve(stdin: BinaryIO, out: BinaryIO, decode_unit: Any) -> None:
+    import traceback
+
     while True:
         head = stdin.read(_FRAME.size)
         if len(head) < _FRAME.size:
@@ -208,6 +248,8 @@ def main() -> None:
                     out.write(_FRAME.pack(data.size))
                     out.write(data)
             out.write(_FRAME.pack(0))
+        except BrokenPipeError:
+            raise
         except Exception:  # noqa: BLE001 - sent to the task, which raises it
             text = traceback.format_exc().encode()
             out.write(_FRAME.pack(-len(text)) + text)

@@ -218,3 +218,58 @@ def test_the_helper_import_finder_refuses_only_the_names_given() -> None:
         with pytest.raises(ModuleNotFoundError, match=f"{name} is not used in a decode helper"):
             finder.find_spec(name)
     assert finder.find_spec("pandas_stubs") is None and finder.find_spec("pyarrow") is None
+
+
+def test_a_stopped_run_kills_its_helpers_and_the_tasks_queued_for_one_give_up(units: list[dict],
+                                                                               monkeypatch) -> None:
+    """The engine may stop pulling a task that holds the only slot (its generator suspended): the tasks queued for
+    it must not wait on, or the engine's cancel of the stopped run waits on them (the CLI hung in 1 of 8 stops)."""
+    from jobs.lake import interrupts
+
+    monkeypatch.setattr(decode_worker, "_cpus", lambda: 1)
+    monkeypatch.setattr(decode_worker, "_slots", None)
+    monkeypatch.setattr(interrupts, "_caught", [])
+    helper = _count_starts(monkeypatch)
+    holder = decode_worker.run(units)
+    next(holder)  # holds the one slot, as a task the engine stopped pulling
+    failed: list[BaseException] = []
+
+    def queued() -> None:
+        try:
+            list(decode_worker.run(units))
+        except RuntimeError as exc:
+            failed.append(exc)
+
+    t = threading.Thread(target=queued)
+    t.start()
+    t.join(0.5)
+    assert t.is_alive()  # waiting for the slot
+    interrupts._caught.append(2)  # what the signal handler records, then its callbacks run
+    decode_worker._kill_all()
+    t.join(5)
+    assert not t.is_alive() and [str(e) for e in failed] == ["the run was stopped by a signal"]
+    assert len(helper) == 1
+    with pytest.raises(RuntimeError, match=r"the decode helper process \(pid \d+\) exited with code -9"):
+        list(holder)  # its helper was killed: the holder fails too, and gives its slot back
+    assert decode_worker._live == set()
+
+
+def test_a_helper_whose_host_went_away_leaves_quietly_and_ignores_ctrl_c(units: list[dict]) -> None:
+    """Ctrl-C reaches the whole process group and a stopped host exits at once: the helper's broken pipe or
+    KeyboardInterrupt must not print a traceback after the host's last line."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    p = subprocess.Popen([sys.executable, "-m", "jobs.ingest.decode_worker"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=decode_worker._environment())
+    time.sleep(1.0)  # past its imports
+    p.send_signal(signal.SIGINT)
+    time.sleep(0.2)
+    assert p.poll() is None
+    p.stdout.close()  # the host is gone before the answer
+    payload = json.dumps(units).encode()
+    p.stdin.write(decode_worker._FRAME.pack(len(payload)) + payload)
+    p.stdin.close()
+    assert (p.wait(60), p.stderr.read()) == (0, b"")
