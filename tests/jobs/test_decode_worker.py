@@ -264,7 +264,10 @@ def test_a_helper_whose_host_went_away_leaves_quietly_and_ignores_ctrl_c(units: 
 
     p = subprocess.Popen([sys.executable, "-m", "jobs.ingest.decode_worker"], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=decode_worker._environment())
-    time.sleep(1.0)  # past its imports
+    deadline = time.monotonic() + 60
+    while not _ignores_sigint(p.pid):  # its main() has begun (past its imports)
+        assert p.poll() is None and time.monotonic() < deadline, p.stderr.read() if p.poll() is not None else "slow"
+        time.sleep(0.05)
     p.send_signal(signal.SIGINT)
     time.sleep(0.2)
     assert p.poll() is None
@@ -273,3 +276,10 @@ def test_a_helper_whose_host_went_away_leaves_quietly_and_ignores_ctrl_c(units: 
     p.stdin.write(decode_worker._FRAME.pack(len(payload)) + payload)
     p.stdin.close()
     assert (p.wait(60), p.stderr.read()) == (0, b"")
+
+
+def _ignores_sigint(pid: int) -> bool:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) & (1 << (2 - 1)))
+    return False
