@@ -154,7 +154,7 @@ def _read(stream: BinaryIO, n: int, w: subprocess.Popen) -> bytes:
 def _acquire(gate: threading.BoundedSemaphore) -> None:
     """A decode slot, or an error once a signal has stopped the run. A slot's holder may be a task the engine has
     stopped pulling (its generator suspended until the engine drops it), and the engine's cancel of a stopped run
-    waited on the tasks queued here: the ingest hung in the client's interrupt call (1 of 8 stops)."""
+    waited on the tasks queued here: the ingest hung in the client's interrupt call (1 of 9 stops timed, stop 75)."""
     while not gate.acquire(timeout=0.1):
         if interrupts.interrupted():
             raise RuntimeError("the run was stopped by a signal")

@@ -60,15 +60,14 @@ def leave(signum: int, *, engine_stopped: bool = True) -> NoReturn:
     if not _leaving.acquire(blocking=False):  # the other of the main thread and the watchdog is leaving
         threading.Event().wait()
     state = "the engine is stopped" if engine_stopped else f"the engine had not stopped after {GRACE_S:g} s and is left"
-    try:
-        with _lines:
+    with _lines:  # held to the end: no progress line after the last
+        try:
             sys.stderr.write(f"rmq-recon {_command[0]}: stopped by {signal.Signals(signum).name}; {state}, and a rerun "
                              "completes the work (every write is idempotent)\n")
             sys.stderr.flush()
             sys.stdout.flush()
-            os._exit(128 + signum)  # holding the lock: no progress line after the last
-    finally:
-        os._exit(128 + signum)
+        finally:
+            os._exit(128 + signum)
 
 
 def say(line: str) -> None:

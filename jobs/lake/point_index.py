@@ -3,14 +3,14 @@
 
 A join of 10,000 key hashes with the index reads every row's hash (0.022 s per million records of history, 0.75 s on
 40 M): Parquet's statistics cannot skip row groups for random keys, since each holds a slice of the whole hash range.
-So the index's rows are also kept as *segments*: files of flat little-endian arrays sorted by (cluster, key_hash),
-a run per cluster (up to :data:`BUILD_RUNS` when built from that many batches; a merge makes one), with a fence
-(every :data:`FENCE`-th hash) per 4 KiB page. A look-up maps the segments (``mmap``), finds each wanted hash's page among the fences and binary-searches that page: one page per key and
-segment. Segment ``seg-<lo>-<hi>.kix`` holds the rows of the Delta commits after version ``lo`` up to ``hi``; the
-chain ``-1 -> ... -> hi`` covers the table at every version up to ``hi``. The ingest appends a segment of the commits
-since the chain's end (``warm``) and merges a tail of segments into the one before it once they hold as many rows
-(``settle``), so a history of n rows lies in O(log n) segments and each row is rewritten O(log n) times (streamed: a
-merge holds :data:`MERGE_CHUNK` rows).
+So the index's rows are also kept as *segments*: files of flat little-endian arrays sorted by (cluster, key_hash), a run
+per cluster (up to :data:`BUILD_RUNS` when built from that many batches; a merge makes one), with a fence (every
+:data:`FENCE`-th hash) per 4 KiB page. A look-up maps the segments (``mmap``), finds each wanted hash's page among the
+fences and binary-searches that page: one page per key and segment. Segment ``seg-<lo>-<hi>.kix`` holds the rows of the
+Delta commits after version ``lo`` up to ``hi``; the chain ``-1 -> ... -> hi`` covers the table at every version up to
+``hi``. The ingest appends a segment of the commits since the chain's end (``warm``) and merges a tail of segments into
+the one before it once they hold as many rows (``settle``), so a history of n rows lies in O(log n) segments and each
+row is rewritten O(log n) times (streamed: a merge holds :data:`MERGE_CHUNK` rows).
 
 Covering *more* rows than a version holds is harmless: a look-up returns positions that ``copies_of`` reads from
 silver/messages at its own version, so a row added later, or a copy a compaction wrote again, finds no record there.

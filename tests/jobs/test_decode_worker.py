@@ -223,7 +223,8 @@ def test_the_helper_import_finder_refuses_only_the_names_given() -> None:
 def test_a_stopped_run_kills_its_helpers_and_the_tasks_queued_for_one_give_up(units: list[dict],
                                                                                monkeypatch) -> None:
     """The engine may stop pulling a task that holds the only slot (its generator suspended): the tasks queued for
-    it must not wait on, or the engine's cancel of the stopped run waits on them (the CLI hung in 1 of 8 stops)."""
+    it must not wait on, or the engine's cancel of the stopped run waits on them (the CLI hung in 1 of 9 stops
+    timed)."""
     from jobs.lake import interrupts
 
     monkeypatch.setattr(decode_worker, "_cpus", lambda: 1)
